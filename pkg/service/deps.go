@@ -1,0 +1,102 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"github.com/galley-run/galley/pkg/store"
+)
+
+// Store is what the service keeps its records in (see package store for the
+// contract and storetest for its checks).
+type Store interface {
+	store.Effects
+	store.Resources
+	store.Mailboxes
+	store.Inboxes
+}
+
+// Runtime starts and stops workers: local processes, or ECS tasks.
+type Runtime interface {
+	// Start starts the worker described by spec. It must be idempotent per
+	// spec.Handle: a retried Start converges on the same process or task. It
+	// returns once the start is requested, never waiting for the agent.
+	Start(ctx context.Context, spec WorkerSpec) error
+	// Stop stops the worker's compute; stopping a stopped or unknown worker
+	// succeeds.
+	Stop(ctx context.Context, handle string) error
+	// Liveness reports whether the worker's compute runs.
+	Liveness(ctx context.Context, handle string) (Liveness, error)
+	// RemoveWorkspace deletes a worktree's files; never a branch.
+	RemoveWorkspace(ctx context.Context, handle, path string) error
+}
+
+// Liveness of a worker's compute.
+type Liveness int
+
+const (
+	LivenessUnknown Liveness = iota // cannot tell (eventual consistency, no record)
+	LivenessLive
+	LivenessExited
+)
+
+// WorkerSpec is everything a runtime needs to start one worker. The harness
+// asks galley's worker API for the rest (brief, role, agent selection).
+type WorkerSpec struct {
+	Handle string
+	// Token is the worker's own credential for the worker API; never
+	// kitchn's bearer token. A runtime must not log it.
+	Token string
+	// IdempotencyToken is derived from the effect key (ECS clientToken).
+	IdempotencyToken string
+	// Workspace is the worktree handle and Path its location.
+	Workspace     string
+	WorkspacePath string
+	Branch        string
+	// Agent is the resolved agent family (script, claude, codex).
+	Agent string
+	// Run, Task and Key label the compute (ECS tags), for operators.
+	Run, Task, Key string
+}
+
+// GitHost creates and deletes branches in the house's repository.
+type GitHost interface {
+	// DefaultHead returns the commit at the head of the default branch.
+	DefaultHead(ctx context.Context) (string, error)
+	// BranchHead returns the commit a branch points at, or exists=false.
+	BranchHead(ctx context.Context, branch string) (commit string, exists bool, err error)
+	// CreateBranch creates branch at commit only if it does not exist
+	// (an expected-absent ref update); galleyerr.Conflict when it exists.
+	CreateBranch(ctx context.Context, branch, commit string) error
+	// DeleteBranch deletes branch; deleting a missing branch succeeds.
+	DeleteBranch(ctx context.Context, branch string) error
+}
+
+// Doorbell wakes waiters on a topic (a run's mailbox, a worker's inbox).
+// A ring may be lost or duplicated: the store stays the truth, and a waiter
+// re-reads it after every wake and at its deadline.
+type Doorbell interface {
+	Ring(ctx context.Context, topic string) error
+	// Listen starts listening before the caller checks the store, so a ring
+	// between the check and the wait is not missed.
+	Listen(ctx context.Context, topic string) (Listener, error)
+}
+
+// Listener waits for rings on one topic.
+type Listener interface {
+	// Wait returns nil on a ring, or ctx's error at its deadline.
+	Wait(ctx context.Context) error
+	Close() error
+}
+
+// Clock tells time; tests use a fake.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// SystemClock is the real clock.
+var SystemClock Clock = systemClock{}

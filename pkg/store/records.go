@@ -1,0 +1,130 @@
+package store
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/galley-run/galley/pkg/protocol"
+)
+
+// Version is a record's version. NoVersion means "the record must not exist"
+// when passed as the expected version of a write.
+type Version int64
+
+const NoVersion Version = 0
+
+// Effect states.
+const (
+	// EffectAbsent is a promise that the key was not applied by any request
+	// that arrived at or before AbsentSince.
+	EffectAbsent = "absent"
+	// EffectInFlight is a claim held by Lease until LeaseExpires.
+	EffectInFlight = "in-flight"
+	// EffectApplied holds the receipt, byte for byte, forever.
+	EffectApplied = "applied"
+)
+
+// Effect is the claim record of one idempotency key.
+type Effect struct {
+	Key         string `json:"key"`
+	Fingerprint string `json:"fingerprint"` // hash of the canonical request
+	Operation   string `json:"operation"`
+	State       string `json:"state"`
+
+	// AbsentSince is the latest instant for which absence was promised (by
+	// lookup or by a not-applied answer). A claim by a request that arrived
+	// at or before it is refused.
+	AbsentSince time.Time `json:"absentSince,omitzero"`
+
+	Lease        string    `json:"lease,omitempty"`
+	LeaseExpires time.Time `json:"leaseExpires,omitzero"`
+	// Plan records the steps a lease holder decided before acting, so that a
+	// later holder converges on the same side effects (same worker handle,
+	// same branch base commit).
+	Plan json.RawMessage `json:"plan,omitempty"`
+
+	// Receipt is the encoded receipt, replayed byte for byte.
+	Receipt json.RawMessage `json:"receipt,omitempty"`
+
+	Updated time.Time `json:"updated"`
+}
+
+// Resource is one resource galley manages for the house: a worker, a
+// worktree or a branch. Worker is set for kind worker.
+type Resource struct {
+	Kind    string    `json:"kind"`
+	Handle  string    `json:"handle"`
+	Owner   string    `json:"owner,omitempty"` // the creating key
+	Created time.Time `json:"created"`
+	// Released resources are kept (so replays and observe stay honest) but
+	// left out of the inventory.
+	Released bool    `json:"released,omitempty"`
+	Worker   *Worker `json:"worker,omitempty"`
+	// Path is where a worktree lives (runtime-specific).
+	Path string `json:"path,omitempty"`
+}
+
+// Worker is the state of one worker.
+type Worker struct {
+	Run      string                   `json:"run"`
+	Task     string                   `json:"task"`
+	Role     string                   `json:"role"`
+	Branch   string                   `json:"branch,omitempty"`
+	Worktree string                   `json:"worktree,omitempty"` // worktree handle
+	Brief    string                   `json:"brief"`
+	Agent    *protocol.AgentSelection `json:"agent,omitempty"`
+	State    string                   `json:"state"` // protocol state: starting, ready, awaiting-reply, settled
+	Outcome  string                   `json:"outcome,omitempty"`
+	// TokenHash is the SHA-256 of the worker's own credential; the
+	// credential itself is never stored.
+	TokenHash string `json:"tokenHash"`
+	// Questions maps a question's message id to its answer; "" while
+	// unanswered.
+	Questions map[string]string     `json:"questions,omitempty"`
+	Usage     *protocol.UsageReport `json:"usage,omitempty"`
+	// Exited is set once the runtime saw the process or task end.
+	Exited  bool      `json:"exited,omitempty"`
+	Updated time.Time `json:"updated"`
+}
+
+// Mailbox is the head of one run's mailbox ledger.
+type Mailbox struct {
+	Run string `json:"run"`
+	// Reader is the coordinator that adopted the run; "" before any adoption,
+	// when every coordinator reads.
+	Reader string `json:"reader,omitempty"`
+	// Epoch increases with every adoption.
+	Epoch int64 `json:"epoch"`
+	// Superseded lists coordinators that adoption replaced; they are fenced
+	// for good.
+	Superseded []string `json:"superseded,omitempty"`
+	// Acked is the sequence of the last consumed message.
+	Acked int64 `json:"acked"`
+	// Batch is the sealed, unacknowledged batch, if any.
+	Batch *Batch `json:"batch,omitempty"`
+	// Batches counts sealed batches, so that an id is never reused.
+	Batches int64 `json:"batches"`
+}
+
+// Batch is a sealed range of message sequences (From..To inclusive).
+type Batch struct {
+	ID   string `json:"id"`
+	From int64  `json:"from"`
+	To   int64  `json:"to"`
+}
+
+// Message is one mailbox row with its per-run sequence.
+type Message struct {
+	Seq int64                `json:"seq"`
+	Row protocol.MailMessage `json:"row"`
+	At  time.Time            `json:"at"`
+}
+
+// InboxItem is something kitchn sent a worker: a message or a reply.
+type InboxItem struct {
+	Seq      int64     `json:"seq"`
+	Kind     string    `json:"kind"` // "message" or "reply"
+	Question string    `json:"question,omitempty"`
+	Body     string    `json:"body"`
+	At       time.Time `json:"at"`
+}

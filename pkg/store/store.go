@@ -1,0 +1,52 @@
+package store
+
+import "context"
+
+// The contract below is what storetest checks. Errors carry galleyerr
+// kinds: NotFound when a Get finds nothing, Conflict when a conditional write
+// loses its condition (the record changed or exists), Unavailable for a
+// transient failure after which the write may or may not have happened.
+
+// Effects keeps effect claims by key.
+type Effects interface {
+	GetEffect(ctx context.Context, key string) (Effect, Version, error)
+	// PutEffect writes e if the stored version equals prev (NoVersion: no
+	// record exists) and returns the new version.
+	PutEffect(ctx context.Context, e Effect, prev Version) (Version, error)
+}
+
+// Resources keeps workers, worktrees and branches by kind and handle.
+type Resources interface {
+	GetResource(ctx context.Context, kind, handle string) (Resource, Version, error)
+	PutResource(ctx context.Context, r Resource, prev Version) (Version, error)
+	// ListResources lists every resource, released or not, in creation order.
+	ListResources(ctx context.Context) ([]Resource, error)
+}
+
+// Mailboxes keeps each run's mailbox head and its append-only messages.
+type Mailboxes interface {
+	// GetMailbox returns the head, or a zero head (Run set) with NoVersion.
+	GetMailbox(ctx context.Context, run string) (Mailbox, Version, error)
+	PutMailbox(ctx context.Context, m Mailbox, prev Version) (Version, error)
+	// AppendMessage gives m the run's next sequence (1, 2, ...) and stores it
+	// atomically: messages become visible in sequence order, without gaps.
+	AppendMessage(ctx context.Context, run string, m Message) (int64, error)
+	// ListMessages returns up to limit messages with Seq > after, in order.
+	ListMessages(ctx context.Context, run string, after int64, limit int) ([]Message, error)
+}
+
+// Inboxes keeps what kitchn sent each worker.
+type Inboxes interface {
+	// AppendInbox gives item the worker's next sequence (1, 2, ...).
+	AppendInbox(ctx context.Context, worker string, item InboxItem) (int64, error)
+	ListInbox(ctx context.Context, worker string, after int64) ([]InboxItem, error)
+}
+
+// Store is all of it, as one implementation provides it.
+type Store interface {
+	Effects
+	Resources
+	Mailboxes
+	Inboxes
+	Close() error
+}

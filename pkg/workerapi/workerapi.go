@@ -1,0 +1,109 @@
+// Package workerapi defines the worker-facing API: the calls a worker's
+// harness makes to galley, authenticated by the worker's own credential
+// (never kitchn's token). Routes live under /worker/v1/ beside the /v1/
+// routes kitchn calls, and every call is a POST with a JSON body and
+// "Authorization: Bearer <worker token>".
+package workerapi
+
+import "github.com/galley-run/galley/pkg/protocol"
+
+// Routes, relative to the galley endpoint.
+const (
+	PathSelf   = "/worker/v1/self"     // SelfRequest -> Self
+	PathReady  = "/worker/v1/ready"    // ReadyRequest -> Ack
+	PathPost   = "/worker/v1/messages" // PostRequest -> PostAnswer
+	PathInbox  = "/worker/v1/inbox"    // InboxRequest -> InboxAnswer (long poll)
+	PathUsage  = "/worker/v1/usage"    // UsageRequest -> Ack
+	PathExited = "/worker/v1/exited"   // ExitedRequest -> Ack
+)
+
+// TokenHandle returns the handle part of a worker token "<handle>.<secret>".
+// The secret part is random; galley keeps only its hash.
+func TokenHandle(token string) (string, bool) {
+	for i := len(token) - 1; i >= 0; i-- {
+		if token[i] == '.' {
+			return token[:i], i > 0
+		}
+	}
+	return "", false
+}
+
+// SelfRequest asks for the worker's own launch facts.
+type SelfRequest struct{}
+
+// Self is what a harness needs to start its agent.
+type Self struct {
+	Handle  string                  `json:"handle"`
+	Run     string                  `json:"run"`
+	Task    string                  `json:"task"`
+	Role    string                  `json:"role"`
+	Brief   string                  `json:"brief"`
+	Branch  string                  `json:"branch,omitempty"`
+	Agent   protocol.AgentSelection `json:"agent"` // family always resolved
+	State   string                  `json:"state"`
+	Outcome string                  `json:"outcome,omitempty"`
+}
+
+// ReadyRequest reports positive evidence that the agent runs. Evidence says
+// what it was (for logs), such as "script started" or "claude init event".
+type ReadyRequest struct {
+	Evidence string `json:"evidence"`
+}
+
+// PostRequest posts one mailbox row for the worker's coordinator. Kind is
+// question, worker-done, escalation, heartbeat or status; Outcome only on
+// worker-done.
+type PostRequest struct {
+	Kind    string `json:"kind"`
+	Subject string `json:"subject,omitempty"`
+	Body    string `json:"body,omitempty"`
+	Outcome string `json:"outcome,omitempty"`
+}
+
+// PostAnswer gives the message id (a question's id is what a reply names).
+type PostAnswer struct {
+	ID string `json:"id"`
+}
+
+// InboxRequest waits up to WaitMs for items with Seq > After.
+type InboxRequest struct {
+	After  int64 `json:"after"`
+	WaitMs int64 `json:"waitMs"`
+}
+
+// InboxAnswer lists items in order; Settled tells the harness its worker
+// was settled (for example cancelled) and it should stop.
+type InboxAnswer struct {
+	Items   []InboxItem `json:"items"`
+	Settled bool        `json:"settled"`
+	Outcome string      `json:"outcome,omitempty"`
+}
+
+// InboxItem is a message-worker body or a reply-to-worker answer.
+type InboxItem struct {
+	Seq      int64  `json:"seq"`
+	Kind     string `json:"kind"` // "message" or "reply"
+	Question string `json:"question,omitempty"`
+	Body     string `json:"body"`
+}
+
+// UsageRequest reports the agent's usage; nil fields are unknown.
+type UsageRequest struct {
+	Report protocol.UsageReport `json:"report"`
+}
+
+// ExitedRequest says the agent process ended with Code without a
+// worker-done report; galley settles the worker failed with Reason.
+type ExitedRequest struct {
+	Code   int    `json:"code"`
+	Reason string `json:"reason"`
+}
+
+// Ack is the empty answer.
+type Ack struct{}
+
+// Inbox item kinds.
+const (
+	ItemMessage = "message"
+	ItemReply   = "reply"
+)
