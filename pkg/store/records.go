@@ -95,8 +95,11 @@ type Mailbox struct {
 	Reader string `json:"reader,omitempty"`
 	// Epoch increases with every adoption.
 	Epoch int64 `json:"epoch"`
-	// Superseded lists coordinators that adoption replaced; they are fenced
-	// for good.
+	// Seen lists the coordinators that read the run before its first
+	// adoption; adoption supersedes them.
+	Seen []string `json:"seen,omitempty"`
+	// Superseded lists coordinators that an adoption replaced; they are
+	// fenced for good and can never adopt back.
 	Superseded []string `json:"superseded,omitempty"`
 	// Acked is the sequence of the last consumed message.
 	Acked int64 `json:"acked"`
@@ -122,7 +125,10 @@ type Message struct {
 
 // InboxItem is something kitchn sent a worker: a message or a reply.
 type InboxItem struct {
-	Seq      int64     `json:"seq"`
+	Seq int64 `json:"seq"`
+	// Key is the effect key that sent the item; a retried effect may append
+	// twice, and readers skip an item whose key they already saw.
+	Key      string    `json:"key"`
 	Kind     string    `json:"kind"` // "message" or "reply"
 	Question string    `json:"question,omitempty"`
 	Body     string    `json:"body"`
