@@ -1,0 +1,379 @@
+// Package fakeapi is an in-memory fake of galley's worker-facing API served
+// over real HTTP (httptest), so that the worker-API client and the harness
+// are exercised on the wire. It records every accepted call in order, lets a
+// test enqueue inbox items, settle the worker and inject failed answers, and
+// lets a test wait for a condition without sleeping.
+//
+// Its worker states follow galley's: starting, ready after /ready,
+// awaiting-reply after a question until a reply arrives, settled on
+// worker-done (with its outcome), on exited (failed) or on Settle.
+package fakeapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"time"
+
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/workerapi"
+)
+
+// MaxWait caps one inbox long poll.
+const MaxWait = 30 * time.Second
+
+// Call is one accepted call, in the order galley received it. Exactly one
+// of the request fields is set, by Path.
+type Call struct {
+	Path   string
+	Ready  *workerapi.ReadyRequest
+	Post   *workerapi.PostRequest
+	PostID string // the id answered to Post
+	Usage  *workerapi.UsageRequest
+	Exited *workerapi.ExitedRequest
+}
+
+// Snapshot is the fake's state at one moment.
+type Snapshot struct {
+	Calls   []Call
+	State   string
+	Outcome string
+	// Attempts counts every request per path, refused ones included.
+	Attempts map[string]int
+	// Refused counts requests answered 401 for a wrong token.
+	Refused int
+}
+
+// Posts returns the posted rows in order.
+func (s Snapshot) Posts() []workerapi.PostRequest {
+	var out []workerapi.PostRequest
+	for _, c := range s.Calls {
+		if c.Post != nil {
+			out = append(out, *c.Post)
+		}
+	}
+	return out
+}
+
+// Count returns how many accepted calls went to path.
+func (s Snapshot) Count(path string) int {
+	n := 0
+	for _, c := range s.Calls {
+		if c.Path == path {
+			n++
+		}
+	}
+	return n
+}
+
+// Server is the fake. Create it with New and Close it when done.
+type Server struct {
+	URL string
+
+	srv   *httptest.Server
+	token string
+
+	mu       sync.Mutex
+	self     workerapi.Self
+	calls    []Call
+	inbox    []workerapi.InboxItem
+	nextID   int
+	faults   map[string][]int
+	attempts map[string]int
+	refused  int
+	closing  bool
+	changed  chan struct{} // closed and replaced on every change
+}
+
+// New starts a fake serving the worker described by self, accepting only
+// "Bearer <token>".
+func New(self workerapi.Self, token string) *Server {
+	if self.State == "" {
+		self.State = protocol.StateStarting
+	}
+	s := &Server{
+		token:    token,
+		self:     self,
+		faults:   map[string][]int{},
+		attempts: map[string]int{},
+		changed:  make(chan struct{}),
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+workerapi.PathSelf, s.handleSelf)
+	mux.HandleFunc("POST "+workerapi.PathReady, s.handleReady)
+	mux.HandleFunc("POST "+workerapi.PathPost, s.handlePost)
+	mux.HandleFunc("POST "+workerapi.PathInbox, s.handleInbox)
+	mux.HandleFunc("POST "+workerapi.PathUsage, s.handleUsage)
+	mux.HandleFunc("POST "+workerapi.PathExited, s.handleExited)
+	s.srv = httptest.NewServer(s.guard(mux))
+	s.URL = s.srv.URL
+	return s
+}
+
+// Close stops the server.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closing = true // ends long polls so Close does not wait for them
+	s.notifyLocked()
+	s.mu.Unlock()
+	s.srv.Close()
+}
+
+// Snapshot returns a copy of the current state.
+func (s *Server) Snapshot() Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snapshotLocked()
+}
+
+func (s *Server) snapshotLocked() Snapshot {
+	att := make(map[string]int, len(s.attempts))
+	for k, v := range s.attempts {
+		att[k] = v
+	}
+	return Snapshot{
+		Calls:    append([]Call(nil), s.calls...),
+		State:    s.self.State,
+		Outcome:  s.self.Outcome,
+		Attempts: att,
+		Refused:  s.refused,
+	}
+}
+
+// Wait blocks until cond holds for a snapshot, or ctx ends.
+func (s *Server) Wait(ctx context.Context, cond func(Snapshot) bool) (Snapshot, error) {
+	for {
+		s.mu.Lock()
+		snap := s.snapshotLocked()
+		ch := s.changed
+		s.mu.Unlock()
+		if cond(snap) {
+			return snap, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return snap, fmt.Errorf("fakeapi: condition not met: %w", ctx.Err())
+		}
+	}
+}
+
+// Message enqueues a message-worker body and returns its sequence.
+func (s *Server) Message(body string) int64 {
+	return s.enqueue(workerapi.InboxItem{Kind: workerapi.ItemMessage, Body: body})
+}
+
+// Reply enqueues a reply to the question with that id; an awaiting-reply
+// worker becomes ready again.
+func (s *Server) Reply(question, body string) int64 {
+	return s.enqueue(workerapi.InboxItem{Kind: workerapi.ItemReply, Question: question, Body: body})
+}
+
+func (s *Server) enqueue(item workerapi.InboxItem) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	item.Seq = int64(len(s.inbox) + 1)
+	s.inbox = append(s.inbox, item)
+	if item.Kind == workerapi.ItemReply && s.self.State == protocol.StateAwaitingReply {
+		s.self.State = protocol.StateReady
+	}
+	s.notifyLocked()
+	return item.Seq
+}
+
+// Settle settles the worker with outcome, as a cancel does.
+func (s *Server) Settle(outcome string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settleLocked(outcome)
+}
+
+func (s *Server) settleLocked(outcome string) {
+	if s.self.State == protocol.StateSettled {
+		return // a settled worker never changes state again
+	}
+	s.self.State, s.self.Outcome = protocol.StateSettled, outcome
+	s.notifyLocked()
+}
+
+// FailNext makes the next requests to path answer these statuses, one each,
+// before the path answers normally again.
+func (s *Server) FailNext(path string, statuses ...int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults[path] = append(s.faults[path], statuses...)
+}
+
+func (s *Server) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// guard checks the token and injected faults before any handler.
+func (s *Server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.attempts[r.URL.Path]++
+		if r.Header.Get("Authorization") != "Bearer "+s.token {
+			s.refused++
+			s.notifyLocked()
+			s.mu.Unlock()
+			http.Error(w, `{"error":"unauthorized"}`, http.StatusUnauthorized)
+			return
+		}
+		if q := s.faults[r.URL.Path]; len(q) > 0 {
+			status := q[0]
+			s.faults[r.URL.Path] = q[1:]
+			s.notifyLocked()
+			s.mu.Unlock()
+			http.Error(w, `{"error":"injected"}`, status)
+			return
+		}
+		s.notifyLocked()
+		s.mu.Unlock()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		http.Error(w, `{"error":"malformed"}`, http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+func answer(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) record(c Call) {
+	s.calls = append(s.calls, c)
+	s.notifyLocked()
+}
+
+func (s *Server) handleSelf(w http.ResponseWriter, r *http.Request) {
+	var req workerapi.SelfRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.mu.Lock()
+	self := s.self
+	s.mu.Unlock()
+	answer(w, self)
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	var req workerapi.ReadyRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.mu.Lock()
+	s.record(Call{Path: workerapi.PathReady, Ready: &req})
+	if s.self.State == protocol.StateStarting {
+		s.self.State = protocol.StateReady
+	}
+	s.mu.Unlock()
+	answer(w, workerapi.Ack{})
+}
+
+func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
+	var req workerapi.PostRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	switch req.Kind {
+	case protocol.MsgQuestion, protocol.MsgEscalation, protocol.MsgHeartbeat, protocol.MsgStatus:
+		if req.Outcome != "" {
+			http.Error(w, `{"error":"outcome only on worker-done"}`, http.StatusBadRequest)
+			return
+		}
+	case protocol.MsgWorkerDone:
+		switch req.Outcome {
+		case protocol.OutcomeSucceeded, protocol.OutcomeFailed, protocol.OutcomeCancelled:
+		default:
+			http.Error(w, `{"error":"bad outcome"}`, http.StatusBadRequest)
+			return
+		}
+	default:
+		http.Error(w, `{"error":"bad kind"}`, http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	s.nextID++
+	id := fmt.Sprintf("msg-%d", s.nextID)
+	s.record(Call{Path: workerapi.PathPost, Post: &req, PostID: id})
+	switch {
+	case req.Kind == protocol.MsgQuestion && s.self.State != protocol.StateSettled:
+		s.self.State = protocol.StateAwaitingReply
+	case req.Kind == protocol.MsgWorkerDone:
+		s.settleLocked(req.Outcome)
+	}
+	s.mu.Unlock()
+	answer(w, workerapi.PostAnswer{ID: id})
+}
+
+func (s *Server) handleInbox(w http.ResponseWriter, r *http.Request) {
+	var req workerapi.InboxRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	wait := min(time.Duration(req.WaitMs)*time.Millisecond, MaxWait)
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		var items []workerapi.InboxItem
+		if req.After >= 0 && req.After < int64(len(s.inbox)) {
+			items = append(items, s.inbox[req.After:]...)
+		}
+		settled := s.self.State == protocol.StateSettled
+		ans := workerapi.InboxAnswer{Items: items, Settled: settled}
+		if settled {
+			ans.Outcome = s.self.Outcome
+		}
+		ch, closing := s.changed, s.closing
+		s.mu.Unlock()
+		if len(items) > 0 || settled || closing {
+			answer(w, ans)
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			answer(w, workerapi.InboxAnswer{Items: []workerapi.InboxItem{}})
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
+	var req workerapi.UsageRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.mu.Lock()
+	s.record(Call{Path: workerapi.PathUsage, Usage: &req})
+	s.mu.Unlock()
+	answer(w, workerapi.Ack{})
+}
+
+func (s *Server) handleExited(w http.ResponseWriter, r *http.Request) {
+	var req workerapi.ExitedRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.mu.Lock()
+	s.record(Call{Path: workerapi.PathExited, Exited: &req})
+	s.settleLocked(protocol.OutcomeFailed)
+	s.mu.Unlock()
+	answer(w, workerapi.Ack{})
+}
