@@ -112,7 +112,7 @@ func TestFailures(t *testing.T) {
 	}
 }
 
-func selfCall(c *client.Client) error { _, err := c.Self(context.Background()); return err }
+func selfCall(c *client.Client) error  { _, err := c.Self(context.Background()); return err }
 func readyCall(c *client.Client) error { return c.Ready(context.Background(), "x") }
 func postCall(c *client.Client) error {
 	_, err := c.Post(context.Background(), workerapi.PostRequest{Kind: protocol.MsgStatus, Body: "b"})
