@@ -1,0 +1,450 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/service"
+	"github.com/galley-run/galley/pkg/workerapi"
+)
+
+// MaxBody bounds every request body. The largest legitimate body is a
+// launch with a 64 KiB brief, JSON-escaped.
+const MaxBody = 1 << 20
+
+// Effects performs and looks up effects.
+type Effects interface {
+	Apply(ctx context.Context, call protocol.EffectCall, arrived time.Time) (json.RawMessage, error)
+	Lookup(ctx context.Context, call protocol.EffectCall) (protocol.LookupAnswer, json.RawMessage, error)
+}
+
+// Reads answers the descriptor and the worker and resource reads.
+type Reads interface {
+	Descriptor() protocol.Descriptor
+	Observe(ctx context.Context, r protocol.Resource) (protocol.Observation, error)
+	Inventory(ctx context.Context) (protocol.Inventory, error)
+	Usage(ctx context.Context, r protocol.Resource) (protocol.UsageAnswer, error)
+}
+
+// Mailbox serves the coordinator mailbox.
+type Mailbox interface {
+	Next(ctx context.Context, run, coordinator string) (protocol.MailboxAnswer, error)
+	Acknowledge(ctx context.Context, run, coordinator, batch string) (protocol.MailboxAnswer, error)
+	Await(ctx context.Context, run, coordinator string, wait time.Duration) (protocol.MailboxAnswer, error)
+	Adopt(ctx context.Context, run, coordinator string) (fenced bool, err error)
+}
+
+// Workers serves the harness's calls.
+type Workers interface {
+	AuthenticateWorker(token string) (string, error)
+	WorkerSelf(ctx context.Context, handle string) (workerapi.Self, error)
+	WorkerReady(ctx context.Context, handle, evidence string) error
+	WorkerPost(ctx context.Context, handle string, req workerapi.PostRequest) (workerapi.PostAnswer, error)
+	WorkerInbox(ctx context.Context, handle string, after int64, wait time.Duration) (workerapi.InboxAnswer, error)
+	WorkerUsage(ctx context.Context, handle string, report protocol.UsageReport) error
+	WorkerExited(ctx context.Context, handle string, code int, reason string) error
+}
+
+// Authenticator checks kitchn's bearer token.
+type Authenticator interface {
+	Authenticate(ctx context.Context, token string) bool
+}
+
+// StaticToken authenticates one token in constant time.
+type StaticToken []byte
+
+func (t StaticToken) Authenticate(_ context.Context, token string) bool {
+	return len(t) > 0 && subtle.ConstantTimeCompare(t, []byte(token)) == 1
+}
+
+// Handler serves the route groups it was given; other routes answer 404.
+type Handler struct {
+	mux       *http.ServeMux
+	auth      Authenticator
+	log       *slog.Logger
+	now       func() time.Time
+	arrival   func(*http.Request) time.Time
+	requestID func(*http.Request) string
+	descBody  []byte
+}
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithAuthenticator sets the bearer-token check for /v1/ routes.
+func WithAuthenticator(a Authenticator) Option { return func(h *Handler) { h.auth = a } }
+
+// WithLogger sets the request log.
+func WithLogger(l *slog.Logger) Option { return func(h *Handler) { h.log = l } }
+
+// WithClock sets the clock that stamps arrivals.
+func WithClock(now func() time.Time) Option { return func(h *Handler) { h.now = now } }
+
+// WithArrival takes a request's arrival time from elsewhere, such as API
+// Gateway's request time, one clock for all function instances.
+func WithArrival(f func(*http.Request) time.Time) Option { return func(h *Handler) { h.arrival = f } }
+
+// WithRequestID names requests in logs, such as by the Lambda request id.
+func WithRequestID(f func(*http.Request) string) Option { return func(h *Handler) { h.requestID = f } }
+
+// WithEffects serves POST /v1/effects and /v1/effects/lookup.
+func WithEffects(e Effects) Option {
+	return func(h *Handler) {
+		h.mux.HandleFunc("POST /v1/effects", h.kitchn(h.effects(e)))
+		h.mux.HandleFunc("POST /v1/effects/lookup", h.kitchn(h.lookup(e)))
+	}
+}
+
+// WithReads serves the descriptor, observe, inventory and usage.
+func WithReads(r Reads) Option {
+	return func(h *Handler) {
+		h.mux.HandleFunc("GET /v1/descriptor", h.kitchn(h.descriptor(r)))
+		h.mux.HandleFunc("POST /v1/workers/observe", h.kitchn(h.observe(r)))
+		h.mux.HandleFunc("GET /v1/inventory", h.kitchn(h.inventory(r)))
+		h.mux.HandleFunc("POST /v1/workers/usage", h.kitchn(h.usage(r)))
+	}
+}
+
+// WithMailbox serves the deliveries and adopt routes.
+func WithMailbox(m Mailbox) Option {
+	return func(h *Handler) {
+		for _, op := range []string{"next", "acknowledge", "await"} {
+			h.mux.HandleFunc("POST /v1/deliveries/"+op, h.kitchn(h.mailbox(m, op)))
+		}
+		h.mux.HandleFunc("POST /v1/runs/adopt", h.kitchn(h.adopt(m)))
+	}
+}
+
+// WithWorkers serves the harness's /worker/v1/ routes.
+func WithWorkers(w Workers) Option {
+	return func(h *Handler) { h.workerRoutes(w) }
+}
+
+// WithService serves every route from one service.
+func WithService(s *service.Service) Option {
+	return func(h *Handler) {
+		for _, o := range []Option{WithEffects(s), WithReads(s), WithMailbox(s), WithWorkers(s)} {
+			o(h)
+		}
+	}
+}
+
+// New returns a Handler.
+func New(opts ...Option) *Handler {
+	h := &Handler{mux: http.NewServeMux(), log: slog.Default(), now: time.Now}
+	for _, o := range opts {
+		o(h)
+	}
+	if h.arrival == nil {
+		h.arrival = func(*http.Request) time.Time { return h.now() }
+	}
+	if h.requestID == nil {
+		h.requestID = func(r *http.Request) string { return newRequestID() }
+	}
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	start := time.Now()
+	ctx := withRequestLog(r.Context(), &requestLog{})
+	r = r.WithContext(ctx)
+	h.mux.ServeHTTP(rec, r)
+	rl := requestLogFrom(ctx)
+	attrs := []any{"id", h.requestID(r), "method", r.Method, "path", r.URL.Path,
+		"status", rec.status, "ms", float64(time.Since(start).Microseconds()) / 1000}
+	if rl.key != "" {
+		attrs = append(attrs, "key", rl.key)
+	}
+	if rl.answer != "" {
+		attrs = append(attrs, "answer", rl.answer)
+	}
+	if rl.err != nil {
+		attrs = append(attrs, "err", rl.err.Error())
+	}
+	level := slog.LevelInfo
+	if rec.status >= 500 {
+		level = slog.LevelError
+	}
+	h.log.Log(ctx, level, "request", attrs...)
+}
+
+// kitchn authenticates a /v1/ call before anything else is done.
+func (h *Handler) kitchn(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		token, ok := bearer(r)
+		if !ok {
+			writeJSON(w, http.StatusUnauthorized, errorJSON{Error: "missing bearer token"})
+			return
+		}
+		if h.auth == nil || !h.auth.Authenticate(r.Context(), token) {
+			writeJSON(w, http.StatusForbidden, errorJSON{Error: "token refused"})
+			return
+		}
+		next(w, r)
+	}
+}
+
+func bearer(r *http.Request) (string, bool) {
+	v := r.Header.Get("Authorization")
+	const p = "Bearer "
+	if len(v) <= len(p) || !strings.EqualFold(v[:len(p)], p) {
+		return "", false
+	}
+	return strings.TrimSpace(v[len(p):]), true
+}
+
+// readBody reads a bounded body. A declared length over the bound is
+// refused before reading anything.
+func readBody(r *http.Request) ([]byte, error) {
+	if r.ContentLength > MaxBody {
+		return nil, galleyerr.Errorf(galleyerr.TooLarge, "body exceeds %d bytes", MaxBody)
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
+	if err != nil {
+		return nil, galleyerr.E(galleyerr.Malformed, "could not read body", err)
+	}
+	if len(b) > MaxBody {
+		return nil, galleyerr.Errorf(galleyerr.TooLarge, "body exceeds %d bytes", MaxBody)
+	}
+	return b, nil
+}
+
+func (h *Handler) effects(e Effects) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		arrived := h.arrival(r)
+		rl := requestLogFrom(r.Context())
+		body, err := readBody(r)
+		if err != nil {
+			h.fail(w, r, err, effectAnswer)
+			return
+		}
+		call, err := protocol.DecodeEffectCall(body)
+		if err == nil {
+			rl.key = call.Request.Key
+			if hk := r.Header.Get("Idempotency-Key"); hk != "" && hk != call.Request.Key {
+				err = galleyerr.Errorf(galleyerr.Invalid, "Idempotency-Key header differs from request.key")
+			}
+		}
+		var receipt json.RawMessage
+		if err == nil {
+			receipt, err = e.Apply(r.Context(), call, arrived)
+		}
+		if err != nil {
+			h.fail(w, r, err, effectAnswer)
+			return
+		}
+		rl.answer = protocol.StatusApplied
+		writeRaw(w, http.StatusOK, appliedBody(receipt))
+	}
+}
+
+func (h *Handler) lookup(e Effects) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := readBody(r)
+		if err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		call, err := protocol.DecodeEffectCall(body)
+		if galleyerr.Is(galleyerr.Malformed, err) {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		rl := requestLogFrom(r.Context())
+		if err != nil {
+			// galley never applies a request it refuses on its face, so
+			// its key was not applied by it and never will be.
+			rl.answer = protocol.StatusAbsent
+			writeJSON(w, http.StatusOK, protocol.LookupAnswer{Status: protocol.StatusAbsent})
+			return
+		}
+		rl.key = call.Request.Key
+		ans, receipt, err := e.Lookup(r.Context(), call)
+		if err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		rl.answer = ans.Status
+		if ans.Status == protocol.StatusApplied {
+			writeRaw(w, http.StatusOK, appliedBody(receipt))
+			return
+		}
+		writeJSON(w, http.StatusOK, ans)
+	}
+}
+
+func (h *Handler) descriptor(rd Reads) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.descBody == nil {
+			b, err := json.Marshal(rd.Descriptor())
+			if err != nil {
+				h.fail(w, r, err, readAnswer)
+				return
+			}
+			h.descBody = b
+		}
+		writeRaw(w, http.StatusOK, h.descBody)
+	}
+}
+
+func (h *Handler) observe(rd Reads) http.HandlerFunc {
+	return workerRead(h, func(ctx context.Context, res protocol.Resource) (any, error) { return rd.Observe(ctx, res) })
+}
+
+func (h *Handler) usage(rd Reads) http.HandlerFunc {
+	return workerRead(h, func(ctx context.Context, res protocol.Resource) (any, error) { return rd.Usage(ctx, res) })
+}
+
+func workerRead(h *Handler, read func(context.Context, protocol.Resource) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := readBody(r)
+		if err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		call, err := protocol.DecodeWorkerCall(body)
+		if err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		ans, err := read(r.Context(), call.Worker)
+		if err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		writeJSON(w, http.StatusOK, ans)
+	}
+}
+
+func (h *Handler) inventory(rd Reads) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		inv, err := rd.Inventory(r.Context())
+		if err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		writeJSON(w, http.StatusOK, inv)
+	}
+}
+
+func (h *Handler) mailbox(m Mailbox, op string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := readBody(r)
+		if err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		call, err := protocol.DecodeMailboxCall(body, op)
+		if err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		var ans protocol.MailboxAnswer
+		switch op {
+		case "next":
+			ans, err = m.Next(r.Context(), call.Run, call.Coordinator)
+		case "acknowledge":
+			ans, err = m.Acknowledge(r.Context(), call.Run, call.Coordinator, call.Delivery)
+		case "await":
+			ans, err = m.Await(r.Context(), call.Run, call.Coordinator, time.Duration(*call.WaitMs)*time.Millisecond)
+		}
+		if err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		requestLogFrom(r.Context()).answer = ans.Status
+		writeJSON(w, http.StatusOK, ans)
+	}
+}
+
+var (
+	adoptedBody = []byte(`{}`)
+	fencedBody  = []byte(`{"status":"fenced"}`)
+)
+
+func (h *Handler) adopt(m Mailbox) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := readBody(r)
+		if err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		call, err := protocol.DecodeMailboxCall(body, "adopt")
+		if err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		fenced, err := m.Adopt(r.Context(), call.Run, call.Coordinator)
+		if err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		if fenced {
+			requestLogFrom(r.Context()).answer = protocol.MailFenced
+			writeRaw(w, http.StatusOK, fencedBody)
+			return
+		}
+		writeRaw(w, http.StatusOK, adoptedBody)
+	}
+}
+
+// fail answers err through the route's mapping and logs it.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error, answer func(error) (int, any)) {
+	status, body := answer(err)
+	rl := requestLogFrom(r.Context())
+	rl.err = err
+	if o, ok := body.(protocol.EffectOutcome); ok {
+		rl.answer = o.Status + " " + o.Reason
+	}
+	writeJSON(w, status, body)
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+type requestLog struct {
+	key, answer string
+	err         error
+}
+
+type logKey struct{}
+
+func withRequestLog(ctx context.Context, rl *requestLog) context.Context {
+	return context.WithValue(ctx, logKey{}, rl)
+}
+
+func requestLogFrom(ctx context.Context) *requestLog {
+	if rl, ok := ctx.Value(logKey{}).(*requestLog); ok {
+		return rl
+	}
+	return &requestLog{}
+}
+
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+var errNoWorkerToken = errors.New("missing worker credential")

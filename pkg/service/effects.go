@@ -1,0 +1,337 @@
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/store"
+)
+
+// How an effect key is applied at most once (design invariants 1 to 4):
+//
+//  1. The request is checked in full before anything is written; a
+//     refusal that depends on nothing stored needs no record at all.
+//  2. One conditional write claims the key: it records the request's
+//     fingerprint as in flight with a lease. A second copy finds the claim
+//     and answers by it: the stored receipt when applied, an uncertain
+//     InFlight error while the lease runs, a refusal for another
+//     fingerprint. After the lease expires, a retry takes the claim over and
+//     finds the plan its predecessor wrote before acting, so every side
+//     effect converges (same worker handle, same branch base, same task).
+//  3. Completion is a write conditional on the claim's version, which only
+//     the lease holder knows: a holder whose lease was taken over cannot
+//     complete.
+//  4. A refusal after the claim, and every lookup that finds nothing
+//     applied, store the promise "absent since T". A request that arrived at
+//     or before T (plus the clock skew) can never claim the key afterwards,
+//     so absent and not-applied stay true however late a copy arrives.
+
+// Apply performs one effect and returns the encoded receipt. Errors carry
+// the kind that decides the answer (see package api).
+func (s *Service) Apply(ctx context.Context, call protocol.EffectCall, arrived time.Time) (json.RawMessage, error) {
+	const op galleyerr.Op = "effects.apply"
+	req := call.Request
+	if err := s.checkScope(req); err != nil {
+		return nil, err
+	}
+	if req.Effect.Executor != protocol.ExecutorWorker {
+		// The protocol has no capability for foreign executors; galley names
+		// the closest real one, the capability it would need to serve
+		// requests for any executor idempotently.
+		return nil, &galleyerr.Error{Op: string(op), Kind: galleyerr.Unsupported,
+			Msg: "executor " + quoteShort(req.Effect.Executor) + " is not served", Capability: "effect.idempotent_requests"}
+	}
+	eff, err := protocol.DecodeWorkerEffect(req.Effect.Effect)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkEffect(eff); err != nil {
+		return nil, err
+	}
+	fp, err := protocol.Fingerprint(call)
+	if err != nil {
+		return nil, galleyerr.E(op, galleyerr.Invalid, err)
+	}
+	c, receipt, err := s.claim(ctx, req.Key, fp, eff.Type, arrived)
+	if err != nil || receipt != nil {
+		return receipt, err
+	}
+	// Bound the work by the lease, so a holder never acts after a retry may
+	// have taken the key over.
+	wctx, cancel := context.WithDeadline(ctx, c.rec.LeaseExpires.Add(-time.Second))
+	defer cancel()
+	receipt, err = s.perform(wctx, c, call, eff)
+	if err != nil {
+		if refusal(err) {
+			return nil, s.refuse(ctx, c, err)
+		}
+		s.abandon(ctx, c)
+		return nil, err
+	}
+	return s.complete(ctx, c, receipt)
+}
+
+func (s *Service) perform(ctx context.Context, c *claim, call protocol.EffectCall, eff protocol.WorkerEffect) (json.RawMessage, error) {
+	switch eff.Type {
+	case protocol.OpLaunch:
+		return s.launch(ctx, c, call, eff)
+	case protocol.OpMessage:
+		return s.message(ctx, c, eff)
+	case protocol.OpReply:
+		return s.reply(ctx, c, eff)
+	case protocol.OpCancel:
+		return s.cancel(ctx, c, eff)
+	case protocol.OpRelease:
+		return s.release(ctx, c, eff)
+	}
+	return nil, galleyerr.Errorf(galleyerr.Invalid, "unknown effect type")
+}
+
+// checkScope refuses a request for another house, namespace or credential.
+func (s *Service) checkScope(req protocol.EffectRequest) error {
+	switch {
+	case req.House != s.cfg.House:
+		return galleyerr.Errorf(galleyerr.CrossHouse, "request names house %s; this service serves %s", quoteShort(req.House), s.cfg.House)
+	case req.Backend != s.cfg.Backend:
+		return galleyerr.Errorf(galleyerr.ForeignBackend, "request names backend %s; this service serves %s", quoteShort(req.Backend), s.cfg.Backend)
+	case req.Credential != s.cfg.Credential:
+		return galleyerr.Errorf(galleyerr.Invalid, "request names credential %s; this service authenticates %s", quoteShort(req.Credential), s.cfg.Credential)
+	}
+	return nil
+}
+
+// checkEffect refuses what no state could make acceptable: a target in
+// another namespace, an agent selection this deployment cannot honour.
+func (s *Service) checkEffect(eff protocol.WorkerEffect) error {
+	for _, r := range []*protocol.Resource{eff.Worker, eff.Resource} {
+		if r != nil && r.Backend != s.cfg.Backend {
+			return galleyerr.Errorf(galleyerr.ForeignBackend, "resource is in backend %s", quoteShort(r.Backend))
+		}
+	}
+	if eff.Workspace != nil && eff.Workspace.Resource != nil && eff.Workspace.Resource.Backend != s.cfg.Backend {
+		return galleyerr.Errorf(galleyerr.ForeignBackend, "workspace is in backend %s", quoteShort(eff.Workspace.Resource.Backend))
+	}
+	if a := eff.Agent; a != nil {
+		known := false
+		for _, f := range s.cfg.Families {
+			known = known || f == a.Agent
+		}
+		switch {
+		case !known:
+			return galleyerr.Errorf(galleyerr.Invalid, "agent family %s is not available here", quoteShort(a.Agent))
+		case a.Model != "" && !s.cfg.Model:
+			return galleyerr.Errorf(galleyerr.Invalid, "this service cannot choose a model")
+		case a.Effort != "" && s.cfg.Effort == "unsupported":
+			return galleyerr.Errorf(galleyerr.Invalid, "this service cannot choose an effort")
+		case a.Effort != "" && s.cfg.Effort == "with-model" && a.Model == "":
+			return galleyerr.Errorf(galleyerr.Invalid, "an effort needs a model here")
+		}
+	}
+	return nil
+}
+
+// refusal reports whether err is a definite not-applied answer.
+func refusal(err error) bool {
+	switch galleyerr.KindOf(err) {
+	case galleyerr.Invalid, galleyerr.Unsupported, galleyerr.CrossHouse, galleyerr.ForeignBackend, galleyerr.RateLimited:
+		return true
+	}
+	return false
+}
+
+// claim is a held effect key.
+type claim struct {
+	rec     store.Effect
+	version store.Version
+	// resumed is set when the claim was taken over from an expired lease;
+	// rec.Plan then holds the predecessor's plan.
+	resumed bool
+}
+
+const claimAttempts = 16
+
+// claim claims key for the request with fingerprint fp, or answers by what
+// is stored: a receipt when applied, or an error.
+func (s *Service) claim(ctx context.Context, key, fp, operation string, arrived time.Time) (*claim, json.RawMessage, error) {
+	for range claimAttempts {
+		rec, ver, err := s.store.GetEffect(ctx, key)
+		now := s.clock.Now()
+		resumed := false
+		switch {
+		case galleyerr.Is(galleyerr.NotFound, err):
+			rec, ver = store.Effect{Key: key, Fingerprint: fp, Operation: operation}, store.NoVersion
+		case err != nil:
+			return nil, nil, err
+		case rec.Fingerprint != fp:
+			return nil, nil, galleyerr.Errorf(galleyerr.Invalid, "key %s was already used for another request", quoteShort(key))
+		case rec.State == store.EffectApplied:
+			return nil, rec.Receipt, nil
+		case rec.State == store.EffectInFlight && now.Before(rec.LeaseExpires):
+			return nil, nil, galleyerr.Errorf(galleyerr.InFlight, "another copy of this request is being applied")
+		case rec.State == store.EffectInFlight:
+			resumed = true
+		case rec.State == store.EffectAbsent && !arrived.After(rec.AbsentSince.Add(s.cfg.ClockSkew)):
+			// A lookup or refusal promised absence after this copy arrived:
+			// this copy must never apply. 429 tells the client so, and its
+			// retry, arriving later, may.
+			return nil, nil, &galleyerr.Error{Kind: galleyerr.RateLimited, RetryAfterSeconds: 1,
+				Msg: "absence of this key was promised after the request arrived; retry"}
+		}
+		rec.State = store.EffectInFlight
+		rec.Lease = newLease()
+		rec.LeaseExpires = now.Add(s.cfg.Lease)
+		rec.Updated = now
+		nv, err := s.store.PutEffect(ctx, rec, ver)
+		if galleyerr.Is(galleyerr.Conflict, err) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return &claim{rec: rec, version: nv, resumed: resumed}, nil, nil
+	}
+	return nil, nil, galleyerr.Errorf(galleyerr.InFlight, "the key is contended")
+}
+
+// savePlan records the holder's plan before it acts.
+func (s *Service) savePlan(ctx context.Context, c *claim, plan any) error {
+	b, err := json.Marshal(plan)
+	if err != nil {
+		return err
+	}
+	rec := c.rec
+	rec.Plan = b
+	rec.Updated = s.clock.Now()
+	nv, err := s.store.PutEffect(ctx, rec, c.version)
+	if galleyerr.Is(galleyerr.Conflict, err) {
+		return galleyerr.E(galleyerr.InFlight, "the claim was taken over", err)
+	}
+	if err != nil {
+		return err
+	}
+	c.rec, c.version = rec, nv
+	return nil
+}
+
+// complete records the receipt; only the current lease holder can.
+func (s *Service) complete(ctx context.Context, c *claim, receipt json.RawMessage) (json.RawMessage, error) {
+	rec := c.rec
+	rec.State = store.EffectApplied
+	rec.Receipt = receipt
+	rec.Lease, rec.LeaseExpires = "", time.Time{}
+	rec.Updated = s.clock.Now()
+	_, err := s.store.PutEffect(ctx, rec, c.version)
+	if galleyerr.Is(galleyerr.Conflict, err) {
+		// Our lease was taken over. If the new holder finished, its receipt
+		// is the answer (it converged on the same resources); otherwise the
+		// outcome is not ours to tell.
+		cur, _, gerr := s.store.GetEffect(ctx, rec.Key)
+		if gerr == nil && cur.State == store.EffectApplied && cur.Fingerprint == rec.Fingerprint {
+			return cur.Receipt, nil
+		}
+		return nil, galleyerr.E(galleyerr.InFlight, "the claim was taken over before completion", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return receipt, nil
+}
+
+// refuse turns a held claim into the promise that the key is absent, then
+// returns cause, the refusal. If the claim was lost the refusal cannot be
+// promised, and the answer becomes uncertain.
+func (s *Service) refuse(ctx context.Context, c *claim, cause error) error {
+	rec := c.rec
+	now := s.clock.Now()
+	rec.State = store.EffectAbsent
+	rec.AbsentSince = now
+	rec.Lease, rec.LeaseExpires, rec.Plan = "", time.Time{}, nil
+	rec.Updated = now
+	if _, err := s.store.PutEffect(ctx, rec, c.version); err != nil {
+		return galleyerr.E(galleyerr.InFlight, "could not record the refusal", err)
+	}
+	return cause
+}
+
+// abandon ends the lease early after a failure, so a retry can take over at
+// once instead of waiting for it to expire. Best effort: the lease expires
+// anyway.
+func (s *Service) abandon(ctx context.Context, c *claim) {
+	rec := c.rec
+	rec.LeaseExpires = s.clock.Now()
+	if _, err := s.store.PutEffect(context.WithoutCancel(ctx), rec, c.version); err != nil {
+		s.log.Warn("abandon claim", "key", rec.Key, "err", err)
+	}
+}
+
+// Lookup answers POST /v1/effects/lookup without performing anything.
+func (s *Service) Lookup(ctx context.Context, call protocol.EffectCall) (protocol.LookupAnswer, json.RawMessage, error) {
+	key := call.Request.Key
+	fp, err := protocol.Fingerprint(call)
+	if err != nil {
+		// A body this service could never apply was never applied; but it
+		// cannot be fingerprinted, so nothing can be promised about its key.
+		return protocol.LookupAnswer{Status: protocol.StatusUnknown}, nil, nil
+	}
+	for range claimAttempts {
+		rec, ver, err := s.store.GetEffect(ctx, key)
+		now := s.clock.Now()
+		switch {
+		case galleyerr.Is(galleyerr.NotFound, err):
+			rec, ver = store.Effect{Key: key, Fingerprint: fp, Operation: "lookup"}, store.NoVersion
+		case err != nil:
+			return protocol.LookupAnswer{}, nil, err
+		case rec.Fingerprint != fp:
+			// The key belongs to another request: nothing true can be said
+			// about this one.
+			return protocol.LookupAnswer{Status: protocol.StatusUnknown}, nil, nil
+		case rec.State == store.EffectApplied:
+			return protocol.LookupAnswer{Status: protocol.StatusApplied}, rec.Receipt, nil
+		case rec.State == store.EffectInFlight:
+			return protocol.LookupAnswer{Status: protocol.StatusUnknown}, nil, nil
+		}
+		// Nothing applied: promise absence from now on, in the same write
+		// that any later claim must condition on.
+		rec.State = store.EffectAbsent
+		rec.AbsentSince = now
+		rec.Updated = now
+		if _, err := s.store.PutEffect(ctx, rec, ver); err != nil {
+			if galleyerr.Is(galleyerr.Conflict, err) {
+				continue
+			}
+			return protocol.LookupAnswer{}, nil, err
+		}
+		return protocol.LookupAnswer{Status: protocol.StatusAbsent}, nil, nil
+	}
+	return protocol.LookupAnswer{Status: protocol.StatusUnknown}, nil, nil
+}
+
+// derive returns a handle-safe name derived from the key, so that every
+// attempt at an effect names the same worker, worktree and task.
+func (s *Service) derive(prefix, key string) string {
+	h := sha256.Sum256([]byte(s.cfg.House + "\x00" + key))
+	return prefix + hex.EncodeToString(h[:10])
+}
+
+func newLease() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// quoteShort quotes a client-supplied value for a message, cut short so an
+// error never echoes a whole body.
+func quoteShort(v string) string {
+	const max = 64
+	if len(v) > max {
+		v = v[:max] + "…"
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}

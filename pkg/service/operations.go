@@ -1,0 +1,428 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path"
+
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/store"
+)
+
+// launchPlan is what a launch decides before acting, saved in the claim so
+// a retry after a lost lease converges on the same resources.
+type launchPlan struct {
+	Worker   string `json:"worker"`
+	Worktree string `json:"worktree"`
+	// Existing is set when the worker reuses a worktree the request names.
+	Existing bool `json:"existing,omitempty"`
+	// Base is the commit the requested branch starts at.
+	Base string `json:"base,omitempty"`
+}
+
+func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall, eff protocol.WorkerEffect) (json.RawMessage, error) {
+	req := call.Request
+	branch := ""
+	if eff.Branch != nil {
+		branch = *eff.Branch
+	}
+	var plan launchPlan
+	if c.resumed && len(c.rec.Plan) > 0 {
+		if err := json.Unmarshal(c.rec.Plan, &plan); err != nil {
+			return nil, galleyerr.E(galleyerr.Other, "unreadable launch plan", err)
+		}
+	}
+	fresh := plan.Worker == ""
+	if fresh {
+		plan.Worker = s.derive("w-", req.Key)
+		if eff.Workspace.Type == "existing" {
+			wt, err := s.usableWorktree(ctx, eff.Workspace.Resource.Handle)
+			if err != nil {
+				return nil, err
+			}
+			plan.Worktree, plan.Existing = wt.Handle, true
+		} else {
+			plan.Worktree = s.derive("wt-", req.Key)
+		}
+		if branch != "" {
+			if _, exists, err := s.git.BranchHead(ctx, branch); err != nil {
+				return nil, err
+			} else if exists {
+				return nil, galleyerr.Errorf(galleyerr.Invalid, "branch %s already exists", quoteShort(branch))
+			}
+			base, err := s.git.DefaultHead(ctx)
+			if err != nil {
+				return nil, err
+			}
+			plan.Base = base
+		}
+		if err := s.checkCapacity(ctx); err != nil {
+			return nil, err
+		}
+		if err := s.savePlan(ctx, c, plan); err != nil {
+			return nil, err
+		}
+	}
+
+	if branch != "" {
+		if err := s.git.CreateBranch(ctx, branch, plan.Base); err != nil {
+			if !galleyerr.Is(galleyerr.Conflict, err) {
+				return nil, err
+			}
+			// The branch exists. A resumed launch whose plan already named
+			// it finds its predecessor's branch at the planned base; any
+			// other branch is not ours to take.
+			head, exists, herr := s.git.BranchHead(ctx, branch)
+			if herr != nil {
+				return nil, herr
+			}
+			if fresh || !exists || head != plan.Base {
+				return nil, galleyerr.Errorf(galleyerr.Invalid, "branch %s already exists", quoteShort(branch))
+			}
+		}
+	}
+
+	now := s.clock.Now()
+	agent := protocol.AgentSelection{Agent: s.cfg.DefaultAgent}
+	if eff.Agent != nil {
+		agent = *eff.Agent
+	}
+	worktreePath := path.Join(s.cfg.WorkspaceRoot, plan.Worktree)
+	if plan.Existing {
+		wt, _, err := s.store.GetResource(ctx, protocol.KindWorktree, plan.Worktree)
+		if err != nil {
+			return nil, err
+		}
+		worktreePath = wt.Path
+	} else if err := s.createResource(ctx, store.Resource{Kind: protocol.KindWorktree, Handle: plan.Worktree,
+		Owner: req.Key, Created: now, Path: worktreePath}); err != nil {
+		return nil, err
+	}
+	if branch != "" {
+		if err := s.createResource(ctx, store.Resource{Kind: protocol.KindBranch, Handle: branch, Owner: req.Key, Created: now}); err != nil {
+			return nil, err
+		}
+	}
+	worker := store.Resource{Kind: protocol.KindWorker, Handle: plan.Worker, Owner: req.Key, Created: now,
+		Worker: &store.Worker{
+			Run: call.Run, Task: req.Task, Role: eff.Role, Branch: branch, Worktree: plan.Worktree,
+			Brief: *eff.Brief, Agent: &agent, State: protocol.StateStarting, Updated: now,
+		}}
+	if err := s.createResource(ctx, worker); err != nil {
+		return nil, err
+	}
+	spec := WorkerSpec{
+		Handle: plan.Worker, Token: s.workerToken(plan.Worker), IdempotencyToken: s.derive("t-", req.Key),
+		Workspace: plan.Worktree, WorkspacePath: worktreePath, Branch: branch, Agent: agent.Agent,
+		Run: call.Run, Task: req.Task, Key: req.Key,
+	}
+	if err := s.runtime.Start(ctx, spec); err != nil {
+		return nil, err
+	}
+
+	r := protocol.Receipt{Reference: s.derive("req-", req.Key), Touched: []protocol.Resource{}}
+	r.Created = append(r.Created, s.resource(protocol.KindWorker, plan.Worker))
+	if branch != "" {
+		r.Created = append(r.Created, s.resource(protocol.KindBranch, branch))
+	}
+	if plan.Existing {
+		r.Touched = append(r.Touched, s.resource(protocol.KindWorktree, plan.Worktree))
+	} else {
+		r.Created = append(r.Created, s.resource(protocol.KindWorktree, plan.Worktree))
+	}
+	return protocol.EncodeReceipt(r)
+}
+
+// usableWorktree returns a worktree galley made that is not released and
+// that no unsettled worker uses.
+func (s *Service) usableWorktree(ctx context.Context, handle string) (store.Resource, error) {
+	wt, _, err := s.store.GetResource(ctx, protocol.KindWorktree, handle)
+	if galleyerr.Is(galleyerr.NotFound, err) || (err == nil && wt.Released) {
+		return wt, galleyerr.Errorf(galleyerr.Invalid, "worktree %s does not exist", quoteShort(handle))
+	}
+	if err != nil {
+		return wt, err
+	}
+	if busy, err := s.worktreeBusy(ctx, handle); err != nil {
+		return wt, err
+	} else if busy {
+		return wt, galleyerr.Errorf(galleyerr.Invalid, "worktree %s is in use by a running worker", quoteShort(handle))
+	}
+	return wt, nil
+}
+
+func (s *Service) worktreeBusy(ctx context.Context, handle string) (bool, error) {
+	all, err := s.store.ListResources(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, r := range all {
+		if r.Kind == protocol.KindWorker && !r.Released && r.Worker != nil &&
+			r.Worker.Worktree == handle && r.Worker.State != protocol.StateSettled {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// checkCapacity refuses a launch beyond MaxWorkers unsettled workers.
+func (s *Service) checkCapacity(ctx context.Context) error {
+	if s.cfg.MaxWorkers <= 0 {
+		return nil
+	}
+	all, err := s.store.ListResources(ctx)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, r := range all {
+		if r.Kind == protocol.KindWorker && !r.Released && r.Worker != nil && r.Worker.State != protocol.StateSettled {
+			n++
+		}
+	}
+	if n >= s.cfg.MaxWorkers {
+		return &galleyerr.Error{Kind: galleyerr.RateLimited, RetryAfterSeconds: 60, Msg: "the deployment runs its maximum number of workers"}
+	}
+	return nil
+}
+
+// createResource creates r, or accepts the record an earlier attempt of the
+// same key made. A released record of a reused handle (a branch deleted and
+// made again) is replaced.
+func (s *Service) createResource(ctx context.Context, r store.Resource) error {
+	for range claimAttempts {
+		_, err := s.store.PutResource(ctx, r, store.NoVersion)
+		if !galleyerr.Is(galleyerr.Conflict, err) {
+			return err
+		}
+		cur, ver, gerr := s.store.GetResource(ctx, r.Kind, r.Handle)
+		if gerr != nil {
+			return gerr
+		}
+		if cur.Owner == r.Owner && !cur.Released {
+			return nil
+		}
+		if !cur.Released {
+			return galleyerr.Errorf(galleyerr.Invalid, "%s %s already exists", r.Kind, quoteShort(r.Handle))
+		}
+		if _, err = s.store.PutResource(ctx, r, ver); !galleyerr.Is(galleyerr.Conflict, err) {
+			return err
+		}
+	}
+	return galleyerr.Errorf(galleyerr.InFlight, "resource %s is contended", quoteShort(r.Handle))
+}
+
+func (s *Service) message(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
+	handle := eff.Worker.Handle
+	if _, _, err := s.liveWorker(ctx, handle); err != nil {
+		return nil, err
+	}
+	item := store.InboxItem{Key: c.rec.Key, Kind: "message", Body: *eff.Body, At: s.clock.Now()}
+	if _, err := s.store.AppendInbox(ctx, handle, item); err != nil {
+		return nil, err
+	}
+	s.ring(ctx, inboxTopic(handle))
+	return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
+}
+
+func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
+	handle, question, body := eff.Worker.Handle, *eff.Question, *eff.Body
+	res, _, err := s.liveWorker(ctx, handle)
+	if err != nil {
+		return nil, err
+	}
+	answer, asked := res.Worker.Questions[question]
+	switch {
+	case !asked:
+		return nil, galleyerr.Errorf(galleyerr.Invalid, "worker never asked question %s", quoteShort(question))
+	case answer != "" && answer != body:
+		return nil, galleyerr.Errorf(galleyerr.Invalid, "question %s was already answered", quoteShort(question))
+	}
+	if answer == "" {
+		// The inbox first: a retry may append again, and readers skip a key
+		// they saw; the reverse order could record an answer never sent.
+		item := store.InboxItem{Key: c.rec.Key, Kind: "reply", Question: question, Body: body, At: s.clock.Now()}
+		if _, err := s.store.AppendInbox(ctx, handle, item); err != nil {
+			return nil, err
+		}
+		_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
+			if prev := w.Questions[question]; prev != "" {
+				if prev == body {
+					return errNoChange
+				}
+				return galleyerr.Errorf(galleyerr.Invalid, "question %s was already answered", quoteShort(question))
+			}
+			w.Questions[question] = body
+			if w.State == protocol.StateAwaitingReply && !hasOpenQuestion(w) {
+				w.State = protocol.StateReady
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.ring(ctx, inboxTopic(handle))
+	}
+	return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
+}
+
+func (s *Service) cancel(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
+	handle := eff.Worker.Handle
+	if err := s.settleCancelled(ctx, handle); err != nil {
+		return nil, err
+	}
+	if err := s.runtime.Stop(ctx, handle); err != nil {
+		return nil, err
+	}
+	return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
+}
+
+// settleCancelled settles a worker cancelled at once, unless it settled
+// already: a settled worker never changes state again.
+func (s *Service) settleCancelled(ctx context.Context, handle string) error {
+	_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
+		if w.State == protocol.StateSettled {
+			return errNoChange
+		}
+		w.State, w.Outcome = protocol.StateSettled, protocol.OutcomeCancelled
+		return nil
+	})
+	if err == nil {
+		s.ring(ctx, inboxTopic(handle))
+	}
+	return err
+}
+
+func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
+	r := *eff.Resource
+	res, ver, err := s.store.GetResource(ctx, r.Kind, r.Handle)
+	if galleyerr.Is(galleyerr.NotFound, err) || (err == nil && res.Released) {
+		return nil, galleyerr.Errorf(galleyerr.Invalid, "%s %s does not exist", r.Kind, quoteShort(r.Handle))
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch r.Kind {
+	case protocol.KindWorker:
+		if err := s.settleCancelled(ctx, r.Handle); err != nil {
+			return nil, err
+		}
+		if err := s.runtime.Stop(ctx, r.Handle); err != nil {
+			return nil, err
+		}
+	case protocol.KindWorktree:
+		if busy, err := s.worktreeBusy(ctx, r.Handle); err != nil {
+			return nil, err
+		} else if busy {
+			return nil, galleyerr.Errorf(galleyerr.Invalid, "worktree %s is in use by a running worker", quoteShort(r.Handle))
+		}
+		if err := s.runtime.RemoveWorkspace(ctx, r.Handle, res.Path); err != nil {
+			return nil, err
+		}
+	case protocol.KindBranch:
+		if err := s.git.DeleteBranch(ctx, r.Handle); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, galleyerr.Errorf(galleyerr.Invalid, "%s resources cannot be released here", r.Kind)
+	}
+	if err := s.markReleased(ctx, r.Kind, r.Handle, ver); err != nil {
+		return nil, err
+	}
+	return s.touchedReceipt(c, s.resource(r.Kind, r.Handle))
+}
+
+func (s *Service) markReleased(ctx context.Context, kind, handle string, ver store.Version) error {
+	for range claimAttempts {
+		res, v, err := s.store.GetResource(ctx, kind, handle)
+		if err != nil {
+			return err
+		}
+		if res.Released {
+			return nil
+		}
+		res.Released = true
+		if _, err = s.store.PutResource(ctx, res, v); !galleyerr.Is(galleyerr.Conflict, err) {
+			return err
+		}
+	}
+	return galleyerr.Errorf(galleyerr.InFlight, "resource %s is contended", quoteShort(handle))
+}
+
+func (s *Service) touchedReceipt(c *claim, touched ...protocol.Resource) (json.RawMessage, error) {
+	return protocol.EncodeReceipt(protocol.Receipt{
+		Reference: s.derive("req-", c.rec.Key), Created: []protocol.Resource{}, Touched: touched,
+	})
+}
+
+func (s *Service) resource(kind, handle string) protocol.Resource {
+	return protocol.Resource{Kind: kind, Backend: s.cfg.Backend, Handle: handle}
+}
+
+// liveWorker returns a worker that exists, is not released and has not
+// settled: the only kind a message or reply can reach.
+func (s *Service) liveWorker(ctx context.Context, handle string) (store.Resource, store.Version, error) {
+	res, ver, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
+	switch {
+	case galleyerr.Is(galleyerr.NotFound, err) || (err == nil && (res.Released || res.Worker == nil)):
+		return res, ver, galleyerr.Errorf(galleyerr.Invalid, "worker %s does not exist", quoteShort(handle))
+	case err != nil:
+		return res, ver, err
+	case res.Worker.State == protocol.StateSettled:
+		return res, ver, galleyerr.Errorf(galleyerr.Invalid, "worker %s has settled", quoteShort(handle))
+	}
+	return res, ver, nil
+}
+
+var errNoChange = errors.New("no change")
+
+// updateWorker applies fn to the worker's record in a conditional write,
+// retrying from a fresh read when the record changed underneath. fn returns
+// errNoChange to write nothing. A missing or released worker is Invalid.
+func (s *Service) updateWorker(ctx context.Context, handle string, fn func(*store.Worker) error) (store.Resource, error) {
+	for range claimAttempts {
+		res, ver, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
+		if galleyerr.Is(galleyerr.NotFound, err) || (err == nil && (res.Released || res.Worker == nil)) {
+			return res, galleyerr.Errorf(galleyerr.Invalid, "worker %s does not exist", quoteShort(handle))
+		}
+		if err != nil {
+			return res, err
+		}
+		if res.Worker.Questions == nil {
+			res.Worker.Questions = map[string]string{}
+		}
+		if err := fn(res.Worker); err != nil {
+			if errors.Is(err, errNoChange) {
+				return res, nil
+			}
+			return res, err
+		}
+		res.Worker.Updated = s.clock.Now()
+		if _, err = s.store.PutResource(ctx, res, ver); !galleyerr.Is(galleyerr.Conflict, err) {
+			return res, err
+		}
+	}
+	return store.Resource{}, galleyerr.Errorf(galleyerr.InFlight, "worker %s is contended", quoteShort(handle))
+}
+
+func hasOpenQuestion(w *store.Worker) bool {
+	for _, a := range w.Questions {
+		if a == "" {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Service) ring(ctx context.Context, topic string) {
+	if err := s.bell.Ring(context.WithoutCancel(ctx), topic); err != nil {
+		// A lost ring costs latency, never a message: waiters re-read the
+		// store at their deadline.
+		s.log.Warn("doorbell ring failed", "topic", topic, "err", err)
+	}
+}
+
+func inboxTopic(handle string) string { return "inbox:" + handle }
+func runTopic(run string) string      { return "run:" + run }

@@ -1,0 +1,154 @@
+package service
+
+import (
+	"errors"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/galley-run/galley/pkg/protocol"
+)
+
+// Config is what one deployment serves: one house in one backend namespace.
+type Config struct {
+	House      string
+	Backend    string
+	Credential string // the binding's credential name
+
+	// DefaultAgent runs launches that name no agent: "script", "claude" or
+	// "codex".
+	DefaultAgent string
+	// Families are the agent families this deployment can start and so
+	// declares in workerSelection ("claude", "codex").
+	Families []string
+	// Model says whether a launch can choose a model; Effort is
+	// "unsupported", "with-model" or "always".
+	Model  bool
+	Effort string
+
+	// AwaitCap bounds how long deliveries/await holds a call.
+	AwaitCap time.Duration
+	// Lease bounds how long one request may hold an effect key before a
+	// retry may take it over.
+	Lease time.Duration
+	// ClockSkew is the largest difference between the clocks that stamp a
+	// request's arrival and a lookup's promise (0 on one machine).
+	ClockSkew time.Duration
+	// MaxWorkers bounds live workers; a launch beyond it is rate-limited.
+	// 0 means no bound.
+	MaxWorkers int
+	// WorkerSecret signs worker credentials (see tokens.go).
+	WorkerSecret []byte
+	// WorkspaceRoot is where isolated worktrees are made, one folder per
+	// worktree handle (a local folder, or a mounted file system on AWS).
+	WorkspaceRoot string
+}
+
+func (c *Config) setDefaults() {
+	if c.Credential == "" {
+		c.Credential = "galley-token"
+	}
+	if c.DefaultAgent == "" {
+		c.DefaultAgent = "script"
+	}
+	if c.Effort == "" {
+		c.Effort = "unsupported"
+	}
+	if c.AwaitCap <= 0 {
+		c.AwaitCap = 25 * time.Second
+	}
+	if c.Lease <= 0 {
+		c.Lease = 30 * time.Second
+	}
+}
+
+// Service is galley's domain logic. Its methods are safe for concurrent use
+// and, across processes, correct under any interleaving the store's
+// conditional writes allow.
+type Service struct {
+	cfg     Config
+	store   Store
+	runtime Runtime
+	git     GitHost
+	bell    Doorbell
+	clock   Clock
+	log     *slog.Logger
+}
+
+// Option configures a Service.
+type Option func(*Service)
+
+func WithStore(s Store) Option       { return func(v *Service) { v.store = s } }
+func WithRuntime(r Runtime) Option   { return func(v *Service) { v.runtime = r } }
+func WithGitHost(g GitHost) Option   { return func(v *Service) { v.git = g } }
+func WithDoorbell(d Doorbell) Option { return func(v *Service) { v.bell = d } }
+func WithClock(c Clock) Option       { return func(v *Service) { v.clock = c } }
+func WithLogger(l *slog.Logger) Option {
+	return func(v *Service) { v.log = l }
+}
+
+// New returns a Service; the store, runtime, git host and doorbell are
+// required.
+func New(cfg Config, opts ...Option) (*Service, error) {
+	cfg.setDefaults()
+	s := &Service{cfg: cfg, clock: SystemClock, log: slog.Default()}
+	for _, o := range opts {
+		o(s)
+	}
+	switch {
+	case s.store == nil:
+		return nil, errors.New("service: no store")
+	case s.runtime == nil:
+		return nil, errors.New("service: no runtime")
+	case s.git == nil:
+		return nil, errors.New("service: no git host")
+	case s.bell == nil:
+		return nil, errors.New("service: no doorbell")
+	case len(cfg.WorkerSecret) < 16:
+		return nil, errors.New("service: worker secret shorter than 16 bytes")
+	case cfg.House == "" || cfg.Backend == "":
+		return nil, errors.New("service: house and backend are required")
+	}
+	return s, nil
+}
+
+// Config returns the service's configuration.
+func (s *Service) Config() Config { return s.cfg }
+
+// servedCapabilities is every capability galley really serves.
+var servedCapabilities = []string{
+	"worker.launch_isolated",
+	"worker.launch_readiness",
+	"worker.status_and_outcome",
+	"worker.messaging",
+	"worker.cancel",
+	"worker.deliveries",
+	"run.transfer",
+	"resource.inventory",
+	"resource.release",
+	"usage.attribution",
+	"effect.lookup",
+	"effect.idempotent_requests",
+}
+
+// Descriptor answers GET /v1/descriptor.
+func (s *Service) Descriptor() protocol.Descriptor {
+	caps := make(map[string]string, len(servedCapabilities))
+	for _, c := range servedCapabilities {
+		caps[c] = "supported"
+	}
+	families := slices.Clone(s.cfg.Families)
+	if families == nil {
+		families = []string{}
+	}
+	return protocol.Descriptor{
+		Backend:      s.cfg.Backend,
+		House:        s.cfg.House,
+		Capabilities: caps,
+		WorkerSelection: &protocol.WorkerSelection{
+			Families: families,
+			Model:    s.cfg.Model,
+			Effort:   s.cfg.Effort,
+		},
+	}
+}

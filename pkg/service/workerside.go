@@ -1,0 +1,268 @@
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/store"
+	"github.com/galley-run/galley/pkg/workerapi"
+)
+
+// The calls a worker's harness makes, each already authenticated as the
+// worker handle (see AuthenticateWorker).
+
+// MaxInboxWait bounds a harness's inbox long poll.
+const MaxInboxWait = 25 * time.Second
+
+// WorkerSelf answers the worker's own launch facts.
+func (s *Service) WorkerSelf(ctx context.Context, handle string) (workerapi.Self, error) {
+	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
+	if err != nil {
+		return workerapi.Self{}, err
+	}
+	w := res.Worker
+	if w == nil {
+		return workerapi.Self{}, galleyerr.Errorf(galleyerr.NotFound, "no such worker")
+	}
+	self := workerapi.Self{Handle: handle, Run: w.Run, Task: w.Task, Role: w.Role, Brief: w.Brief,
+		Branch: w.Branch, State: w.State, Outcome: w.Outcome}
+	if w.Agent != nil {
+		self.Agent = *w.Agent
+	}
+	return self, nil
+}
+
+// WorkerReady records positive evidence that the agent runs. Only a
+// starting worker becomes ready; any other state stays.
+func (s *Service) WorkerReady(ctx context.Context, handle, evidence string) error {
+	_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
+		if w.State != protocol.StateStarting {
+			return errNoChange
+		}
+		w.State = protocol.StateReady
+		return nil
+	})
+	if err == nil {
+		s.log.Info("worker ready", "worker", handle, "evidence", truncate(evidence, 200))
+	}
+	return err
+}
+
+// WorkerPost appends one row to the worker's run mailbox and answers its id.
+func (s *Service) WorkerPost(ctx context.Context, handle string, req workerapi.PostRequest) (workerapi.PostAnswer, error) {
+	if err := checkPost(req); err != nil {
+		return workerapi.PostAnswer{}, err
+	}
+	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
+	if err != nil {
+		return workerapi.PostAnswer{}, err
+	}
+	if res.Released || res.Worker == nil {
+		return workerapi.PostAnswer{}, galleyerr.Errorf(galleyerr.Conflict, "worker was released")
+	}
+	if res.Worker.State == protocol.StateSettled {
+		return workerapi.PostAnswer{}, galleyerr.Errorf(galleyerr.Conflict, "worker has settled")
+	}
+	id := newMessageID()
+	if req.Kind == protocol.MsgQuestion {
+		// Register the question before the coordinator can see it, so a
+		// reply never finds it unasked.
+		if _, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
+			if w.State == protocol.StateSettled {
+				return galleyerr.Errorf(galleyerr.Conflict, "worker has settled")
+			}
+			w.Questions[id] = ""
+			w.State = protocol.StateAwaitingReply
+			return nil
+		}); err != nil {
+			return workerapi.PostAnswer{}, err
+		}
+	}
+	worker := s.resource(protocol.KindWorker, handle)
+	row := protocol.MailMessage{ID: id, Kind: req.Kind, Worker: &worker, Subject: req.Subject, Body: req.Body, Outcome: req.Outcome}
+	if _, err := s.store.AppendMessage(ctx, res.Worker.Run, store.Message{Row: row, At: s.clock.Now()}); err != nil {
+		return workerapi.PostAnswer{}, err
+	}
+	if req.Kind == protocol.MsgWorkerDone {
+		if err := s.settle(ctx, handle, req.Outcome, false); err != nil {
+			return workerapi.PostAnswer{}, err
+		}
+	}
+	switch req.Kind {
+	case protocol.MsgQuestion, protocol.MsgWorkerDone, protocol.MsgEscalation:
+		s.ring(ctx, runTopic(res.Worker.Run))
+	}
+	return workerapi.PostAnswer{ID: id}, nil
+}
+
+// settle settles a worker with outcome unless it settled already.
+func (s *Service) settle(ctx context.Context, handle, outcome string, exited bool) error {
+	_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
+		changed := false
+		if exited && !w.Exited {
+			w.Exited, changed = true, true
+		}
+		if w.State != protocol.StateSettled {
+			w.State, w.Outcome, changed = protocol.StateSettled, outcome, true
+		}
+		if !changed {
+			return errNoChange
+		}
+		return nil
+	})
+	return err
+}
+
+// WorkerInbox answers the items kitchn sent the worker after seq after,
+// holding up to wait for one. A retried effect may have appended an item
+// twice; only the first item of each key is answered.
+func (s *Service) WorkerInbox(ctx context.Context, handle string, after int64, wait time.Duration) (workerapi.InboxAnswer, error) {
+	deadline := s.clock.Now().Add(min(max(wait, 0), MaxInboxWait))
+	l, err := s.bell.Listen(ctx, inboxTopic(handle))
+	if err != nil {
+		s.log.Warn("doorbell listen failed", "err", err)
+		l = nil
+	}
+	if l != nil {
+		defer l.Close()
+	}
+	for {
+		ans, err := s.inbox(ctx, handle, after)
+		if err != nil || len(ans.Items) > 0 || ans.Settled || !s.clock.Now().Before(deadline) {
+			return ans, err
+		}
+		wctx, cancel := context.WithDeadline(ctx, deadline)
+		if l != nil {
+			_ = l.Wait(wctx)
+		} else {
+			<-wctx.Done()
+		}
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return workerapi.InboxAnswer{}, galleyerr.E(galleyerr.Unavailable, "inbox wait abandoned", err)
+		}
+	}
+}
+
+func (s *Service) inbox(ctx context.Context, handle string, after int64) (workerapi.InboxAnswer, error) {
+	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
+	if err != nil {
+		return workerapi.InboxAnswer{}, err
+	}
+	ans := workerapi.InboxAnswer{Items: []workerapi.InboxItem{}}
+	if res.Released || res.Worker == nil || res.Worker.State == protocol.StateSettled {
+		ans.Settled = true
+		if res.Worker != nil {
+			ans.Outcome = res.Worker.Outcome
+		}
+	}
+	items, err := s.store.ListInbox(ctx, handle, 0)
+	if err != nil {
+		return workerapi.InboxAnswer{}, err
+	}
+	seen := make(map[string]bool, len(items))
+	for _, it := range items {
+		dup := it.Key != "" && seen[it.Key]
+		seen[it.Key] = true
+		if dup || it.Seq <= after {
+			continue
+		}
+		ans.Items = append(ans.Items, workerapi.InboxItem{Seq: it.Seq, Kind: it.Kind, Question: it.Question, Body: it.Body})
+	}
+	return ans, nil
+}
+
+// WorkerUsage records the agent's usage report; what the worker did not
+// report stays out.
+func (s *Service) WorkerUsage(ctx context.Context, handle string, report protocol.UsageReport) error {
+	if report.Source == "" {
+		report.Source = handle
+	}
+	if report.Agent != "claude" && report.Agent != "codex" {
+		report.Agent = ""
+	}
+	if err := protocol.ValidUsageReport(report); err != nil {
+		return err
+	}
+	_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
+		w.Usage = &report
+		return nil
+	})
+	return err
+}
+
+// WorkerExited records that the agent ended without reporting an outcome:
+// the worker settles failed, and its coordinator is told why.
+func (s *Service) WorkerExited(ctx context.Context, handle string, code int, reason string) error {
+	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
+	if err != nil {
+		return err
+	}
+	if res.Worker == nil {
+		return galleyerr.Errorf(galleyerr.NotFound, "no such worker")
+	}
+	if res.Worker.State != protocol.StateSettled && !res.Released {
+		body := fmt.Sprintf("the agent exited with code %d without reporting an outcome", code)
+		if reason != "" {
+			body += ": " + truncate(reason, 1024)
+		}
+		worker := s.resource(protocol.KindWorker, handle)
+		row := protocol.MailMessage{ID: newMessageID(), Kind: protocol.MsgWorkerDone, Worker: &worker,
+			Outcome: protocol.OutcomeFailed, Body: body}
+		if _, err := s.store.AppendMessage(ctx, res.Worker.Run, store.Message{Row: row, At: s.clock.Now()}); err != nil {
+			return err
+		}
+		defer s.ring(ctx, runTopic(res.Worker.Run))
+	}
+	return s.settle(ctx, handle, protocol.OutcomeFailed, true)
+}
+
+func checkPost(req workerapi.PostRequest) error {
+	switch req.Kind {
+	case protocol.MsgQuestion, protocol.MsgEscalation, protocol.MsgHeartbeat, protocol.MsgStatus:
+		if req.Outcome != "" {
+			return galleyerr.Errorf(galleyerr.Invalid, "outcome belongs only on worker-done")
+		}
+	case protocol.MsgWorkerDone:
+		switch req.Outcome {
+		case protocol.OutcomeSucceeded, protocol.OutcomeFailed, protocol.OutcomeCancelled:
+		default:
+			return galleyerr.Errorf(galleyerr.Invalid, "worker-done needs outcome succeeded, failed or cancelled")
+		}
+	default:
+		return galleyerr.Errorf(galleyerr.Invalid, "unknown message kind %s", quoteShort(req.Kind))
+	}
+	if req.Kind == protocol.MsgQuestion && req.Body == "" {
+		return galleyerr.Errorf(galleyerr.Invalid, "a question needs a body")
+	}
+	for name, v := range map[string]string{"subject": req.Subject, "body": req.Body} {
+		if len(v) > 64<<10 || !utf8.ValidString(v) {
+			return galleyerr.Errorf(galleyerr.Invalid, "%s must be UTF-8 text of at most 64 KiB", name)
+		}
+		for i := 0; i < len(v); i++ {
+			if v[i] == 0 {
+				return galleyerr.Errorf(galleyerr.Invalid, "%s contains NUL", name)
+			}
+		}
+	}
+	return nil
+}
+
+func newMessageID() string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return "msg-" + hex.EncodeToString(b[:])
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
