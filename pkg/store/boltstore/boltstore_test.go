@@ -1,0 +1,139 @@
+package boltstore_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/store"
+	"github.com/galley-run/galley/pkg/store/boltstore"
+	"github.com/galley-run/galley/pkg/store/storetest"
+)
+
+func open(t testing.TB, path string) *boltstore.Store {
+	t.Helper()
+	s, err := boltstore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return open(t, filepath.Join(t.TempDir(), "galley.db"))
+	})
+}
+
+func TestDurable(t *testing.T) {
+	storetest.RunDurable(t, func(t *testing.T, dir string) store.Store {
+		s, err := boltstore.Open(filepath.Join(dir, "galley.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestOpenCreatesDirectory(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a", "b", "galley.db")
+	s := open(t, path)
+	if _, err := s.PutEffect(t.Context(), store.Effect{Key: "k"}, store.NoVersion); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("store file mode %v, want 0600", fi.Mode().Perm())
+	}
+}
+
+// A second opener of the same file waits for the lock, then gives up with
+// Unavailable instead of sharing the file.
+func TestOpenLocked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "galley.db")
+	open(t, path)
+	s, err := boltstore.Open(path, boltstore.WithLockTimeout(50*time.Millisecond))
+	if err == nil {
+		s.Close()
+		t.Fatal("a second Open of a file in use succeeded")
+	}
+	if !galleyerr.Is(galleyerr.Unavailable, err) {
+		t.Errorf("second Open: %v, want Unavailable", err)
+	}
+}
+
+func TestOpenRefusesOtherFormat(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "galley.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("meta"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("format"), []byte("999"))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := boltstore.Open(path); err == nil {
+		s.Close()
+		t.Fatal("opened a store file of an unknown format")
+	}
+}
+
+func TestErrors(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "galley.db"))
+	ctx := t.Context()
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, tc := range []struct {
+		name string
+		err  func() error
+		kind galleyerr.Kind
+	}{
+		{"empty effect key", func() error { _, err := s.PutEffect(ctx, store.Effect{}, 0); return err }, galleyerr.Invalid},
+		{"empty handle", func() error { _, _, err := s.GetResource(ctx, "worker", ""); return err }, galleyerr.Invalid},
+		{"NUL in kind", func() error {
+			_, err := s.PutResource(ctx, store.Resource{Kind: "a\x00b", Handle: "h"}, 0)
+			return err
+		}, galleyerr.Invalid},
+		{"empty run", func() error { _, err := s.AppendMessage(ctx, "", store.Message{}); return err }, galleyerr.Invalid},
+		{"key too large", func() error {
+			_, err := s.PutEffect(ctx, store.Effect{Key: string(make([]byte, 40000))}, 0)
+			return err
+		}, galleyerr.Invalid},
+		{"cancelled context", func() error {
+			_, err := s.PutEffect(cancelled, store.Effect{Key: "cancelled"}, 0)
+			return err
+		}, galleyerr.Unavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.err(); !galleyerr.Is(tc.kind, err) {
+				t.Errorf("got %v, want kind %v", err, tc.kind)
+			}
+		})
+	}
+	if _, _, err := s.GetEffect(ctx, "cancelled"); !galleyerr.Is(galleyerr.NotFound, err) {
+		t.Errorf("a write with a cancelled context happened: %v", err)
+	}
+	s.Close()
+	if _, err := s.AppendInbox(ctx, "w", store.InboxItem{}); !galleyerr.Is(galleyerr.Unavailable, err) {
+		t.Errorf("append on a closed store: %v, want Unavailable", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
