@@ -1,0 +1,293 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/workerapi"
+)
+
+func (e *env) post(t *testing.T, worker, kind, body string) string {
+	t.Helper()
+	req := workerapi.PostRequest{Kind: kind, Body: body}
+	if kind == "worker-done" {
+		req.Outcome = "succeeded"
+	}
+	a, err := e.svc.WorkerPost(context.Background(), worker, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.ID
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestMailboxReplayAckAndOrder(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	w := e.launch(t, "run-m", "k-1", "")
+	ids := []string{e.post(t, w, "status", "one"), e.post(t, w, "heartbeat", ""), e.post(t, w, "status", "two")}
+
+	first, err := e.svc.Next(ctx, "run-m", "c1")
+	if err != nil || first.Status != "delivery" {
+		t.Fatalf("next = %+v %v", first, err)
+	}
+	again, _ := e.svc.Next(ctx, "run-m", "c2")
+	if mustJSON(t, first) != mustJSON(t, again) {
+		t.Fatalf("replay differs:\n%s\n%s", mustJSON(t, first), mustJSON(t, again))
+	}
+	for i, m := range first.Delivery.Messages {
+		if m.ID != ids[i] {
+			t.Fatalf("message %d is %s, want %s (order)", i, m.ID, ids[i])
+		}
+		if m.Worker == nil || *m.Worker != (protocol.Resource{Kind: "worker", Backend: "galley", Handle: w}) {
+			t.Fatalf("row without its worker: %+v", m)
+		}
+	}
+	// A message posted after sealing waits for the next batch.
+	later := e.post(t, w, "status", "three")
+	// A stale acknowledgement consumes nothing.
+	stale, _ := e.svc.Acknowledge(ctx, "run-m", "c1", "d-999")
+	if mustJSON(t, stale) != mustJSON(t, first) {
+		t.Fatal("stale ack changed the batch")
+	}
+	next, _ := e.svc.Acknowledge(ctx, "run-m", "c1", first.Delivery.ID)
+	if next.Status != "delivery" || next.Delivery.ID == first.Delivery.ID || next.Delivery.Messages[0].ID != later {
+		t.Fatalf("after ack = %s", mustJSON(t, next))
+	}
+	// Acknowledging the consumed batch again consumes nothing.
+	dup, _ := e.svc.Acknowledge(ctx, "run-m", "c1", first.Delivery.ID)
+	if mustJSON(t, dup) != mustJSON(t, next) {
+		t.Fatal("duplicate ack consumed something")
+	}
+	last, _ := e.svc.Acknowledge(ctx, "run-m", "c1", next.Delivery.ID)
+	if last.Status != "empty" {
+		t.Fatalf("after all acked = %s", mustJSON(t, last))
+	}
+}
+
+func TestAdoptionFencing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	w := e.launch(t, "run-a", "k-1", "")
+	e.post(t, w, "status", "pending")
+	before, _ := e.svc.Next(ctx, "run-a", "old")
+	if fenced, err := e.svc.Adopt(ctx, "run-a", "new"); fenced || err != nil {
+		t.Fatalf("adopt = %v %v", fenced, err)
+	}
+	after, _ := e.svc.Next(ctx, "run-a", "new")
+	if mustJSON(t, before) != mustJSON(t, after) {
+		t.Fatal("adopter does not read the same unacknowledged batch")
+	}
+	for _, op := range []func() (protocol.MailboxAnswer, error){
+		func() (protocol.MailboxAnswer, error) { return e.svc.Next(ctx, "run-a", "old") },
+		func() (protocol.MailboxAnswer, error) {
+			return e.svc.Acknowledge(ctx, "run-a", "old", before.Delivery.ID)
+		},
+		func() (protocol.MailboxAnswer, error) { return e.svc.Await(ctx, "run-a", "old", time.Second) },
+	} {
+		if a, err := op(); err != nil || a.Status != "fenced" {
+			t.Fatalf("old coordinator got %+v %v", a, err)
+		}
+	}
+	if fenced, _ := e.svc.Adopt(ctx, "run-a", "old"); !fenced {
+		t.Fatal("a superseded coordinator adopted back")
+	}
+	if fenced, _ := e.svc.Adopt(ctx, "run-a", "new"); fenced {
+		t.Fatal("re-adoption by the reader must be a no-op")
+	}
+	if fenced, _ := e.svc.Adopt(ctx, "run-a", "newer"); fenced {
+		t.Fatal("a new coordinator could not adopt")
+	}
+	if a, _ := e.svc.Next(ctx, "run-a", "new"); a.Status != "fenced" {
+		t.Fatal("the previous reader is not fenced")
+	}
+	if got := e.observe(t, w); got.State != "starting" {
+		t.Fatalf("adoption moved the worker: %+v", got)
+	}
+}
+
+func TestAwaitHoldsForAttentionAndWakes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	w := e.launch(t, "run-w", "k-1", "")
+	e.post(t, w, "heartbeat", "")
+	type result struct {
+		a   protocol.MailboxAnswer
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		a, err := e.svc.Await(ctx, "run-w", "c1", 4*time.Second)
+		done <- result{a, err}
+	}()
+	// A heartbeat alone does not end the wait.
+	select {
+	case r := <-done:
+		t.Fatalf("await answered on a heartbeat: %+v", r)
+	case <-time.After(200 * time.Millisecond):
+	}
+	q := e.post(t, w, "question", "which?")
+	r := <-done
+	if r.err != nil || r.a.Status != "delivery" {
+		t.Fatalf("await = %+v %v", r.a, r.err)
+	}
+	msgs := r.a.Delivery.Messages
+	if len(msgs) != 2 || msgs[0].Kind != "heartbeat" || msgs[1].ID != q {
+		t.Fatalf("batch = %s", mustJSON(t, r.a))
+	}
+}
+
+func TestAwaitAnswersAtItsDeadline(t *testing.T) {
+	e := newEnv(t)
+	start := time.Now()
+	a, err := e.svc.Await(context.Background(), "run-empty", "c1", 300*time.Millisecond)
+	if err != nil || a.Status != "empty" {
+		t.Fatalf("await = %+v %v", a, err)
+	}
+	if time.Since(start) < 300*time.Millisecond {
+		t.Fatal("await answered empty before waitMs")
+	}
+}
+
+// TestConcurrentCoordinators races acknowledgements of several
+// coordinators with adoptions, while a worker posts, and checks the
+// recorded history: every message is delivered, in order, none consumed
+// twice by acknowledgement, and no call of a superseded coordinator
+// succeeds after its supersession was observed.
+func TestConcurrentCoordinators(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	w := e.launch(t, "run-c", "k-1", "")
+	const total = 120
+	var posted []string
+	var pmu sync.Mutex
+	go func() {
+		for i := range total {
+			id := e.post(t, w, "status", fmt.Sprint(i))
+			pmu.Lock()
+			posted = append(posted, id)
+			pmu.Unlock()
+		}
+	}()
+	var mu sync.Mutex
+	consumed := map[string]int{}
+	var order []string
+	superseded := map[string]bool{}
+	var wg sync.WaitGroup
+	coordinators := []string{"c1", "c2", "c3", "c4"}
+	deadline := time.Now().Add(20 * time.Second)
+	for i, c := range coordinators {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if i > 0 && time.Now().UnixNano()%7 == 0 {
+					fenced, err := e.svc.Adopt(ctx, "run-c", c)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if fenced {
+						mu.Lock()
+						superseded[c] = true
+						mu.Unlock()
+						return
+					}
+				}
+				a, err := e.svc.Next(ctx, "run-c", c)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if a.Status == "fenced" {
+					return
+				}
+				if a.Status != "delivery" {
+					mu.Lock()
+					n := len(order)
+					mu.Unlock()
+					if n >= total {
+						return
+					}
+					continue
+				}
+				b, err := e.svc.Acknowledge(ctx, "run-c", c, a.Delivery.ID)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if b.Status == "fenced" {
+					return
+				}
+				// The ack consumed a.Delivery iff the next answer is a
+				// different batch; record it once under the batch id.
+				if b.Status != "delivery" || b.Delivery.ID != a.Delivery.ID {
+					mu.Lock()
+					consumed[a.Delivery.ID]++
+					if consumed[a.Delivery.ID] == 1 {
+						for _, m := range a.Delivery.Messages {
+							order = append(order, m.ID)
+						}
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// Whoever reads last drains what is left.
+	for _, c := range []string{"final"} {
+		if fenced, err := e.svc.Adopt(ctx, "run-c", c); fenced || err != nil {
+			t.Fatalf("final adopt %v %v", fenced, err)
+		}
+		for {
+			a, _ := e.svc.Next(ctx, "run-c", c)
+			if a.Status != "delivery" {
+				pmu.Lock()
+				n := len(posted)
+				pmu.Unlock()
+				if n == total && len(order) >= total {
+					break
+				}
+				if n == total {
+					a2, _ := e.svc.Next(ctx, "run-c", c)
+					if a2.Status != "delivery" {
+						break
+					}
+					continue
+				}
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			if _, err := e.svc.Acknowledge(ctx, "run-c", c, a.Delivery.ID); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range a.Delivery.Messages {
+				order = append(order, m.ID)
+			}
+		}
+	}
+	pmu.Lock()
+	defer pmu.Unlock()
+	if len(order) != len(posted) {
+		t.Fatalf("consumed %d messages, posted %d", len(order), len(posted))
+	}
+	for i := range posted {
+		if order[i] != posted[i] {
+			t.Fatalf("message %d: consumed %s, posted %s", i, order[i], posted[i])
+		}
+	}
+}
