@@ -1,0 +1,281 @@
+// Package localserver runs galley on one machine: the service behind one
+// net/http server on loopback, state in a data directory (an embedded store,
+// the token, the worker secret, worktrees, worker logs), workers as local
+// processes, branches in a local repository. It is what `galley serve`
+// wires from its flags.
+package localserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/galley-run/galley/pkg/api"
+	"github.com/galley-run/galley/pkg/doorbell/localbell"
+	"github.com/galley-run/galley/pkg/githost"
+	"github.com/galley-run/galley/pkg/runtime/localproc"
+	"github.com/galley-run/galley/pkg/service"
+	"github.com/galley-run/galley/pkg/store"
+	"github.com/galley-run/galley/pkg/store/boltstore"
+)
+
+// Options are the server's settings; zero values take the defaults.
+type Options struct {
+	Listen       string // default 127.0.0.1:8080
+	House        string // default "local"
+	Backend      string // default "galley"
+	Credential   string // default "galley-token"
+	TokenFile    string // default <data>/token
+	Data         string // default .galley
+	Repository   string // default a bare repository under <data>/repository.git
+	DefaultAgent string // script, claude or codex; default script
+	WorkerBin    string // the galley-worker binary; default beside this executable or on PATH
+	AwaitCap     time.Duration
+	MaxWorkers   int
+
+	// Store and Doorbell, when set, replace the embedded store and the
+	// in-process doorbell (galley serve --store dynamodb --doorbell sqs).
+	Store    store.Store
+	Doorbell service.Doorbell
+	// Families are the agent families declared in workerSelection.
+	Families []string
+	// Logger receives the request log; default JSON on stderr.
+	Logger *slog.Logger
+}
+
+func (o *Options) defaults() {
+	set := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	set(&o.Listen, "127.0.0.1:8080")
+	set(&o.House, "local")
+	set(&o.Backend, "galley")
+	set(&o.Credential, "galley-token")
+	set(&o.Data, ".galley")
+	set(&o.DefaultAgent, "script")
+	if o.TokenFile == "" {
+		o.TokenFile = filepath.Join(o.Data, "token")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+}
+
+// Server is a running local galley.
+type Server struct {
+	opts     Options
+	Endpoint string // http://host:port
+	http     *http.Server
+	listener net.Listener
+	closers  []io.Closer
+	Service  *service.Service
+}
+
+// Start prepares the data directory and starts serving. It returns once the
+// listener is bound.
+func Start(ctx context.Context, o Options) (*Server, error) {
+	o.defaults()
+	s := &Server{opts: o}
+	ok := false
+	defer func() {
+		if !ok {
+			s.closeAll()
+		}
+	}()
+	if err := os.MkdirAll(o.Data, 0o700); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	data, err := filepath.Abs(o.Data)
+	if err != nil {
+		return nil, err
+	}
+	token, err := secretFile(o.TokenFile, 32)
+	if err != nil {
+		return nil, fmt.Errorf("token file: %w", err)
+	}
+	workerSecret, err := secretFile(filepath.Join(data, "worker-secret"), 32)
+	if err != nil {
+		return nil, fmt.Errorf("worker secret: %w", err)
+	}
+	repo := o.Repository
+	if repo == "" {
+		if repo, err = githost.InitBare(ctx, filepath.Join(data, "repository.git")); err != nil {
+			return nil, fmt.Errorf("repository: %w", err)
+		}
+	}
+	git, err := githost.Open(ctx, repo)
+	if err != nil {
+		return nil, fmt.Errorf("repository %s: %w", repo, err)
+	}
+	st := o.Store
+	if st == nil {
+		bs, err := boltstore.Open(filepath.Join(data, "galley.db"))
+		if err != nil {
+			return nil, fmt.Errorf("store: %w", err)
+		}
+		st = bs
+	}
+	s.closers = append(s.closers, st)
+	bell := o.Doorbell
+	if bell == nil {
+		bell = localbell.New()
+	}
+	workerBin, err := findWorkerBin(o.WorkerBin)
+	if err != nil {
+		return nil, err
+	}
+
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	s.listener = ln
+	s.Endpoint = "http://" + loopbackAddr(ln.Addr().String())
+
+	repoURL := repo
+	if p, err := githost.LocalPath(repo); err == nil {
+		repoURL = p
+	}
+	rt, err := localproc.New(localproc.WithDir(data), localproc.WithHarness(workerBin),
+		localproc.WithEndpoint(s.Endpoint), localproc.WithRepository(repoURL), localproc.WithLogger(o.Logger),
+		localproc.WithPassEnv(agentEnv...))
+	if err != nil {
+		return nil, fmt.Errorf("runtime: %w", err)
+	}
+	s.closers = append(s.closers, rt)
+	svc, err := service.New(service.Config{
+		House: o.House, Backend: o.Backend, Credential: o.Credential, DefaultAgent: o.DefaultAgent,
+		Families: o.Families, Model: len(o.Families) > 0, Effort: "unsupported", AwaitCap: o.AwaitCap,
+		MaxWorkers: o.MaxWorkers, WorkerSecret: workerSecret, WorkspaceRoot: filepath.Join(data, "workspaces"),
+	}, service.WithStore(st), service.WithRuntime(rt), service.WithGitHost(git), service.WithDoorbell(bell),
+		service.WithLogger(o.Logger))
+	if err != nil {
+		return nil, err
+	}
+	s.Service = svc
+	h := api.New(api.WithService(svc), api.WithAuthenticator(api.StaticToken(token)), api.WithLogger(o.Logger))
+	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second,
+		MaxHeaderBytes: 64 << 10}
+	go func() {
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			o.Logger.Error("serve", "err", err)
+		}
+	}()
+	ok = true
+	return s, nil
+}
+
+// agentEnv names the variables an operator sets for agents (provider keys),
+// passed to workers by name; nothing else of the server's environment is.
+var agentEnv = []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "CODEX_API_KEY"}
+
+// Binding is the kitchn backend binding for this server, to paste into the
+// house policy.
+func (s *Server) Binding() string {
+	b, _ := json.MarshalIndent(map[string]any{"backend": map[string]string{
+		"kind": "http", "backend": s.opts.Backend, "credential": s.opts.Credential, "endpoint": s.Endpoint,
+	}}, "", "  ")
+	return string(b)
+}
+
+// TokenFile is where the bearer token lives.
+func (s *Server) TokenFile() string { return s.opts.TokenFile }
+
+// Shutdown stops accepting calls, lets calls in progress finish within
+// ctx, and closes the store. Workers keep running: a restarted server on
+// the same data directory finds them.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.http.Shutdown(ctx)
+	s.closeAll()
+	return err
+}
+
+func (s *Server) closeAll() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		_ = s.closers[i].Close()
+	}
+	s.closers = nil
+}
+
+// secretFile reads a secret from path, or creates it with n random bytes
+// (base64url) and mode 600. A file readable by others is refused.
+func secretFile(path string, n int) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		raw := make([]byte, n)
+		if _, err := rand.Read(raw); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, err
+		}
+		tok := base64.RawURLEncoding.EncodeToString(raw)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := f.WriteString(tok + "\n"); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := f.Close(); err != nil {
+			return nil, err
+		}
+		return []byte(tok), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%s is readable by others (mode %v); chmod 600 it", path, fi.Mode().Perm())
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return nil, fmt.Errorf("%s is empty", path)
+	}
+	return []byte(tok), nil
+}
+
+func findWorkerBin(explicit string) (string, error) {
+	if explicit != "" {
+		return filepath.Abs(explicit)
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "galley-worker")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("galley-worker"); err == nil {
+		return filepath.Abs(p)
+	}
+	return "", errors.New("cannot find the galley-worker binary: build it (make build) or pass --worker-bin")
+}
+
+// loopbackAddr turns an unspecified listen address into one a worker on
+// this machine can call.
+func loopbackAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
