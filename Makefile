@@ -1,0 +1,44 @@
+# galley: `make run` serves locally, `make test` runs every test.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+GO ?= go
+BIN := $(CURDIR)/bin
+RUN_FLAGS ?=
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
+
+.PHONY: run build test test-go test-infra vet bench fuzz standins-start standins-stop clean
+
+## run: the local server on 127.0.0.1:8080, state in .galley/, ready for a kitchn binding
+run: build
+	$(BIN)/galley serve --default-agent script $(RUN_FLAGS)
+
+## build: bin/galley and bin/galley-worker
+build:
+	$(GO) build -o $(BIN)/galley ./local/cmd/galley
+	$(GO) build -o $(BIN)/galley-worker ./worker/cmd/galley-worker
+
+## test: every test: vet, Go tests against DynamoDB Local and fauxqs (installed, started and stopped here), the CDK app
+test: vet build test-go test-infra
+
+vet:
+	@bad=$$(gofmt -l pkg local worker functions 2>/dev/null); if [ -n "$$bad" ]; then echo "not gofmt-clean: $$bad"; exit 1; fi
+	$(GO) vet ./...
+
+test-go:
+	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 $(GO) test -count=1 -timeout 15m ./...
+
+test-infra:
+	cd infra && $(GO) test -count=1 -timeout 15m ./...
+
+## bench: per-route latency and await wake-up figures (see docs/BENCHMARKS.md)
+bench: build
+	scripts/standins.sh run -- $(GO) test -run '^$$' -bench . -benchmem -count 5 ./pkg/... | tee bench.out
+
+standins-start:
+	scripts/standins.sh start
+
+standins-stop:
+	scripts/standins.sh stop
+
+clean:
+	rm -rf $(BIN) bench.out
