@@ -38,8 +38,12 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// ExitCode returns err's git exit code, or -1 when err is not a git exit.
+// ExitCode returns err's git exit code: 0 for a nil err, -1 when err is not
+// a git exit.
 func ExitCode(err error) int {
+	if err == nil {
+		return 0
+	}
 	var e *Error
 	if errors.As(err, &e) {
 		return e.ExitCode
