@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func effectBody(run, key, effect string) string {
+	return fmt.Sprintf(`{"run":%q,"request":{"house":"origin89","backend":"galley","credential":"galley-token","task":"issue-1","attempt":1,"key":%q,"effect":{"executor":"worker","effect":%s}}}`, run, key, effect)
+}
+
+func launchEffect(brief, branch string) string {
+	b, _ := json.Marshal(brief)
+	e := `{"type":"launch-worker","role":"station-cook","workspace":{"type":"isolated"},"brief":` + string(b)
+	if branch != "" {
+		e += `,"branch":"` + branch + `"`
+	}
+	return e + "}"
+}
+
+type appliedEffect struct {
+	body, answer string
+}
+
+// TestRestartAfterSIGKILL kills the server with SIGKILL while effects are
+// in flight, starts it again on the same data directory, and finds every
+// receipt it answered and every unacknowledged message intact.
+func TestRestartAfterSIGKILL(t *testing.T) {
+	data := t.TempDir()
+	addr := freePort(t)
+	a := startServer(t, data, "--listen", addr)
+
+	brief := "#!galley-script\nstatus one\nstatus two\nstatus three\nescalate sealed :: all rows are in\nsleep 1h"
+	key := "k-restart-launch"
+	body := effectBody("run-r", key, launchEffect(brief, "restart/branch"))
+	st, launch := a.call(t, "POST", "/v1/effects", body, "Idempotency-Key", key)
+	if st != 200 || !strings.Contains(string(launch), `"applied"`) {
+		t.Fatalf("launch: %d %s", st, launch)
+	}
+	var out struct {
+		Receipt struct {
+			Created []struct{ Kind, Backend, Handle string }
+		}
+	}
+	_ = json.Unmarshal(launch, &out)
+	worker := out.Receipt.Created[0].Handle
+
+	// await seals only once the escalation waits, so the batch holds all
+	// four rows.
+	_, sealed := a.call(t, "POST", "/v1/deliveries/await", `{"run":"run-r","coordinator":"c1","waitMs":20000}`)
+	if strings.Count(string(sealed), `"kind":"status"`) != 3 || !strings.Contains(string(sealed), `"escalation"`) {
+		t.Fatalf("batch: %s", sealed)
+	}
+
+	// Effects under way when the server dies.
+	var mu sync.Mutex
+	var applied []appliedEffect
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := fmt.Sprintf("k-msg-%d-%d", g, i)
+				eff := fmt.Sprintf(`{"type":"message-worker","worker":{"kind":"worker","backend":"galley","handle":%q},"body":"m %d %d"}`, worker, g, i)
+				if i%5 == 4 {
+					eff = launchEffect("idle", fmt.Sprintf("restart/%d-%d", g, i))
+				}
+				b := effectBody("run-r", k, eff)
+				st, ans, err := tryCall(a, "/v1/effects", b, k)
+				if err != nil {
+					return
+				}
+				if st == 200 && strings.Contains(ans, `"applied"`) {
+					mu.Lock()
+					applied = append(applied, appliedEffect{b, ans})
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	time.Sleep(400 * time.Millisecond)
+	a.kill()
+	close(stop)
+	wg.Wait()
+	if len(applied) < 5 {
+		t.Fatalf("only %d effects applied before the kill; the test proves little", len(applied))
+	}
+
+	b := startServer(t, data, "--listen", addr)
+	for _, e := range append(applied, appliedEffect{body, string(launch)}) {
+		var env struct{ Request struct{ Key string } }
+		_ = json.Unmarshal([]byte(e.body), &env)
+		st, ans := b.call(t, "POST", "/v1/effects/lookup", e.body)
+		if st != 200 || string(ans) != e.answer {
+			t.Fatalf("lookup of %s after restart:\n got %d %s\nwant %s", env.Request.Key, st, ans, e.answer)
+		}
+		st, ans = b.call(t, "POST", "/v1/effects", e.body, "Idempotency-Key", env.Request.Key)
+		if st != 200 || string(ans) != e.answer {
+			t.Fatalf("resubmission of %s after restart changed: %s", env.Request.Key, ans)
+		}
+	}
+	_, again := b.call(t, "POST", "/v1/deliveries/next", `{"run":"run-r","coordinator":"c1"}`)
+	if string(again) != string(sealed) {
+		t.Fatalf("unacknowledged batch changed across the restart:\n%s\n%s", sealed, again)
+	}
+	t.Logf("%d effects answered applied before SIGKILL; all intact", len(applied))
+}
+
+// tryCall is call without failing the test on a transport error (the
+// server is being killed).
+func tryCall(s *server, path, body, key string) (int, string, error) {
+	req, err := newRequest(s, path, body)
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, "", err
+	}
+	return resp.StatusCode, string(b), nil
+}

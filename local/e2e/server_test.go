@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "galley-e2e-bin")
+	if err != nil {
+		panic(err)
+	}
+	for _, pkg := range []string{"./local/cmd/galley", "./worker/cmd/galley-worker"} {
+		cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/galley-run/galley/"+strings.TrimPrefix(pkg, "./"))
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n", pkg, err)
+			os.Exit(1)
+		}
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// server is one `galley serve` process.
+type server struct {
+	cmd      *exec.Cmd
+	Endpoint string
+	Token    string
+	Data     string
+	stderr   *bytes.Buffer
+}
+
+func startServer(t *testing.T, data string, flags ...string) *server {
+	t.Helper()
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--house", "origin89",
+		"--backend", "galley", "--default-agent", "script"}, flags...)
+	cmd := exec.Command(filepath.Join(binDir, "galley"), args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{cmd: cmd, Data: data, stderr: &stderr}
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	timeout := time.After(30 * time.Second)
+	for s.Endpoint == "" {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("galley serve exited: %s", stderr.String())
+			}
+			if i := strings.Index(line, " at http://"); i >= 0 && strings.HasPrefix(line, "galley serving") {
+				s.Endpoint = strings.TrimSpace(line[i+len(" at "):])
+			}
+		case <-timeout:
+			t.Fatal("galley serve did not print its endpoint")
+		}
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	tok, err := os.ReadFile(filepath.Join(data, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Token = strings.TrimSpace(string(tok))
+	t.Cleanup(func() { s.stop(t) })
+	return s
+}
+
+// stop ends the server with SIGTERM and checks it shut down cleanly.
+func (s *server) stop(t *testing.T) {
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("galley serve exited with %v: %s", err, s.stderr.String())
+		}
+	case <-time.After(40 * time.Second):
+		_ = s.cmd.Process.Kill()
+		t.Error("galley serve did not stop on SIGTERM")
+	}
+}
+
+// kill ends the server with SIGKILL, in the middle of whatever it does.
+func (s *server) kill() {
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
+
+// call makes one kitchn-style call and returns the status and body.
+func (s *server) call(t *testing.T, method, path string, body any, header ...string) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		switch b := body.(type) {
+		case string:
+			rd = strings.NewReader(b)
+		case []byte:
+			rd = bytes.NewReader(b)
+		default:
+			j, err := json.Marshal(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rd = bytes.NewReader(j)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, s.Endpoint+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+var httpClient = &http.Client{Timeout: 10 * time.Second}
+
+func newRequest(s *server, path, body string) (*http.Request, error) {
+	req, err := http.NewRequest("POST", s.Endpoint+path, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	req.Header.Set("Content-Type", "application/json")
+	return req, nil
+}
