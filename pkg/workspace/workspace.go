@@ -28,8 +28,10 @@ const branchKey = "galley.branch"
 // into place, so an interrupted Prepare leaves no half-made workspace.
 func Prepare(ctx context.Context, repoURL, branch, dir string) error {
 	const op = galleyerr.Op("workspace.Prepare")
-	if err := githost.ValidateBranch(branch); err != nil {
-		return galleyerr.E(op, err)
+	if branch != "" {
+		if err := githost.ValidateBranch(branch); err != nil {
+			return galleyerr.E(op, err)
+		}
 	}
 	if err := checkURL(repoURL); err != nil {
 		return galleyerr.E(op, err)
@@ -62,8 +64,19 @@ func Prepare(ctx context.Context, repoURL, branch, dir string) error {
 		return galleyerr.E(op, galleyerr.Other, "create temporary directory", err)
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed
-	if _, err := gitexec.Run(ctx, parent, "clone", "--quiet", "--branch", branch, "--", repoURL, tmp); err != nil {
+	clone := []string{"clone", "--quiet"}
+	if branch != "" {
+		clone = append(clone, "--branch", branch)
+	}
+	if _, err := gitexec.Run(ctx, parent, append(clone, "--", repoURL, tmp)...); err != nil {
 		return galleyerr.E(op, cloneError(ctx, parent, repoURL, branch, err))
+	}
+	if branch == "" {
+		// A worker launched without a branch works on a detached checkout
+		// of the default branch head and may push nothing.
+		if _, err := gitexec.Run(ctx, tmp, "checkout", "--quiet", "--detach"); err != nil {
+			return galleyerr.E(op, galleyerr.Other, "detach the checkout", err)
+		}
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp made it 0700
 		return galleyerr.E(op, galleyerr.Other, err)
@@ -172,10 +185,14 @@ func verify(ctx context.Context, dir, repoURL, branch string) error {
 		return galleyerr.E(galleyerr.Conflict, fmt.Sprintf("%s is a clone of another repository", dir))
 	}
 	head, _ := gitexec.Run(ctx, dir, "symbolic-ref", "-q", "HEAD")
-	if got := strings.TrimSpace(head); got != "refs/heads/"+branch {
+	want := "refs/heads/" + branch
+	if branch == "" {
+		want = "" // detached
+	}
+	if got := strings.TrimSpace(head); got != want {
 		return galleyerr.E(galleyerr.Conflict, fmt.Sprintf("%s has %q checked out, not branch %s", dir, got, branch))
 	}
-	if pinned, _ := gitexec.Run(ctx, dir, "config", "--get", branchKey); pinned != "" && strings.TrimSpace(pinned) != branch {
+	if pinned, _ := gitexec.Run(ctx, dir, "config", "--get", branchKey); pinned != "" && strings.TrimSpace(pinned) != branchValue(branch) {
 		return galleyerr.E(galleyerr.Conflict, fmt.Sprintf("%s is the workspace of branch %s", dir, strings.TrimSpace(pinned)))
 	}
 	return nil
@@ -224,11 +241,16 @@ func restrictPush(ctx context.Context, work, dir, branch string) error {
 		return galleyerr.E(galleyerr.Other, "create hooks directory", err)
 	}
 	ref := "refs/heads/" + branch
+	if branch == "" {
+		// No branch: the hook allows nothing, and the push refspec names a
+		// ref that cannot exist (a component may not start with a dot).
+		ref = "refs/heads/.none"
+	}
 	if err := writeExecutable(filepath.Join(hooks, "pre-push"), prePushHook(ref)); err != nil {
 		return galleyerr.E(galleyerr.Other, "install pre-push hook", err)
 	}
 	settings := [][2]string{
-		{branchKey, branch},
+		{branchKey, branchValue(branch)},
 		{"remote.origin.push", ref + ":" + ref},
 		{"push.default", "nothing"}, // a bare push to any other remote pushes nothing
 		// Absolute, and local, so a global core.hooksPath cannot bypass the hook.
@@ -308,6 +330,14 @@ while read -r local_ref local_id remote_ref remote_id; do
 done
 exit $status
 `
+}
+
+// branchValue is what the clone's config records as its branch.
+func branchValue(branch string) string {
+	if branch == "" {
+		return "(detached)"
+	}
+	return branch
 }
 
 // shellQuote quotes s for a POSIX shell (branch names may hold quotes, $ and

@@ -438,3 +438,33 @@ func TestRemove(t *testing.T) {
 		t.Fatal("Remove deleted an unrelated directory")
 	}
 }
+
+// TestPrepareWithoutBranch: a worker launched with no branch gets a
+// detached checkout of the default head and can push nothing.
+func TestPrepareWithoutBranch(t *testing.T) {
+	h := newHouse(t)
+	dir := prepared(t, h, "")
+	if err := tryGit(dir, "symbolic-ref", "-q", "HEAD"); err == nil {
+		t.Fatal("HEAD is on a branch; want detached")
+	}
+	if got := git(t, dir, "rev-parse", "HEAD"); got != h.main {
+		t.Fatalf("HEAD at %s, want %s", got, h.main)
+	}
+	if err := workspace.Prepare(context.Background(), h.path, "", dir); err != nil {
+		t.Fatalf("second Prepare: %v", err)
+	}
+	git(t, dir, "commit", "--allow-empty", "-qm", "local work")
+	for _, args := range [][]string{
+		{"push", "origin", "HEAD:refs/heads/main"},
+		{"push", "origin", "HEAD:refs/heads/new-branch"},
+		{"push"},
+	} {
+		_ = tryGit(dir, args...)
+	}
+	if got := h.head(t, "main"); got != h.main {
+		t.Fatal("a branchless workspace pushed to main")
+	}
+	if got := h.head(t, "new-branch"); got != "" {
+		t.Fatal("a branchless workspace created a branch")
+	}
+}
