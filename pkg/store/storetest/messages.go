@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/galley-run/galley/pkg/store"
 )
@@ -215,6 +216,11 @@ func follow(ctx context.Context, n int64, done *atomic.Bool,
 		}
 		if len(ss) == 0 && finished {
 			return fmt.Errorf("reader: saw %d of %d items", last, n)
+		}
+		if len(ss) == 0 {
+			// Pace the idle reads, so that a remote store sees a few
+			// hundred calls here, not thousands.
+			time.Sleep(500 * time.Microsecond)
 		}
 	}
 	return nil
