@@ -1,0 +1,641 @@
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/protocol"
+)
+
+// Defaults of a Config.
+const (
+	DefaultTimeout = 5 * time.Second
+	DefaultWait    = 30 * time.Second
+)
+
+// Config says which deployment to check and how.
+type Config struct {
+	// Endpoint is the base URL kitchn would be bound to; every route is
+	// below it.
+	Endpoint string
+	// Token is the bearer token. It goes only in the Authorization header
+	// and is redacted from every result.
+	Token string
+	// House, Backend and Credential are the binding's: the descriptor must
+	// name the first two, and every effect names the credential.
+	House, Backend, Credential string
+	// Only restricts the run to these checks (by name); empty runs all.
+	Only []string
+	// NoEffects skips every check that launches, messages, cancels or
+	// releases a real worker.
+	NoEffects bool
+	// Timeout is the client deadline of each call (1 s to 25 s, as kitchn's);
+	// await gets waitMs on top. Zero means DefaultTimeout.
+	Timeout time.Duration
+	// Wait bounds each wait for a worker or a mailbox message. Zero means
+	// DefaultWait.
+	Wait time.Duration
+	// OnResult, when set, is called with each result as soon as it is known.
+	OnResult func(Result)
+
+	// wakeWait is await-wakes' waitMs; zero means 10 s. Tests shorten it.
+	wakeWait time.Duration
+}
+
+// Validate checks the configuration the way kitchn checks a binding, and
+// fills in defaults.
+func (c *Config) Validate() error {
+	const op = galleyerr.Op("conformance.config")
+	if err := ValidateEndpoint(c.Endpoint); err != nil {
+		return err
+	}
+	if c.Token == "" {
+		return galleyerr.E(op, galleyerr.Invalid, "no token")
+	}
+	for name, v := range map[string]string{"house": c.House, "backend": c.Backend, "credential": c.Credential} {
+		if !protocol.IsIdentifier(v) {
+			return galleyerr.E(op, galleyerr.Invalid, fmt.Sprintf("%s %q is not an identifier (1 to 64 letters, digits, - or _)", name, v))
+		}
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Timeout < time.Second || c.Timeout > 25*time.Second {
+		return galleyerr.E(op, galleyerr.Invalid, "timeout must be between 1s and 25s, like the client's deadline")
+	}
+	if c.Wait == 0 {
+		c.Wait = DefaultWait
+	}
+	if c.Wait < time.Second {
+		return galleyerr.E(op, galleyerr.Invalid, "wait must be at least 1s")
+	}
+	return ValidateOnly(c.Only)
+}
+
+// ValidateOnly checks that every name is a check's.
+func ValidateOnly(names []string) error {
+	for _, n := range names {
+		if findCheck(n) == nil {
+			return galleyerr.E(galleyerr.Op("conformance.config"), galleyerr.Invalid,
+				fmt.Sprintf("no check named %q (known: %s)", n, strings.Join(checkNames(), ", ")))
+		}
+	}
+	return nil
+}
+
+// ValidateEndpoint applies the protocol's rules for a binding's endpoint:
+// https, or plain http to 127.0.0.1, localhost or [::1]; a DNS name, IPv4
+// address or bracketed IPv6 address; a port of 1 to 65535; no user
+// information, query or fragment.
+func ValidateEndpoint(s string) error {
+	const op = galleyerr.Op("conformance.endpoint")
+	bad := func(why string) error { return galleyerr.E(op, galleyerr.Invalid, "endpoint "+why) }
+	u, err := url.Parse(s)
+	if err != nil {
+		return bad("is not a URL")
+	}
+	if u.User != nil {
+		return bad("may not carry user information")
+	}
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.ContainsAny(s, "?#") {
+		return bad("may not carry a query or a fragment")
+	}
+	if u.Opaque != "" || u.Host == "" {
+		return bad("needs a scheme and a host")
+	}
+	host := u.Hostname()
+	switch {
+	case strings.HasPrefix(u.Host, "["):
+		if ip := net.ParseIP(host); ip == nil || ip.To4() != nil {
+			return bad("has a bad IPv6 address")
+		}
+	case net.ParseIP(host) != nil:
+		if net.ParseIP(host).To4() == nil {
+			return bad("has an IPv6 address without brackets")
+		}
+	case !isDNSName(host):
+		return bad("host is not a DNS name")
+	}
+	if p := u.Port(); p != "" || strings.HasSuffix(u.Host, ":") {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return bad("port must be 1 to 65535")
+		}
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if host != "127.0.0.1" && host != "localhost" && host != "::1" {
+			return bad("must be https, or http to 127.0.0.1, localhost or [::1]")
+		}
+	default:
+		return bad("must be https, or http to 127.0.0.1, localhost or [::1]")
+	}
+	return nil
+}
+
+func isDNSName(h string) bool {
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// maxTokenFile is the largest credential file kitchn opens.
+const maxTokenFile = 16 << 10
+
+// ReadTokenFile reads a bearer token the way kitchn reads a credential
+// file: not through a symbolic link, a regular file readable by its owner
+// only, at most 16 KiB. Surrounding white space is dropped. Errors never
+// quote the file's content.
+func ReadTokenFile(path string) (string, error) {
+	const op = galleyerr.Op("conformance.token")
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return "", galleyerr.E(op, galleyerr.Invalid, "token file", err)
+	}
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		return "", galleyerr.E(op, galleyerr.Invalid, "token file is a symbolic link; kitchn does not follow links")
+	case !fi.Mode().IsRegular():
+		return "", galleyerr.E(op, galleyerr.Invalid, "token file is not a regular file")
+	case fi.Mode().Perm()&0o077 != 0:
+		return "", galleyerr.E(op, galleyerr.Invalid, fmt.Sprintf("token file is readable by others (mode %04o); kitchn wants 600", fi.Mode().Perm()))
+	case fi.Size() > maxTokenFile:
+		return "", galleyerr.E(op, galleyerr.Invalid, "token file is larger than 16 KiB")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", galleyerr.E(op, galleyerr.Invalid, "token file", err)
+	}
+	if len(b) > maxTokenFile {
+		return "", galleyerr.E(op, galleyerr.Invalid, "token file is larger than 16 KiB")
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", galleyerr.E(op, galleyerr.Invalid, "token file is empty")
+	}
+	for i := 0; i < len(tok); i++ {
+		if tok[i] < 0x21 || tok[i] > 0x7e {
+			return "", galleyerr.E(op, galleyerr.Invalid, "token holds a character that cannot go in a header")
+		}
+	}
+	return tok, nil
+}
+
+// Status of one check.
+type Status string
+
+const (
+	Pass Status = "PASS"
+	Fail Status = "FAIL"
+	Skip Status = "SKIP"
+)
+
+// Result is one check's outcome.
+type Result struct {
+	Name    string
+	Effects bool
+	Status  Status
+	Reason  string // why it failed or was skipped
+	Elapsed time.Duration
+}
+
+// String is the result's output line: "PASS name (12ms)", "FAIL name:
+// reason" or "SKIP name: reason".
+func (r Result) String() string {
+	if r.Status == Pass {
+		return fmt.Sprintf("PASS %s (%s)", r.Name, r.Elapsed.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("%s %s: %s", r.Status, r.Name, r.Reason)
+}
+
+// Report is a whole run.
+type Report struct {
+	Results []Result
+	// Notes are facts worth an operator's attention that are no check's
+	// result, such as a worker the clean-up could not cancel.
+	Notes []string
+	// Err is set when the run could not start (a bad Config).
+	Err error
+}
+
+// Counts tallies the results.
+func (r Report) Counts() (passed, failed, skipped int) {
+	for _, x := range r.Results {
+		switch x.Status {
+		case Pass:
+			passed++
+		case Fail:
+			failed++
+		case Skip:
+			skipped++
+		}
+	}
+	return
+}
+
+// Summary is the closing line: "N passed, N failed", plus ", N skipped"
+// when any were.
+func (r Report) Summary() string {
+	p, f, s := r.Counts()
+	out := fmt.Sprintf("%d passed, %d failed", p, f)
+	if s > 0 {
+		out += fmt.Sprintf(", %d skipped", s)
+	}
+	return out
+}
+
+// OK reports whether the run started and no check failed.
+func (r Report) OK() bool {
+	_, f, _ := r.Counts()
+	return r.Err == nil && f == 0
+}
+
+// CheckInfo describes one check for listings.
+type CheckInfo struct {
+	Name        string
+	Description string
+	// Effects says the check launches, messages, cancels or releases real
+	// workers (and may create a branch).
+	Effects bool
+}
+
+// Checks lists every check in the order a run performs them.
+func Checks() []CheckInfo {
+	out := make([]CheckInfo, len(allChecks))
+	for i, c := range allChecks {
+		out[i] = CheckInfo{Name: c.name, Description: c.desc, Effects: c.effects}
+	}
+	return out
+}
+
+// Selected lists the checks cfg selects, in run order.
+func Selected(cfg Config) []CheckInfo {
+	var out []CheckInfo
+	for _, c := range Checks() {
+		if selected(cfg.Only, c.Name) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func selected(only []string, name string) bool {
+	if len(only) == 0 {
+		return true
+	}
+	for _, n := range only {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+type check struct {
+	name    string
+	desc    string
+	effects bool
+	run     func(*suite, context.Context) error
+}
+
+func findCheck(name string) *check {
+	for i := range allChecks {
+		if allChecks[i].name == name {
+			return &allChecks[i]
+		}
+	}
+	return nil
+}
+
+func checkNames() []string {
+	out := make([]string, len(allChecks))
+	for i, c := range allChecks {
+		out[i] = c.name
+	}
+	return out
+}
+
+// Run performs the selected checks in order against cfg's endpoint and
+// reports each. Checks that need a worker share the one the first of them
+// launches, so a selection of one check still sets up what it needs.
+func Run(ctx context.Context, cfg Config) Report {
+	if err := cfg.Validate(); err != nil {
+		return Report{Err: err}
+	}
+	s := newSuite(cfg)
+	defer s.c.close()
+	var rep Report
+	for _, c := range allChecks {
+		if !selected(cfg.Only, c.name) {
+			continue
+		}
+		res := Result{Name: c.name, Effects: c.effects}
+		switch {
+		case c.effects && cfg.NoEffects:
+			res.Status, res.Reason = Skip, "performs real effects (--no-effects)"
+		case ctx.Err() != nil:
+			res.Status, res.Reason = Skip, "run interrupted"
+		default:
+			start := time.Now()
+			err := c.run(s, ctx)
+			res.Elapsed = time.Since(start)
+			if err != nil {
+				res.Status, res.Reason = Fail, s.redact(err.Error())
+			} else {
+				res.Status = Pass
+			}
+		}
+		rep.Results = append(rep.Results, res)
+		if cfg.OnResult != nil {
+			cfg.OnResult(res)
+		}
+	}
+	// Clean up even when the caller's context is done: a worker left
+	// running costs money.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 4*cfg.Timeout)
+	defer cancel()
+	for _, n := range s.cleanup(cctx) {
+		rep.Notes = append(rep.Notes, s.redact(n))
+	}
+	return rep
+}
+
+// suite is one run's state: the client, a random id that makes every run,
+// key, branch and coordinator name fresh, and the workers launched so far.
+type suite struct {
+	cfg Config
+	c   *client
+	id  string
+	seq int
+
+	main    *launched // the worker the effect checks share
+	mainErr error
+	desc    *protocol.Descriptor
+
+	launches []*launched // for clean-up
+}
+
+func newSuite(cfg Config) *suite {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return &suite{cfg: cfg, c: newClient(cfg.Endpoint, cfg.Token, cfg.Backend, cfg.Timeout), id: hex.EncodeToString(b[:])}
+}
+
+// redact keeps the token out of every line the suite prints, in case a
+// service echoes it back.
+func (s *suite) redact(msg string) string {
+	return string(redact([]byte(msg), s.cfg.Token))
+}
+
+// name makes a fresh reference for this run: a run, key or coordinator.
+func (s *suite) name(tag string) string {
+	s.seq++
+	return fmt.Sprintf("gc-%s-%s-%d", s.id, tag, s.seq)
+}
+
+// call builds the envelope kitchn would persist and send for effect.
+func (s *suite) call(run, key string, effect protocol.WorkerEffect) protocol.EffectCall {
+	raw, err := encode(effect)
+	if err != nil {
+		panic(err) // a WorkerEffect always encodes
+	}
+	return protocol.EffectCall{
+		Run: run,
+		Request: protocol.EffectRequest{
+			House:      s.cfg.House,
+			Backend:    s.cfg.Backend,
+			Credential: s.cfg.Credential,
+			Task:       "galley-conformance",
+			Attempt:    1,
+			Key:        key,
+			Effect:     protocol.EffectTarget{Executor: protocol.ExecutorWorker, Effect: raw},
+		},
+	}
+}
+
+// applied is an applied effect: its receipt, parsed and as sent.
+type applied struct {
+	receipt protocol.Receipt
+	raw     []byte
+}
+
+// effect sends call and requires 200 applied, read strictly.
+func (s *suite) effect(ctx context.Context, call protocol.EffectCall) (applied, error) {
+	r, err := s.c.effect(ctx, call)
+	if err != nil {
+		return applied{}, err
+	}
+	if r.status != 200 {
+		// Only 200 carries an outcome: 401/403 read as refused, 429 as rate
+		// limited, anything else leaves the client uncertain.
+		return applied{}, s.c.statusError("POST", routeEffects, r)
+	}
+	o, err := parseOutcome(r.body, s.cfg.Backend)
+	if err != nil {
+		return applied{}, fmt.Errorf("the client cannot read the outcome, so it is uncertain: %w", err)
+	}
+	if o.Status != protocol.StatusApplied || o.Receipt == nil {
+		return applied{}, fmt.Errorf("%s %s: want applied, got %s", call.Request.Key, opOf(call), describeOutcome(o))
+	}
+	return applied{receipt: *o.Receipt, raw: rawMember(r.body, "receipt")}, nil
+}
+
+func opOf(call protocol.EffectCall) string {
+	var e struct{ Type string }
+	_ = json.Unmarshal(call.Request.Effect.Effect, &e)
+	return e.Type
+}
+
+func describeOutcome(o protocol.EffectOutcome) string {
+	s := o.Status
+	if o.Reason != "" {
+		s += " " + o.Reason
+	}
+	if o.Capability != "" {
+		s += " (" + o.Capability + ")"
+	}
+	return s
+}
+
+// launched is a worker this run started.
+type launched struct {
+	run     string
+	call    protocol.EffectCall
+	branch  string
+	applied applied
+	worker  protocol.Resource
+	settled bool // seen settled, or cancelled by the suite: no clean-up needed
+	known   bool // the launch answered applied; otherwise clean-up looks it up
+}
+
+// launch launches a worker with brief (and branch, when not empty) in run,
+// and requires an applied receipt naming exactly one worker, in created.
+func (s *suite) launch(ctx context.Context, run, brief, branch string) (*launched, error) {
+	e := protocol.WorkerEffect{
+		Type:      protocol.OpLaunch,
+		Role:      "station-cook",
+		Workspace: &protocol.Workspace{Type: "isolated"},
+		Brief:     &brief,
+	}
+	if branch != "" {
+		e.Branch = &branch
+	}
+	l := &launched{run: run, call: s.call(run, s.name("launch"), e), branch: branch}
+	s.launches = append(s.launches, l)
+	a, err := s.effect(ctx, l.call)
+	if err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	l.applied, l.known = a, true
+	var workers []protocol.Resource
+	for _, r := range a.receipt.Created {
+		if r.Kind == protocol.KindWorker {
+			workers = append(workers, r)
+		}
+	}
+	if len(workers) != 1 {
+		return nil, fmt.Errorf("launch receipt lists %d workers in created, want exactly 1: %s", len(workers), a.raw)
+	}
+	for _, r := range a.receipt.Touched {
+		if r.Kind == protocol.KindWorker {
+			return nil, fmt.Errorf("launch receipt lists a worker in touched: %s", a.raw)
+		}
+	}
+	l.worker = workers[0]
+	return l, nil
+}
+
+// script is a brief for the scripted agent.
+func script(lines ...string) string {
+	return "#!galley-script\n" + strings.Join(lines, "\n") + "\n"
+}
+
+// mainWorker is the worker the effect checks share: launched once, on a
+// fresh branch, with a script that takes one message and then idles long
+// enough for every check to act on it (the clean-up cancels it if no check
+// did).
+func (s *suite) mainWorker(ctx context.Context) (*launched, error) {
+	if s.main != nil || s.mainErr != nil {
+		return s.main, s.mainErr
+	}
+	branch := "galley-conformance/" + s.id
+	s.main, s.mainErr = s.launch(ctx, s.name("effects"), script("wait-message", "sleep 10m"), branch)
+	if s.mainErr != nil {
+		s.mainErr = fmt.Errorf("the shared launch failed: %w", s.mainErr)
+	}
+	return s.main, s.mainErr
+}
+
+// descriptor reads the descriptor once per run.
+func (s *suite) descriptor(ctx context.Context) (protocol.Descriptor, error) {
+	if s.desc != nil {
+		return *s.desc, nil
+	}
+	d, err := s.c.descriptor(ctx)
+	if err != nil {
+		return d, err
+	}
+	s.desc = &d
+	return d, nil
+}
+
+// cancel cancels l's worker with a fresh key and requires applied.
+func (s *suite) cancel(ctx context.Context, l *launched) (applied, error) {
+	w := l.worker
+	a, err := s.effect(ctx, s.call(l.run, s.name("cancel"), protocol.WorkerEffect{Type: protocol.OpCancel, Worker: &w}))
+	if err == nil {
+		l.settled = true
+	}
+	return a, err
+}
+
+// cleanup cancels every worker this run launched and did not see settle. A
+// launch whose answer was lost is looked up first, as kitchn would.
+func (s *suite) cleanup(ctx context.Context) []string {
+	var notes []string
+	for _, l := range s.launches {
+		if l.settled {
+			continue
+		}
+		if !l.known {
+			a, raw, err := s.c.lookup(ctx, l.call)
+			if err != nil {
+				notes = append(notes, fmt.Sprintf("could not look up launch %s to clean it up: %v", l.call.Request.Key, err))
+				continue
+			}
+			if a.Status != protocol.StatusApplied || a.Receipt == nil {
+				continue
+			}
+			l.applied = applied{receipt: *a.Receipt, raw: raw}
+			found := false
+			for _, r := range a.Receipt.Created {
+				if r.Kind == protocol.KindWorker {
+					l.worker, found = r, true
+				}
+			}
+			if !found {
+				continue
+			}
+		}
+		if o, err := s.c.observe(ctx, l.worker); err == nil && o.State == protocol.StateSettled {
+			continue
+		}
+		if _, err := s.cancel(ctx, l); err != nil {
+			notes = append(notes, fmt.Sprintf("could not cancel worker %s: %v", l.worker.Handle, err))
+		}
+	}
+	return notes
+}
+
+// until polls f every interval until it reports done, fails, or wait
+// passes; the error then says what was last seen.
+func until(ctx context.Context, wait, interval time.Duration, what string, f func() (done bool, seen string, err error)) error {
+	deadline := time.Now().Add(wait)
+	seen := "nothing"
+	for {
+		done, s, err := f()
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if s != "" {
+			seen = s
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not within %s (last seen: %s)", what, wait, seen)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
