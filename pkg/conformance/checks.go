@@ -3,6 +3,7 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -79,7 +80,7 @@ func (s *suite) descriptorHouse(ctx context.Context) error {
 		problems = append(problems, "no workerSelection, so kitchn refuses every launch that names an agent")
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("%s", strings.Join(problems, "; "))
+		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
 }

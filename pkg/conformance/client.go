@@ -25,7 +25,6 @@ const (
 	routeEffects     = "/v1/effects"
 	routeLookup      = "/v1/effects/lookup"
 	routeObserve     = "/v1/workers/observe"
-	routeUsage       = "/v1/workers/usage"
 	routeInventory   = "/v1/inventory"
 	routeNext        = "/v1/deliveries/next"
 	routeAcknowledge = "/v1/deliveries/acknowledge"
@@ -74,8 +73,7 @@ func (c *client) withToken(token string) *client {
 	return &cp
 }
 
-// close drops the transport's idle state; there is none to speak of since
-// keep-alives are off, but it keeps a finished suite from holding sockets.
+// close releases the transport's idle state.
 func (c *client) close() { c.hc.CloseIdleConnections() }
 
 // reply is one answer: its status and at most maxResponse bytes of body.

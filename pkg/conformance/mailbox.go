@@ -176,7 +176,7 @@ func (r *reader) drain(ctx context.Context, m mailbox) error {
 	}
 }
 
-// statusBodies lists the bodies of status rows among want, in the order
+// statusOrder lists the bodies of status rows among want, in the order
 // read, and the index of the worker-done row (-1 when none).
 func statusOrder(rows []protocol.MailMessage, want []string) (got []string, last, done int) {
 	last, done = -1, -1
