@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -184,7 +185,21 @@ func TestConcurrentCoordinators(t *testing.T) {
 	}()
 	var mu sync.Mutex
 	consumed := map[string]int{}
-	var order []string
+	// batches maps a consumed batch's sequence number (d-N) to its rows;
+	// coordinators record concurrently, so order comes from N.
+	batches := map[int][]string{}
+	record := func(id string, msgs []protocol.MailMessage) {
+		var n int
+		if _, err := fmt.Sscanf(id, "d-%d", &n); err != nil {
+			t.Errorf("batch id %q", id)
+		}
+		if _, dup := batches[n]; dup {
+			t.Errorf("batch %s consumed twice", id)
+		}
+		for _, m := range msgs {
+			batches[n] = append(batches[n], m.ID)
+		}
+	}
 	superseded := map[string]bool{}
 	var wg sync.WaitGroup
 	coordinators := []string{"c1", "c2", "c3", "c4"}
@@ -217,7 +232,10 @@ func TestConcurrentCoordinators(t *testing.T) {
 				}
 				if a.Status != "delivery" {
 					mu.Lock()
-					n := len(order)
+					n := 0
+					for _, b := range batches {
+						n += len(b)
+					}
 					mu.Unlock()
 					if n >= total {
 						return
@@ -238,9 +256,7 @@ func TestConcurrentCoordinators(t *testing.T) {
 					mu.Lock()
 					consumed[a.Delivery.ID]++
 					if consumed[a.Delivery.ID] == 1 {
-						for _, m := range a.Delivery.Messages {
-							order = append(order, m.ID)
-						}
+						record(a.Delivery.ID, a.Delivery.Messages)
 					}
 					mu.Unlock()
 				}
@@ -259,7 +275,7 @@ func TestConcurrentCoordinators(t *testing.T) {
 				pmu.Lock()
 				n := len(posted)
 				pmu.Unlock()
-				if n == total && len(order) >= total {
+				if n == total && len(flatten(batches)) >= total {
 					break
 				}
 				if n == total {
@@ -275,13 +291,12 @@ func TestConcurrentCoordinators(t *testing.T) {
 			if _, err := e.svc.Acknowledge(ctx, "run-c", c, a.Delivery.ID); err != nil {
 				t.Fatal(err)
 			}
-			for _, m := range a.Delivery.Messages {
-				order = append(order, m.ID)
-			}
+			record(a.Delivery.ID, a.Delivery.Messages)
 		}
 	}
 	pmu.Lock()
 	defer pmu.Unlock()
+	order := flatten(batches)
 	if len(order) != len(posted) {
 		t.Fatalf("consumed %d messages, posted %d", len(order), len(posted))
 	}
@@ -290,4 +305,18 @@ func TestConcurrentCoordinators(t *testing.T) {
 			t.Fatalf("message %d: consumed %s, posted %s", i, order[i], posted[i])
 		}
 	}
+}
+
+// flatten concatenates batches in sealing order.
+func flatten(batches map[int][]string) []string {
+	keys := make([]int, 0, len(batches))
+	for k := range batches {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var out []string
+	for _, k := range keys {
+		out = append(out, batches[k]...)
+	}
+	return out
 }

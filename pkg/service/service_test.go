@@ -9,117 +9,41 @@ import (
 	"testing"
 	"time"
 
-	"github.com/galley-run/galley/pkg/doorbell/localbell"
-	"github.com/galley-run/galley/pkg/galleyerr"
+		"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/service"
 	"github.com/galley-run/galley/pkg/store"
-	"github.com/galley-run/galley/pkg/store/memstore"
+	"github.com/galley-run/galley/pkg/service/servicetest"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
-
-// fakeRuntime is a runtime that runs nothing: it records what the service
-// asked of it, which is what these tests check. The real runtimes pass
-// runtimetest.
-type fakeRuntime struct {
-	mu      sync.Mutex
-	starts  map[string]int
-	stopped map[string]bool
-	removed []string
-	specs   map[string]service.WorkerSpec
-}
-
-func newFakeRuntime() *fakeRuntime {
-	return &fakeRuntime{starts: map[string]int{}, stopped: map[string]bool{}, specs: map[string]service.WorkerSpec{}}
-}
-
-func (f *fakeRuntime) Start(_ context.Context, spec service.WorkerSpec) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.starts[spec.Handle]++
-	f.specs[spec.Handle] = spec
-	return nil
-}
-
-func (f *fakeRuntime) Stop(_ context.Context, handle string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.stopped[handle] = true
-	return nil
-}
-
-func (f *fakeRuntime) Liveness(_ context.Context, handle string) (service.Liveness, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	switch {
-	case f.stopped[handle]:
-		return service.LivenessExited, nil
-	case f.starts[handle] > 0:
-		return service.LivenessLive, nil
-	}
-	return service.LivenessUnknown, nil
-}
-
-func (f *fakeRuntime) RemoveWorkspace(_ context.Context, handle, _ string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.removed = append(f.removed, handle)
-	return nil
-}
-
-// manualClock is a clock tests move by hand.
-type manualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 type env struct {
 	svc   *service.Service
 	store store.Store
-	rt    *fakeRuntime
+	rt    *servicetest.Runtime
 	git   *githost.Repo
 	clock service.Clock
 }
 
+type manualClock = servicetest.ManualClock
+
 func newEnv(t *testing.T, mods ...func(*service.Config, *[]service.Option)) *env {
 	t.Helper()
-	ctx := context.Background()
-	repoPath, err := githost.InitBare(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := githost.Open(ctx, repoPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{store: memstore.New(), rt: newFakeRuntime(), git: repo, clock: service.SystemClock}
-	cfg := service.Config{House: "origin89", Backend: "galley", Credential: "galley-token",
-		Families: []string{"claude", "codex"}, Model: true, Effort: "with-model",
-		WorkerSecret: []byte("0123456789abcdef0123456789abcdef"), WorkspaceRoot: t.TempDir(),
-		AwaitCap: 5 * time.Second}
-	opts := []service.Option{service.WithStore(e.store), service.WithRuntime(e.rt), service.WithGitHost(repo),
-		service.WithDoorbell(localbell.New())}
+	// Each mod sets configuration and adds options; the options are
+	// collected first, the configuration set on the real one.
+	var opts []service.Option
+	var scratch service.Config
 	for _, m := range mods {
-		m(&cfg, &opts)
+		m(&scratch, &opts)
 	}
-	e.svc, err = service.New(cfg, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
+	te := servicetest.New(t, func(cfg *service.Config) {
+		var ignored []service.Option
+		for _, m := range mods {
+			m(cfg, &ignored)
+		}
+	}, opts...)
+	return &env{svc: te.Service, store: te.Store, rt: te.Runtime, git: te.Git, clock: service.SystemClock}
 }
 
 func call(run, key string, effect string) protocol.EffectCall {
@@ -194,8 +118,8 @@ func TestLaunchReceiptAndRecords(t *testing.T) {
 	if got := e.observe(t, worker); got.State != "starting" {
 		t.Fatalf("observe after launch = %+v", got)
 	}
-	if e.rt.starts[worker] != 1 {
-		t.Fatalf("starts = %d", e.rt.starts[worker])
+	if e.rt.Starts[worker] != 1 {
+		t.Fatalf("starts = %d", e.rt.Starts[worker])
 	}
 	head, exists, err := e.git.BranchHead(ctx, "kitchen/issue-195")
 	if err != nil || !exists {
@@ -220,7 +144,7 @@ func TestLaunchReceiptAndRecords(t *testing.T) {
 		t.Fatalf("inventory liveness %v", live)
 	}
 	// The worker's credential is its own, never kitchn's token.
-	spec := e.rt.specs[worker]
+	spec := e.rt.Specs[worker]
 	if h, err := e.svc.AuthenticateWorker(spec.Token); err != nil || h != worker {
 		t.Fatalf("worker token authenticates as %q, %v", h, err)
 	}
@@ -247,7 +171,7 @@ func TestIdempotentResubmissionAndLookup(t *testing.T) {
 	if _, exists, _ := e.git.BranchHead(ctx, "b2"); exists {
 		t.Fatal("a reused key created a branch")
 	}
-	if n := len(e.rt.starts); n != 1 {
+	if n := len(e.rt.Starts); n != 1 {
 		t.Fatalf("%d workers started", n)
 	}
 }
@@ -281,10 +205,10 @@ func TestConcurrentIdenticalLaunches(t *testing.T) {
 	if applied == "" {
 		t.Fatal("no copy applied")
 	}
-	if len(e.rt.starts) != 1 {
-		t.Fatalf("%d workers started", len(e.rt.starts))
+	if len(e.rt.Starts) != 1 {
+		t.Fatalf("%d workers started", len(e.rt.Starts))
 	}
-	for h, n := range e.rt.starts {
+	for h, n := range e.rt.Starts {
 		if n != 1 {
 			t.Fatalf("worker %s started %d times", h, n)
 		}
@@ -295,7 +219,7 @@ func TestBranchThatExistsIsRejectedAndNothingHappens(t *testing.T) {
 	e := newEnv(t)
 	e.launch(t, "run-1", "k-1", "taken")
 	e.refused(t, call("run-1", "k-2", launchBody("taken")), galleyerr.Invalid)
-	if len(e.rt.starts) != 1 {
+	if len(e.rt.Starts) != 1 {
 		t.Fatal("a refused launch started a worker")
 	}
 	ans, _, err := e.svc.Lookup(context.Background(), call("run-1", "k-2", launchBody("taken")))
@@ -335,7 +259,7 @@ func TestRefusalsBeforeAnything(t *testing.T) {
 			e.refused(t, c, tc.kind)
 		})
 	}
-	if len(e.rt.starts) != 0 {
+	if len(e.rt.Starts) != 0 {
 		t.Fatal("a refused request started a worker")
 	}
 }
@@ -344,7 +268,7 @@ func TestRefusalsBeforeAnything(t *testing.T) {
 // claim: once lookup answered absent, that copy can never apply, while a
 // retry that arrives after the lookup can.
 func TestLookupAbsentIsAPromise(t *testing.T) {
-	clock := &manualClock{now: time.Unix(1_800_000_000, 0)}
+	clock := servicetest.NewManualClock(time.Unix(1_800_000_000, 0))
 	e := newEnv(t, func(_ *service.Config, o *[]service.Option) { *o = append(*o, service.WithClock(clock)) })
 	e.clock = clock
 	ctx := context.Background()
@@ -359,7 +283,7 @@ func TestLookupAbsentIsAPromise(t *testing.T) {
 	if _, err := e.svc.Apply(ctx, c, arrived); !galleyerr.Is(galleyerr.RateLimited, err) {
 		t.Fatalf("delayed copy: %v, want a rate-limited refusal", err)
 	}
-	if len(e.rt.starts) != 0 {
+	if len(e.rt.Starts) != 0 {
 		t.Fatal("the delayed copy started a worker after absent was promised")
 	}
 	if ans, _, _ := e.svc.Lookup(ctx, c); ans.Status != "absent" {
@@ -369,7 +293,7 @@ func TestLookupAbsentIsAPromise(t *testing.T) {
 	if _, err := e.svc.Apply(ctx, c, clock.Now()); err != nil {
 		t.Fatalf("retry after lookup: %v", err)
 	}
-	if len(e.rt.starts) != 1 {
+	if len(e.rt.Starts) != 1 {
 		t.Fatal("retry did not launch")
 	}
 }
@@ -379,7 +303,7 @@ func TestLookupAbsentIsAPromise(t *testing.T) {
 // checks that a retry after the lease expired converges on one worker and
 // one branch.
 func TestLeaseTakeoverConverges(t *testing.T) {
-	clock := &manualClock{now: time.Unix(1_800_000_000, 0)}
+	clock := servicetest.NewManualClock(time.Unix(1_800_000_000, 0))
 	var inner store.Store
 	e := newEnv(t, func(cfg *service.Config, o *[]service.Option) {
 		cfg.Lease = 10 * time.Second
@@ -414,8 +338,8 @@ func TestLeaseTakeoverConverges(t *testing.T) {
 	if fmt.Sprint(first) != fmt.Sprint(second) {
 		t.Fatalf("takeover receipt differs:\n%+v\n%+v", first, second)
 	}
-	if len(e.rt.starts) != 1 {
-		t.Fatalf("takeover started %d distinct workers", len(e.rt.starts))
+	if len(e.rt.Starts) != 1 {
+		t.Fatalf("takeover started %d distinct workers", len(e.rt.Starts))
 	}
 }
 
@@ -451,7 +375,7 @@ func TestMessageReplyCancelRelease(t *testing.T) {
 	if got := e.observe(t, w); got != (protocol.Observation{State: "settled", Outcome: "cancelled"}) {
 		t.Fatalf("after cancel: %+v", got)
 	}
-	if !e.rt.stopped[w] {
+	if !e.rt.Stopped[w] {
 		t.Fatal("cancel did not stop the worker")
 	}
 	// A settled worker never changes state again.

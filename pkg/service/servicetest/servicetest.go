@@ -1,0 +1,138 @@
+// Package servicetest builds a real service for tests of the packages
+// around it: the memory store, the in-process doorbell, a real git
+// repository, and a runtime fake that records what it was asked (the real
+// runtimes are tested by runtimetest).
+package servicetest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/galley-run/galley/pkg/doorbell/localbell"
+	"github.com/galley-run/galley/pkg/githost"
+	"github.com/galley-run/galley/pkg/service"
+	"github.com/galley-run/galley/pkg/store"
+	"github.com/galley-run/galley/pkg/store/memstore"
+)
+
+// Runtime runs nothing; it records starts, stops and removals.
+type Runtime struct {
+	mu      sync.Mutex
+	Starts  map[string]int
+	Stopped map[string]bool
+	Removed []string
+	Specs   map[string]service.WorkerSpec
+}
+
+// NewRuntime returns an empty fake runtime.
+func NewRuntime() *Runtime {
+	return &Runtime{Starts: map[string]int{}, Stopped: map[string]bool{}, Specs: map[string]service.WorkerSpec{}}
+}
+
+func (f *Runtime) Start(_ context.Context, spec service.WorkerSpec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Starts[spec.Handle]++
+	f.Specs[spec.Handle] = spec
+	return nil
+}
+
+func (f *Runtime) Stop(_ context.Context, handle string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Stopped[handle] = true
+	return nil
+}
+
+func (f *Runtime) Liveness(_ context.Context, handle string) (service.Liveness, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.Stopped[handle]:
+		return service.LivenessExited, nil
+	case f.Starts[handle] > 0:
+		return service.LivenessLive, nil
+	}
+	return service.LivenessUnknown, nil
+}
+
+func (f *Runtime) RemoveWorkspace(_ context.Context, handle, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Removed = append(f.Removed, handle)
+	return nil
+}
+
+// StartCount is the number of distinct workers started.
+func (f *Runtime) StartCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.Starts)
+}
+
+// ManualClock is a clock tests move by hand.
+type ManualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewManualClock starts at t.
+func NewManualClock(t time.Time) *ManualClock { return &ManualClock{now: t} }
+
+func (c *ManualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock on by d.
+func (c *ManualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// Env is a service with its parts exposed.
+type Env struct {
+	Service *service.Service
+	Store   store.Store
+	Runtime *Runtime
+	Git     *githost.Repo
+	Config  service.Config
+}
+
+// Config is the configuration tests use: house origin89, backend galley.
+func Config(t testing.TB) service.Config {
+	return service.Config{House: "origin89", Backend: "galley", Credential: "galley-token",
+		Families: []string{"claude", "codex"}, Model: true, Effort: "with-model",
+		WorkerSecret: []byte("0123456789abcdef0123456789abcdef"), WorkspaceRoot: t.TempDir(),
+		AwaitCap: 5 * time.Second}
+}
+
+// New builds a service on the memory store (or st, when given through
+// opts), with mod applied to the configuration.
+func New(t testing.TB, mod func(*service.Config), opts ...service.Option) *Env {
+	t.Helper()
+	ctx := context.Background()
+	repoPath, err := githost.InitBare(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := githost.Open(ctx, repoPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Env{Store: memstore.New(), Runtime: NewRuntime(), Git: repo, Config: Config(t)}
+	if mod != nil {
+		mod(&e.Config)
+	}
+	all := append([]service.Option{service.WithStore(e.Store), service.WithRuntime(e.Runtime),
+		service.WithGitHost(repo), service.WithDoorbell(localbell.New())}, opts...)
+	e.Service, err = service.New(e.Config, all...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
