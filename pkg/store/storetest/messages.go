@@ -220,7 +220,7 @@ func follow(ctx context.Context, n int64, done *atomic.Bool,
 		if len(ss) == 0 {
 			// Pace the idle reads, so that a remote store sees a few
 			// hundred calls here, not thousands.
-			time.Sleep(500 * time.Microsecond)
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	return nil
