@@ -1,0 +1,107 @@
+package harness
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/workerapi"
+)
+
+// Driver starts one agent family and reads its output.
+type Driver interface {
+	// Command builds the agent's command. Its Env holds only the variables
+	// the driver adds; the harness puts them over its own environment less
+	// every GALLEY_ variable, and refuses a command whose arguments or
+	// environment hold the worker token. The harness sets Stdout, Stderr and
+	// the process attributes.
+	Command(self workerapi.Self, mcpURL, mcpSecret, workspace string) (*exec.Cmd, error)
+	// Observe reads the agent's stdout until EOF and tells ev what it shows.
+	Observe(stdout io.Reader, ev Events)
+}
+
+// Events is what a driver reports from the agent's output stream.
+type Events interface {
+	// Started reports positive evidence that the agent runs, which the
+	// harness reports to galley as ready (once).
+	Started(evidence string)
+	// Note logs one event of the agent's stream.
+	Note(msg string, args ...any)
+}
+
+// Agent families with a driver in this harness.
+const FamilyScript = "script"
+
+// DefaultDrivers returns the drivers the worker image ships: the scripted
+// agent. Claude Code and Codex drivers come with their CLIs.
+func DefaultDrivers() map[string]Driver {
+	return map[string]Driver{FamilyScript: ScriptDriver{}}
+}
+
+// ScriptAgentCommand is the galley-worker subcommand that runs the scripted
+// agent.
+const ScriptAgentCommand = "script-agent"
+
+// EnvBrief carries the brief to the scripted agent (at most 64 KiB, within
+// the kernel's limit for one environment string).
+const EnvBrief = "GALLEY_BRIEF"
+
+// Event types of the scripted agent's stdout stream, one JSON object a line
+// with a "type" field.
+const (
+	EventStarted = "started" // connected to the MCP server and found its tools
+)
+
+// ScriptDriver runs the scripted agent: Executable (default: this very
+// executable, galley-worker) with the script-agent subcommand.
+type ScriptDriver struct {
+	Executable string
+}
+
+// Command implements Driver.
+func (d ScriptDriver) Command(self workerapi.Self, mcpURL, mcpSecret, workspace string) (*exec.Cmd, error) {
+	exe := d.Executable
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, galleyerr.E(galleyerr.Op("harness.script"), "cannot find the worker executable", err)
+		}
+	}
+	cmd := exec.Command(exe, ScriptAgentCommand)
+	cmd.Dir = workspace
+	cmd.Env = []string{
+		EnvMCPURL + "=" + mcpURL,
+		EnvMCPSecret + "=" + mcpSecret,
+		EnvWorkspace + "=" + workspace,
+		EnvBrief + "=" + self.Brief,
+	}
+	return cmd, nil
+}
+
+// Observe implements Driver: the first "started" event is the evidence;
+// every event is logged.
+func (ScriptDriver) Observe(stdout io.Reader, ev Events) {
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			ev.Note("agent output", "line", truncate(sc.Text(), 4096))
+			continue
+		}
+		if e["type"] == EventStarted {
+			ev.Started("script agent started")
+		}
+		ev.Note("agent event", "event", e)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}

@@ -1,0 +1,454 @@
+// Package harness runs beside one agent as one galley worker: it fetches the
+// worker's launch facts from galley's worker API, prepares the workspace,
+// serves the agent its tools over MCP (ask the coordinator, post status,
+// escalate, heartbeat, wait for a message, finish, report usage), starts the
+// agent through a Driver, reports ready only on positive evidence that the
+// agent runs, posts heartbeats, delivers kitchn's messages and replies, stops
+// the agent when galley settles the worker, and reports an agent that ended
+// without an outcome as exited. It never reports success on its own.
+//
+// docs/harness.md describes the flow and its choices.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/workerapi"
+	"github.com/galley-run/galley/pkg/workerapi/client"
+	"github.com/galley-run/galley/pkg/workspace"
+)
+
+// CodeNotStarted is the exit code reported when the agent never ran (no
+// driver, a workspace or start failure) or the harness was stopped.
+const CodeNotStarted = -1
+
+type harness struct {
+	cfg  Config
+	api  *client.Client
+	log  *slog.Logger
+	self workerapi.Self
+	box  *inbox
+	ctx  context.Context // the run's context, for work started by events
+
+	readyMu sync.Mutex
+	ready   bool
+
+	finishing atomic.Bool   // the agent called finish
+	finished  atomic.Bool   // the agent's worker-done was posted
+	settled   chan struct{} // closed when galley says the worker is settled
+	fatal     chan error    // the inbox can no longer be read
+}
+
+// Run runs one worker to its end. It returns nil when the worker's end was
+// reported (or galley had settled it), and an error when the harness could
+// not do its job.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.setDefaults()
+	if cfg.Prepare == nil {
+		cfg.Prepare = workspace.Prepare
+	}
+	h := &harness{
+		cfg:     cfg,
+		api:     client.New(cfg.Endpoint, cfg.Token, cfg.ClientOptions...),
+		log:     cfg.Logger,
+		box:     newInbox(),
+		settled: make(chan struct{}),
+		fatal:   make(chan error, 1),
+	}
+	return h.run(ctx)
+}
+
+func (h *harness) run(ctx context.Context) error {
+	// h.ctx lives while the agent may run: heartbeats and ready retries
+	// stop with it.
+	agentCtx, agentGone := context.WithCancel(ctx)
+	defer agentGone()
+	h.ctx = agentCtx
+
+	self, err := h.api.Self(ctx)
+	if err != nil {
+		h.log.Error("cannot read the worker's launch facts", "err", err)
+		return err
+	}
+	h.self = self
+	h.log = h.log.With("worker", self.Handle, "run", self.Run)
+	if self.State == protocol.StateSettled {
+		h.log.Info("the worker is already settled; nothing to do", "outcome", self.Outcome)
+		return nil
+	}
+	driver, ok := h.cfg.Drivers[self.Agent.Agent]
+	if !ok {
+		return h.notStarted(ctx, fmt.Sprintf("this worker image has no driver for agent family %q", self.Agent.Agent), nil)
+	}
+	branch := h.cfg.Branch
+	if branch == "" {
+		branch = self.Branch
+	}
+	h.log.Info("preparing the workspace", "dir", h.cfg.Workspace, "branch", branch)
+	if err := h.cfg.Prepare(ctx, h.cfg.Repository, branch, h.cfg.Workspace); err != nil {
+		return h.notStarted(ctx, "preparing the workspace failed", err)
+	}
+
+	srv, err := h.startMCP()
+	if err != nil {
+		return h.notStarted(ctx, "starting the MCP server failed", err)
+	}
+	defer srv.close()
+
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	defer stopPoll()
+	go h.pollInbox(pollCtx)
+	defer h.box.stop()
+
+	cmd, err := driver.Command(self, srv.url, srv.secret, h.cfg.Workspace)
+	if err != nil {
+		return h.notStarted(ctx, "building the agent command failed", err)
+	}
+	if err := h.prepareCommand(cmd); err != nil {
+		return h.notStarted(ctx, "refusing the agent command", err)
+	}
+	stdout, stdoutW := io.Pipe()
+	stderr := &lineLogger{log: h.log}
+	cmd.Stdout, cmd.Stderr = stdoutW, stderr
+	if err := cmd.Start(); err != nil {
+		return h.notStarted(ctx, "starting the agent failed", err)
+	}
+	h.log.Info("agent started", "pid", cmd.Process.Pid, "agent", self.Agent.Agent, "mcp", srv.url)
+	observed := make(chan struct{})
+	go func() {
+		defer close(observed)
+		driver.Observe(stdout, events{h})
+		_, _ = io.Copy(io.Discard, stdout) // a driver that stops early must not stall the agent
+	}()
+	waited := make(chan error, 1)
+	go func() {
+		err := cmd.Wait()
+		stdoutW.Close()
+		stderr.flush()
+		<-observed
+		waited <- err
+	}()
+
+	select {
+	case err := <-waited:
+		agentGone()
+		return h.agentEnded(ctx, cmd.ProcessState, err)
+	case <-h.settled:
+		// galley settles a worker on its worker-done, possibly before the
+		// agent has the finish result: let a finishing agent exit itself.
+		if h.finishing.Load() && h.awaitExit(waited) {
+			h.log.Info("agent exited after reporting its outcome", "code", exitCode(cmd.ProcessState))
+			return nil
+		}
+		h.log.Info("the worker was settled; stopping the agent")
+		h.stopAgent(cmd, waited)
+		return nil
+	case err := <-h.fatal:
+		h.log.Error("stopping the agent: the inbox cannot be read", "err", err)
+		h.stopAgent(cmd, waited)
+		return err
+	case <-ctx.Done():
+		h.log.Info("the harness was stopped; stopping the agent")
+		h.stopAgent(cmd, waited)
+		if h.finished.Load() || h.isSettled() {
+			return nil
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		return h.reportExited(rctx, CodeNotStarted, "the worker's harness was stopped before the agent reported an outcome")
+	}
+}
+
+// notStarted reports that the agent never ran, so galley settles the
+// worker failed.
+func (h *harness) notStarted(ctx context.Context, reason string, cause error) error {
+	h.log.Error("the agent cannot start", "reason", reason, "err", cause)
+	msg := reason
+	if cause != nil {
+		msg += ": " + cause.Error()
+	}
+	if err := h.reportExited(ctx, CodeNotStarted, msg); err != nil {
+		return err
+	}
+	if cause == nil {
+		return galleyerr.E(galleyerr.Op("harness.start"), reason)
+	}
+	return galleyerr.E(galleyerr.Op("harness.start"), reason, cause)
+}
+
+// agentEnded handles the agent's exit: nothing to do after finish or a
+// settle; otherwise galley hears the code and why.
+func (h *harness) agentEnded(ctx context.Context, ps *os.ProcessState, waitErr error) error {
+	switch {
+	case h.finished.Load():
+		h.log.Info("agent exited after reporting its outcome", "code", exitCode(ps))
+		return nil
+	case h.isSettled():
+		h.log.Info("agent exited; the worker was already settled", "code", exitCode(ps))
+		return nil
+	}
+	code := exitCode(ps)
+	reason := fmt.Sprintf("the agent exited with code %d without reporting an outcome", code)
+	if ps == nil {
+		reason = fmt.Sprintf("waiting for the agent failed (%v) before it reported an outcome", waitErr)
+	} else if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		reason = fmt.Sprintf("the agent was killed by signal %v without reporting an outcome", ws.Signal())
+	}
+	h.log.Warn("agent ended without an outcome", "code", code, "reason", reason)
+	return h.reportExited(ctx, code, reason)
+}
+
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return CodeNotStarted
+	}
+	return ps.ExitCode()
+}
+
+func (h *harness) reportExited(ctx context.Context, code int, reason string) error {
+	if err := h.api.Exited(ctx, code, reason); err != nil {
+		h.log.Error("cannot report the agent's exit", "err", err)
+		return err
+	}
+	return nil
+}
+
+// prepareCommand gives the agent a scrubbed environment, keeps it in the
+// harness's process group (so that stopping the group stops both) and
+// refuses to pass the worker token.
+func (h *harness) prepareCommand(cmd *exec.Cmd) error {
+	env := agentEnv(os.Environ(), h.cfg.AgentBinDir)
+	cmd.Env = append(env, cmd.Env...)
+	for _, s := range append(append([]string{cmd.Path}, cmd.Args...), cmd.Env...) {
+		if strings.Contains(s, h.cfg.Token) {
+			return errors.New("the agent's command line or environment would hold the worker token")
+		}
+	}
+	setProcAttr(cmd)
+	// WaitDelay bounds Wait when a grandchild keeps the agent's pipes open.
+	cmd.WaitDelay = h.cfg.StopGrace
+	return nil
+}
+
+// agentEnv is the harness's environment less every GALLEY_ variable, with
+// the agents' binary directory first on PATH.
+func agentEnv(environ []string, binDir string) []string {
+	var out []string
+	path := ""
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(k, "GALLEY_"):
+		case k == "PATH":
+			path = v
+		default:
+			out = append(out, kv)
+		}
+	}
+	if binDir != "" {
+		path = binDir + string(os.PathListSeparator) + path
+	}
+	if path != "" {
+		out = append(out, "PATH="+path)
+	}
+	return out
+}
+
+// awaitExit waits up to the stop grace for the agent to exit by itself.
+func (h *harness) awaitExit(waited <-chan error) bool {
+	t := time.NewTimer(h.cfg.StopGrace)
+	defer t.Stop()
+	select {
+	case <-waited:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// stopAgent asks the agent to stop, then kills it after the grace period.
+func (h *harness) stopAgent(cmd *exec.Cmd, waited <-chan error) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(h.cfg.StopGrace)
+	defer t.Stop()
+	select {
+	case <-waited:
+	case <-t.C:
+		h.log.Warn("the agent ignored SIGTERM; killing it")
+		_ = cmd.Process.Kill()
+		<-waited
+	}
+	h.log.Info("agent stopped", "code", exitCode(cmd.ProcessState))
+}
+
+func (h *harness) isSettled() bool {
+	select {
+	case <-h.settled:
+		return true
+	default:
+		return false
+	}
+}
+
+// ensureReady reports ready once, on the first evidence that the agent
+// runs. A failure is logged; the next evidence tries again.
+func (h *harness) ensureReady(ctx context.Context, evidence string) bool {
+	h.readyMu.Lock()
+	defer h.readyMu.Unlock()
+	if h.ready {
+		return true
+	}
+	if err := h.api.Ready(ctx, evidence); err != nil {
+		h.log.Error("cannot report ready", "evidence", evidence, "err", err)
+		return false
+	}
+	h.ready = true
+	h.log.Info("ready reported", "evidence", evidence)
+	go h.heartbeats(h.ctx)
+	return true
+}
+
+// heartbeats posts a heartbeat every interval until ctx ends.
+func (h *harness) heartbeats(ctx context.Context) {
+	t := time.NewTicker(h.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := h.api.Post(ctx, workerapi.PostRequest{Kind: protocol.MsgHeartbeat}); err != nil && ctx.Err() == nil {
+				h.log.Warn("heartbeat failed", "err", err)
+			}
+		}
+	}
+}
+
+// pollInbox long-polls galley for messages and replies until the worker is
+// settled or ctx ends.
+func (h *harness) pollInbox(ctx context.Context) {
+	var after int64
+	retry := time.Second
+	for {
+		ans, err := h.api.Inbox(ctx, after, h.cfg.InboxWait)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if galleyerr.Is(galleyerr.Unauthorized, err) {
+				h.fatal <- err // galley no longer knows this worker's token
+				return
+			}
+			h.log.Warn("reading the inbox failed; retrying", "err", err, "in", retry)
+			if sleepCtx(ctx, retry) != nil {
+				return
+			}
+			retry = min(retry*2, 30*time.Second)
+			continue
+		}
+		retry = time.Second
+		for _, it := range ans.Items {
+			if it.Seq <= after {
+				continue
+			}
+			after = it.Seq
+			h.log.Info("inbox item", "seq", it.Seq, "kind", it.Kind, "question", it.Question)
+			h.box.add(it)
+		}
+		if ans.Settled {
+			h.log.Info("galley settled the worker", "outcome", ans.Outcome)
+			close(h.settled)
+			return
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// events is the harness's side of a driver's Events.
+type events struct{ h *harness }
+
+// Started reports ready, and on failure retries in the background until it
+// is reported or the run ends, so the driver keeps reading the agent's
+// output.
+func (e events) Started(evidence string) {
+	if e.h.ensureReady(e.h.ctx, evidence) {
+		return
+	}
+	go func() {
+		retry := time.Second
+		for !e.h.ensureReady(e.h.ctx, evidence) {
+			if sleepCtx(e.h.ctx, retry) != nil {
+				return
+			}
+			retry = min(retry*2, 30*time.Second)
+		}
+	}()
+}
+
+func (e events) Note(msg string, args ...any) {
+	e.h.log.Info(msg, append([]any{"source", "agent"}, args...)...)
+}
+
+// lineLogger logs the agent's stderr one line at a time, so that the
+// harness's own stderr stays JSON lines.
+type lineLogger struct {
+	log *slog.Logger
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.emit(l.buf[:i])
+		l.buf = l.buf[i+1:]
+	}
+	if len(l.buf) > 64<<10 {
+		l.emit(l.buf)
+		l.buf = nil
+	}
+	return len(p), nil
+}
+
+func (l *lineLogger) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.buf) > 0 {
+		l.emit(l.buf)
+		l.buf = nil
+	}
+}
+
+func (l *lineLogger) emit(line []byte) {
+	l.log.Info("agent stderr", "line", truncate(string(bytes.TrimRight(line, "\r")), 4096))
+}

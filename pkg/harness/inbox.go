@@ -1,0 +1,107 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/galley-run/galley/pkg/workerapi"
+)
+
+// errStopping ends every wait once the harness stops.
+var errStopping = errors.New("the worker is stopping")
+
+// inbox holds what kitchn sent the worker until the agent takes it:
+// message bodies in arrival order, and replies by question id.
+type inbox struct {
+	mu       sync.Mutex
+	messages []string
+	replies  map[string]string // question id -> reply body, not yet taken
+	stopped  bool
+	changed  chan struct{} // closed and replaced on every change
+}
+
+func newInbox() *inbox {
+	return &inbox{replies: map[string]string{}, changed: make(chan struct{})}
+}
+
+func (b *inbox) add(item workerapi.InboxItem) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch item.Kind {
+	case workerapi.ItemMessage:
+		b.messages = append(b.messages, item.Body)
+	case workerapi.ItemReply:
+		b.replies[item.Question] = item.Body
+	default:
+		return
+	}
+	b.notifyLocked()
+}
+
+func (b *inbox) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stopped = true
+	b.notifyLocked()
+}
+
+func (b *inbox) notifyLocked() {
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// nextMessage takes the oldest message, waiting for one. A message is
+// taken only when it is returned, so a wait that ends early loses none.
+func (b *inbox) nextMessage(ctx context.Context) (string, error) {
+	return b.await(ctx, func() (string, bool) {
+		if len(b.messages) == 0 {
+			return "", false
+		}
+		m := b.messages[0]
+		b.messages = b.messages[1:]
+		return m, true
+	})
+}
+
+// reply takes the reply to question, waiting for it.
+func (b *inbox) reply(ctx context.Context, question string) (string, error) {
+	return b.await(ctx, func() (string, bool) {
+		r, ok := b.replies[question]
+		if ok {
+			delete(b.replies, question)
+		}
+		return r, ok
+	})
+}
+
+// drainMessages takes every waiting message.
+func (b *inbox) drainMessages() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := b.messages
+	b.messages = nil
+	return m
+}
+
+// await runs take under the lock until it succeeds, the inbox stops or ctx
+// ends.
+func (b *inbox) await(ctx context.Context, take func() (string, bool)) (string, error) {
+	for {
+		b.mu.Lock()
+		if v, ok := take(); ok {
+			b.mu.Unlock()
+			return v, nil
+		}
+		stopped, ch := b.stopped, b.changed
+		b.mu.Unlock()
+		if stopped {
+			return "", errStopping
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}

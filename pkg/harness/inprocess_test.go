@@ -1,0 +1,377 @@
+package harness_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/harness"
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/workerapi"
+	"github.com/galley-run/galley/pkg/workerapi/client"
+	"github.com/galley-run/galley/pkg/workerapi/fakeapi"
+)
+
+// These tests run the harness in the test process with drivers of their
+// own: shell commands standing in for agents, and the test itself acting as
+// the agent's MCP client.
+
+// shellDriver runs sh -c script as the agent, and hands the MCP endpoint to
+// the test.
+type shellDriver struct {
+	script string
+	args   []string
+	mcp    chan [2]string
+}
+
+func (d shellDriver) Command(_ workerapi.Self, mcpURL, mcpSecret, workspace string) (*exec.Cmd, error) {
+	if d.mcp != nil {
+		d.mcp <- [2]string{mcpURL, mcpSecret}
+	}
+	cmd := exec.Command("sh", append([]string{"-c", d.script, "agent"}, d.args...)...)
+	cmd.Dir = workspace
+	return cmd, nil
+}
+
+func (d shellDriver) Observe(stdout io.Reader, ev harness.Events) {
+	b, _ := io.ReadAll(stdout)
+	if strings.Contains(string(b), "started") {
+		ev.Started("shell said started")
+	}
+}
+
+type inproc struct {
+	log  *syncBuffer
+	done chan error
+}
+
+func runInProcess(t *testing.T, ctx context.Context, f *fakeapi.Server, family string, d harness.Driver, edit func(*harness.Config)) *inproc {
+	t.Helper()
+	p := &inproc{log: &syncBuffer{}, done: make(chan error, 1)}
+	cfg := harness.Config{
+		Endpoint:      f.URL,
+		Token:         testToken,
+		Workspace:     filepath.Join(t.TempDir(), "ws"),
+		Repository:    bareRepo(t),
+		Heartbeat:     time.Hour,
+		StopGrace:     5 * time.Second,
+		Drivers:       map[string]harness.Driver{family: d},
+		ClientOptions: []client.Option{client.WithRetry(2, time.Millisecond, time.Millisecond)},
+		Logger:        slog.New(slog.NewJSONHandler(p.log, nil)),
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	go func() { p.done <- harness.Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("harness log:\n%s", p.log.String())
+		}
+	})
+	return p
+}
+
+func (p *inproc) wait(t *testing.T, ctx context.Context) error {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		if strings.Contains(p.log.String(), testToken[strings.LastIndex(testToken, ".")+1:]) {
+			t.Error("the harness log holds the worker token")
+		}
+		return err
+	case <-ctx.Done():
+		t.Fatal("the harness did not return")
+		return nil
+	}
+}
+
+func fakeFor(t *testing.T, self workerapi.Self) *fakeapi.Server {
+	t.Helper()
+	if self.Handle == "" {
+		self.Handle, self.Run, self.Brief, self.Branch = "w-1", "run-1", "Fix it.", testBranch
+	}
+	f := fakeapi.New(self, testToken)
+	t.Cleanup(f.Close)
+	return f
+}
+
+func TestNoReadyWithoutEvidence(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	f := fakeFor(t, workerapi.Self{Agent: protocol.AgentSelection{Agent: "shell"}})
+	p := runInProcess(t, ctx, f, "shell", shellDriver{script: "echo warming up; exit 2"}, nil)
+	if err := p.wait(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := f.Snapshot()
+	if len(s.Calls) != 1 || s.Calls[0].Exited == nil || s.Calls[0].Exited.Code != 2 || !strings.Contains(s.Calls[0].Exited.Reason, "code 2") {
+		t.Fatalf("calls = %+v, want only exited with code 2", s.Calls)
+	}
+}
+
+func TestReadyOnStartedEvidence(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	f := fakeFor(t, workerapi.Self{Agent: protocol.AgentSelection{Agent: "shell"}})
+	p := runInProcess(t, ctx, f, "shell", shellDriver{script: "echo started; exit 0"}, nil)
+	if err := p.wait(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := f.Snapshot()
+	checkReadyFirst(t, s)
+	if s.Calls[0].Ready.Evidence != "shell said started" {
+		t.Errorf("evidence = %q", s.Calls[0].Ready.Evidence)
+	}
+	if last := s.Calls[len(s.Calls)-1]; last.Exited == nil || last.Exited.Code != 0 {
+		t.Errorf("last call = %+v, want exited 0 (no outcome reported)", last)
+	}
+}
+
+func TestAgentNeverStarts(t *testing.T) {
+	tests := []struct {
+		name   string
+		self   workerapi.Self
+		driver harness.Driver
+		reason string
+	}{
+		{"no driver for the family", workerapi.Self{Agent: protocol.AgentSelection{Agent: "claude"}}, nil, `no driver for agent family "claude"`},
+		{"the branch is missing", workerapi.Self{Handle: "w-1", Brief: "x", Branch: "kitchen/missing", Agent: protocol.AgentSelection{Agent: "shell"}},
+			shellDriver{script: "exit 0"}, "preparing the workspace failed"},
+		{"the token would reach the agent", workerapi.Self{Agent: protocol.AgentSelection{Agent: "shell"}},
+			shellDriver{script: "exit 0", args: []string{testToken}}, "refusing the agent command"},
+		{"the agent cannot be executed", workerapi.Self{Agent: protocol.AgentSelection{Agent: "shell"}},
+			badExeDriver{}, "starting the agent failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			f := fakeFor(t, tt.self)
+			drivers := map[string]harness.Driver{}
+			if tt.driver != nil {
+				drivers["shell"] = tt.driver
+			}
+			p := runInProcess(t, ctx, f, "unused", nil, func(c *harness.Config) { c.Drivers = drivers })
+			if err := p.wait(t, ctx); err == nil {
+				t.Error("Run succeeded")
+			}
+			s := f.Snapshot()
+			if len(s.Calls) != 1 || s.Calls[0].Exited == nil {
+				t.Fatalf("calls = %+v, want only exited", s.Calls)
+			}
+			if e := s.Calls[0].Exited; e.Code != harness.CodeNotStarted || !strings.Contains(e.Reason, tt.reason) {
+				t.Errorf("exited = %+v, want a reason with %q", e, tt.reason)
+			}
+			if strings.Contains(s.Calls[0].Exited.Reason, testToken) {
+				t.Error("the reason holds the token")
+			}
+		})
+	}
+}
+
+type badExeDriver struct{}
+
+func (badExeDriver) Command(workerapi.Self, string, string, string) (*exec.Cmd, error) {
+	return exec.Command(filepath.Join(os.TempDir(), "no-such-agent-binary")), nil
+}
+func (badExeDriver) Observe(io.Reader, harness.Events) {}
+
+func TestSettledWorkerDoesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	f := fakeFor(t, workerapi.Self{Handle: "w-1", State: protocol.StateSettled, Outcome: protocol.OutcomeCancelled, Agent: protocol.AgentSelection{Agent: "shell"}})
+	p := runInProcess(t, ctx, f, "shell", shellDriver{script: "echo started; sleep 60"}, nil)
+	if err := p.wait(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := f.Snapshot(); len(s.Calls) != 0 {
+		t.Errorf("calls = %+v", s.Calls)
+	}
+}
+
+// TestToolsDirectly plays the agent: the test calls the MCP tools itself
+// while a sleeping shell stands in for the agent process.
+func TestToolsDirectly(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	f := fakeFor(t, workerapi.Self{Handle: "w-1", Run: "run-1", Brief: "x", Branch: testBranch,
+		Agent: protocol.AgentSelection{Agent: "claude", Model: "opus-9"}})
+	ep := make(chan [2]string, 1)
+	p := runInProcess(t, ctx, f, "claude", shellDriver{script: "exec sleep 600", mcp: ep},
+		func(c *harness.Config) {
+			c.AppendMessages = true
+			c.StopGrace = 100 * time.Millisecond // the stand-in never exits by itself after finish
+		})
+	var mcpURL, secret string
+	select {
+	case e := <-ep:
+		mcpURL, secret = e[0], e[1]
+	case <-ctx.Done():
+		t.Fatal("no agent command")
+	}
+
+	hc := &http.Client{Transport: bearerRT{secret}}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, nil).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: mcpURL, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	call := func(name string, args map[string]any) (string, bool) {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var parts []string
+		for _, c := range res.Content {
+			parts = append(parts, c.(*mcp.TextContent).Text)
+		}
+		return strings.Join(parts, "|"), res.IsError
+	}
+
+	f.Message("rebase onto main")
+	// Once the harness polls the inbox a second time, it holds the message.
+	waitFor(t, ctx, f, "the second inbox poll", func(s fakeapi.Snapshot) bool { return s.Attempts[workerapi.PathInbox] >= 2 })
+	// The first tool call is the evidence that the agent runs; the message
+	// waiting by then is appended to its result.
+	text, isErr := call(harness.ToolStatus, map[string]any{"body": "looking"})
+	if isErr {
+		t.Fatalf("post_status: %s", text)
+	}
+	if !strings.Contains(text, "Message from the coordinator: rebase onto main") {
+		t.Errorf("result = %q", text)
+	}
+	if text, isErr := call(harness.ToolStatus, map[string]any{"body": "  "}); !isErr || !strings.Contains(text, "empty") {
+		t.Errorf("an empty status answered %q", text)
+	}
+	if text, isErr := call(harness.ToolUsage, map[string]any{"input": 10, "output": 5}); isErr {
+		t.Errorf("report_usage: %s", text)
+	}
+	if text, isErr := call(harness.ToolFinish, map[string]any{"outcome": "great"}); !isErr {
+		t.Errorf("finish with a bad outcome answered %q", text)
+	}
+	if text, isErr := call(harness.ToolFinish, map[string]any{"outcome": "succeeded", "body": "done"}); isErr {
+		t.Fatalf("finish: %s", text)
+	}
+	if text, isErr := call(harness.ToolStatus, map[string]any{"body": "after"}); !isErr || !strings.Contains(text, "already reported") {
+		t.Errorf("a tool after finish answered %q", text)
+	}
+
+	if err := p.wait(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := f.Snapshot()
+	checkReadyFirst(t, s)
+	if !strings.HasPrefix(s.Calls[0].Ready.Evidence, "agent called ") {
+		t.Errorf("evidence = %q", s.Calls[0].Ready.Evidence)
+	}
+	var usage *workerapi.UsageRequest
+	for _, c := range s.Calls {
+		if c.Usage != nil {
+			usage = c.Usage
+		}
+	}
+	if usage == nil || usage.Report.Agent != "claude" || usage.Report.Model != "opus-9" || usage.Report.Cost != nil ||
+		*usage.Report.Tokens.Input != 10 || *usage.Report.Tokens.Output != 5 {
+		t.Errorf("usage = %+v", usage)
+	}
+	if got := kinds(s.Posts()); strings.Join(got, ",") != strings.Repeat("status,", len(got)-1)+"worker-done" {
+		t.Errorf("posts = %v", got)
+	}
+	if s.Count(workerapi.PathExited) != 0 {
+		t.Error("exited reported after finish")
+	}
+}
+
+type bearerRT struct{ secret string }
+
+func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.secret)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	loose := filepath.Join(dir, "loose")
+	link := filepath.Join(dir, "link")
+	empty := filepath.Join(dir, "empty")
+	for path, mode := range map[string]os.FileMode{good: 0o600, loose: 0o644, empty: 0o600} {
+		content := testToken + "\n"
+		if path == empty {
+			content = "\n"
+		}
+		if err := os.WriteFile(path, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]string{
+		harness.EnvEndpoint:   "http://127.0.0.1:8080",
+		harness.EnvTokenFile:  good,
+		harness.EnvWorkspace:  "/tmp/ws",
+		harness.EnvRepository: "/tmp/repo.git",
+	}
+	tests := []struct {
+		name string
+		set  map[string]string
+		ok   bool
+	}{
+		{"token file", nil, true},
+		{"token in the environment", map[string]string{harness.EnvTokenFile: "", harness.EnvToken: testToken}, true},
+		{"heartbeat", map[string]string{harness.EnvHeartbeat: "5s"}, true},
+		{"no token", map[string]string{harness.EnvTokenFile: ""}, false},
+		{"token file readable by others", map[string]string{harness.EnvTokenFile: loose}, false},
+		{"token file behind a link", map[string]string{harness.EnvTokenFile: link}, false},
+		{"empty token file", map[string]string{harness.EnvTokenFile: empty}, false},
+		{"missing token file", map[string]string{harness.EnvTokenFile: filepath.Join(dir, "none")}, false},
+		{"bad endpoint", map[string]string{harness.EnvEndpoint: "ftp://x"}, false},
+		{"no workspace", map[string]string{harness.EnvWorkspace: ""}, false},
+		{"no repository", map[string]string{harness.EnvRepository: ""}, false},
+		{"bad heartbeat", map[string]string{harness.EnvHeartbeat: "often"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{}
+			for k, v := range base {
+				env[k] = v
+			}
+			for k, v := range tt.set {
+				env[k] = v
+			}
+			cfg, err := harness.ConfigFromEnv(func(k string) string { return env[k] })
+			if tt.ok != (err == nil) {
+				t.Fatalf("err = %v, want ok=%v", err, tt.ok)
+			}
+			if err != nil {
+				if !galleyerr.Is(galleyerr.Invalid, err) {
+					t.Errorf("kind = %v", galleyerr.KindOf(err))
+				}
+				if strings.Contains(err.Error(), testToken) {
+					t.Errorf("the error holds the token: %v", err)
+				}
+				return
+			}
+			if cfg.Token != testToken {
+				t.Errorf("token not read")
+			}
+		})
+	}
+}

@@ -1,0 +1,227 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/workerapi"
+)
+
+// Tool names the agent sees.
+const (
+	ToolAsk         = "ask_coordinator"
+	ToolStatus      = "post_status"
+	ToolEscalate    = "escalate"
+	ToolHeartbeat   = "heartbeat"
+	ToolWaitMessage = "wait_message"
+	ToolFinish      = "finish"
+	ToolUsage       = "report_usage"
+)
+
+// MCPPath is the MCP endpoint's path on the harness's loopback server.
+const MCPPath = "/mcp"
+
+const maxText = 64 << 10
+
+type askArgs struct {
+	Subject string `json:"subject" jsonschema:"a short subject line for the question"`
+	Body    string `json:"body" jsonschema:"the question itself"`
+}
+
+type statusArgs struct {
+	Body string `json:"body" jsonschema:"a short status note for the coordinator"`
+}
+
+type finishArgs struct {
+	Outcome string `json:"outcome" jsonschema:"succeeded, failed or cancelled"`
+	Body    string `json:"body,omitempty" jsonschema:"a summary of what was done"`
+}
+
+type usageArgs struct {
+	Input  int64  `json:"input" jsonschema:"input tokens used so far"`
+	Output int64  `json:"output" jsonschema:"output tokens used so far"`
+	Cost   *int64 `json:"cost,omitempty" jsonschema:"cost so far in millionths of a US dollar"`
+}
+
+type noArgs struct{}
+
+// mcpServer is the harness's MCP endpoint on 127.0.0.1, open only to a
+// request carrying its per-session secret.
+type mcpServer struct {
+	url    string
+	secret string
+	srv    *http.Server
+}
+
+func (s *mcpServer) close() { _ = s.srv.Close() }
+
+func (h *harness) startMCP() (*mcpServer, error) {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, err
+	}
+	secret := hex.EncodeToString(raw)
+
+	server := mcp.NewServer(&mcp.Implementation{Name: "galley-harness", Version: "1"}, &mcp.ServerOptions{
+		Instructions: "Tools to talk to your coordinator through galley: ask questions, post status, escalate, " +
+			"wait for messages, report usage, and call finish exactly once when the work is done.",
+	})
+	h.addTools(server)
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+
+	mux := http.NewServeMux()
+	mux.Handle(MCPPath, requireSecret(secret, handler))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return &mcpServer{url: "http://" + ln.Addr().String() + MCPPath, secret: secret, srv: srv}, nil
+}
+
+// requireSecret answers 401 to any request without "Bearer <secret>".
+func requireSecret(secret string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + secret)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (h *harness) addTools(s *mcp.Server) {
+	mcp.AddTool(s, &mcp.Tool{Name: ToolAsk, Description: "Ask the coordinator a question and wait for the reply, which this returns."},
+		tool(h, ToolAsk, func(ctx context.Context, a askArgs) (string, error) {
+			if err := checkText("subject", a.Subject, "body", a.Body); err != nil {
+				return "", err
+			}
+			ans, err := h.api.Post(ctx, workerapi.PostRequest{Kind: protocol.MsgQuestion, Subject: a.Subject, Body: a.Body})
+			if err != nil {
+				return "", err
+			}
+			h.log.Info("question posted, awaiting the reply", "question", ans.ID)
+			reply, err := h.box.reply(ctx, ans.ID)
+			if err != nil {
+				return "", fmt.Errorf("no reply to question %s: %w", ans.ID, err)
+			}
+			return reply, nil
+		}))
+	mcp.AddTool(s, &mcp.Tool{Name: ToolStatus, Description: "Post a short status note to the coordinator."},
+		tool(h, ToolStatus, func(ctx context.Context, a statusArgs) (string, error) {
+			return h.post(ctx, workerapi.PostRequest{Kind: protocol.MsgStatus, Body: a.Body}, "body", a.Body)
+		}))
+	mcp.AddTool(s, &mcp.Tool{Name: ToolEscalate, Description: "Escalate a problem that needs a person's attention."},
+		tool(h, ToolEscalate, func(ctx context.Context, a askArgs) (string, error) {
+			return h.post(ctx, workerapi.PostRequest{Kind: protocol.MsgEscalation, Subject: a.Subject, Body: a.Body},
+				"subject", a.Subject, "body", a.Body)
+		}))
+	mcp.AddTool(s, &mcp.Tool{Name: ToolHeartbeat, Description: "Tell the coordinator you are still working."},
+		tool(h, ToolHeartbeat, func(ctx context.Context, _ noArgs) (string, error) {
+			return h.post(ctx, workerapi.PostRequest{Kind: protocol.MsgHeartbeat})
+		}))
+	mcp.AddTool(s, &mcp.Tool{Name: ToolWaitMessage, Description: "Wait for the next message from the coordinator and return it."},
+		tool(h, ToolWaitMessage, func(ctx context.Context, _ noArgs) (string, error) {
+			return h.box.nextMessage(ctx)
+		}))
+	mcp.AddTool(s, &mcp.Tool{Name: ToolFinish, Description: "Report the outcome (succeeded, failed or cancelled) once the work is over, then exit."},
+		tool(h, ToolFinish, func(ctx context.Context, a finishArgs) (string, error) {
+			switch a.Outcome {
+			case protocol.OutcomeSucceeded, protocol.OutcomeFailed, protocol.OutcomeCancelled:
+			default:
+				return "", fmt.Errorf("outcome must be succeeded, failed or cancelled")
+			}
+			if a.Body != "" {
+				if err := checkText("body", a.Body); err != nil {
+					return "", err
+				}
+			}
+			h.finishing.Store(true)
+			if _, err := h.api.Post(ctx, workerapi.PostRequest{Kind: protocol.MsgWorkerDone, Outcome: a.Outcome, Body: a.Body}); err != nil {
+				return "", err
+			}
+			h.finished.Store(true)
+			h.log.Info("agent finished", "outcome", a.Outcome)
+			return "reported " + a.Outcome + "; exit now", nil
+		}))
+	mcp.AddTool(s, &mcp.Tool{Name: ToolUsage, Description: "Report token usage (and cost, if known) so far."},
+		tool(h, ToolUsage, func(ctx context.Context, a usageArgs) (string, error) {
+			if a.Input < 0 || a.Output < 0 || (a.Cost != nil && *a.Cost < 0) {
+				return "", fmt.Errorf("usage counts may not be negative")
+			}
+			rep := protocol.UsageReport{Source: h.self.Handle, Tokens: &protocol.Tokens{Input: &a.Input, Output: &a.Output}}
+			if fam := h.self.Agent.Agent; fam == "claude" || fam == "codex" {
+				rep.Agent, rep.Model = fam, h.self.Agent.Model
+			}
+			if a.Cost != nil {
+				rep.Cost = &protocol.Cost{Amount: *a.Cost, Basis: "reported"}
+			}
+			if err := h.api.Usage(ctx, rep); err != nil {
+				return "", err
+			}
+			return "usage reported", nil
+		}))
+}
+
+// tool adapts a handler: it refuses calls after finish, takes any call as
+// evidence that the agent runs, and appends waiting messages when asked to.
+func tool[In any](h *harness, name string, f func(context.Context, In) (string, error)) mcp.ToolHandlerFor[In, any] {
+	return func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
+		if h.finished.Load() {
+			return nil, nil, errors.New("the worker already reported its outcome; exit now")
+		}
+		h.ensureReady(ctx, "agent called "+name)
+		text, err := f(ctx, in)
+		if err != nil {
+			h.log.Warn("tool failed", "tool", name, "err", err)
+			return nil, nil, err
+		}
+		res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+		if h.cfg.AppendMessages && name != ToolWaitMessage {
+			for _, m := range h.box.drainMessages() {
+				res.Content = append(res.Content, &mcp.TextContent{Text: "Message from the coordinator: " + m})
+			}
+		}
+		return res, nil, nil
+	}
+}
+
+func (h *harness) post(ctx context.Context, req workerapi.PostRequest, fields ...string) (string, error) {
+	if err := checkText(fields...); err != nil {
+		return "", err
+	}
+	ans, err := h.api.Post(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	return "posted " + ans.ID, nil
+}
+
+// checkText checks name/value pairs against the protocol's text limits.
+func checkText(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		name, v := pairs[i], pairs[i+1]
+		switch {
+		case strings.TrimSpace(v) == "":
+			return fmt.Errorf("%s may not be empty", name)
+		case len(v) > maxText:
+			return fmt.Errorf("%s is longer than 64 KiB", name)
+		case strings.ContainsRune(v, 0):
+			return fmt.Errorf("%s may not contain NUL", name)
+		}
+	}
+	return nil
+}
