@@ -1,0 +1,21 @@
+// Package localproc runs galley's workers as local processes: one harness
+// process per worker, in its own process group, started once per handle.
+// Everything it knows about a worker lives on disk under the data directory,
+// so a server that restarts (or was killed) can still observe and stop the
+// workers an earlier server started:
+//
+//	<dir>/workers/<handle>/     mode 700; creating it is the claim that makes Start happen once
+//	    token                   the worker's own credential, mode 600; only its path reaches the
+//	                            harness, and it is deleted once the harness has ended
+//	    meta.json               the spec's labels and the start time, never the token
+//	    harness.log             the harness's stdout and stderr
+//	    pidstart, pid           the harness's start time (from /proc, against pid reuse) and pid
+//	    stop                    when Stop was asked and when SIGKILL is due
+//	    exit                    how the harness ended, when this server reaped it
+//	<dir>/workspaces/           worktrees; RemoveWorkspace deletes only under here
+//
+// The harness inherits only an allow-list of the server's environment plus
+// the GALLEY_* variables below, so no credential of the server (kitchn's
+// bearer token above all) reaches a worker. It implements service.Runtime
+// and passes the shared suite in package runtimetest.
+package localproc
