@@ -27,13 +27,12 @@ const (
 	EnvHeartbeat = "GALLEY_HEARTBEAT_INTERVAL"
 )
 
-// Environment variables the harness gives the agent. The agent gets no
-// other GALLEY_ variable: in particular never the worker token or its file.
+// Environment variables the harness gives the agent, with GALLEY_WORKSPACE
+// (and, for the scripted agent, GALLEY_BRIEF). The agent gets no other
+// GALLEY_ variable: in particular never the worker token or its file.
 const (
 	EnvMCPURL    = "GALLEY_MCP_URL"
 	EnvMCPSecret = "GALLEY_MCP_SECRET"
-	EnvBriefFile = "GALLEY_BRIEF_FILE"
-	// The agent also gets GALLEY_WORKSPACE and GALLEY_BRANCH, named as above.
 )
 
 // DefaultHeartbeat is how often the harness posts a heartbeat while the
