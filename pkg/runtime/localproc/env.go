@@ -33,19 +33,30 @@ var allowedEnv = []string{
 // a harness inherits.
 func AllowedEnv() []string { return slices.Clone(allowedEnv) }
 
-// reservedPrefix marks galley's own variables, which no option may forward:
-// the server's settings (its kitchn token among them) use the same prefix.
+// reservedPrefix marks galley's own variables. None passes through from the
+// server's environment by name: the server's settings, its kitchn token
+// among them, use the same prefix.
 const reservedPrefix = "GALLEY_"
 
+// runtimeOwned are the variables only the runtime sets, per worker. The
+// worker's token itself never travels in a variable, only its file's path.
+var runtimeOwned = []string{
+	EnvTokenFile, EnvEndpoint, EnvWorkspace, EnvRepository, EnvBranch, EnvHandle,
+	"GALLEY_WORKER_TOKEN",
+}
+
 // checkEnvName reports why name cannot be given to a harness, or "".
-func checkEnvName(name string) string {
+// passed is true for a variable copied from the server's environment.
+func checkEnvName(name string, passed bool) string {
 	switch {
 	case name == "":
 		return "empty environment variable name"
 	case strings.ContainsAny(name, "=\x00"):
 		return "environment variable name holds '=' or NUL"
-	case strings.HasPrefix(name, reservedPrefix):
-		return "environment variable " + name + " is reserved: GALLEY_ variables never pass to a worker"
+	case slices.Contains(runtimeOwned, name):
+		return "environment variable " + name + " is set by the runtime alone"
+	case passed && strings.HasPrefix(name, reservedPrefix):
+		return "environment variable " + name + " is galley's: GALLEY_ variables never pass through to a worker"
 	}
 	return ""
 }

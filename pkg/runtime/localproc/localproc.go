@@ -86,11 +86,12 @@ func WithEndpoint(url string) Option { return func(r *Runtime) { r.endpoint = ur
 func WithRepository(url string) Option { return func(r *Runtime) { r.repository = url } }
 
 // WithPassEnv passes the server's variables of these names through to every
-// harness, such as an agent provider's key. GALLEY_ names are refused.
+// harness, such as an agent provider's key. GALLEY_ names are refused: the
+// server's own settings, its kitchn token among them, use that prefix.
 func WithPassEnv(names ...string) Option {
 	return func(r *Runtime) {
 		for _, n := range names {
-			if msg := checkEnvName(n); msg != "" && r.optErr == "" {
+			if msg := checkEnvName(n, true); msg != "" && r.optErr == "" {
 				r.optErr = msg
 			}
 		}
@@ -98,12 +99,13 @@ func WithPassEnv(names ...string) Option {
 	}
 }
 
-// WithEnv gives every harness the variable name=value, such as a provider
-// key the server resolved by name. It is never logged. GALLEY_ names are
-// refused.
+// WithEnv gives every harness the variable name=value: a provider key the
+// server resolved by name, or a harness setting such as
+// GALLEY_AGENT_BIN_DIR. Values are never logged. The variables the runtime
+// sets per worker are refused.
 func WithEnv(name, value string) Option {
 	return func(r *Runtime) {
-		if msg := checkEnvName(name); msg != "" && r.optErr == "" {
+		if msg := checkEnvName(name, false); msg != "" && r.optErr == "" {
 			r.optErr = msg
 		}
 		if strings.ContainsRune(value, 0) && r.optErr == "" {

@@ -267,6 +267,7 @@ func TestHarnessEnvironment(t *testing.T) {
 		WithRepository("file:///srv/house.git"),
 		WithPassEnv("PROVIDER_KEY_FOR_TEST"),
 		WithEnv("EXTRA_FOR_TEST", "extra-value"),
+		WithEnv("GALLEY_HEARTBEAT_INTERVAL", "1s"),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	spec := fakeSpec(r, "w-env", "run")
 	if err := r.Start(context.Background(), spec); err != nil {
@@ -274,7 +275,7 @@ func TestHarnessEnvironment(t *testing.T) {
 	}
 	rec := awaitRecord(t, spec.WorkspacePath)
 
-	allowed := map[string]bool{"PROVIDER_KEY_FOR_TEST": true, "EXTRA_FOR_TEST": true}
+	allowed := map[string]bool{"PROVIDER_KEY_FOR_TEST": true, "EXTRA_FOR_TEST": true, "GALLEY_HEARTBEAT_INTERVAL": true}
 	for _, k := range slices.Concat(AllowedEnv(), []string{EnvTokenFile, EnvEndpoint, EnvWorkspace, EnvRepository, EnvBranch, EnvHandle}) {
 		allowed[k] = true
 	}
@@ -290,15 +291,16 @@ func TestHarnessEnvironment(t *testing.T) {
 		}
 	}
 	want := map[string]string{
-		EnvTokenFile:            r.tokenFile(spec.Handle),
-		EnvEndpoint:             testEndpoint,
-		EnvWorkspace:            spec.WorkspacePath,
-		EnvRepository:           "file:///srv/house.git",
-		EnvBranch:               spec.Branch,
-		EnvHandle:               spec.Handle,
-		"LANG":                  "C.UTF-8",
-		"PROVIDER_KEY_FOR_TEST": "provider-test-value",
-		"EXTRA_FOR_TEST":        "extra-value",
+		EnvTokenFile:                r.tokenFile(spec.Handle),
+		EnvEndpoint:                 testEndpoint,
+		EnvWorkspace:                spec.WorkspacePath,
+		EnvRepository:               "file:///srv/house.git",
+		EnvBranch:                   spec.Branch,
+		EnvHandle:                   spec.Handle,
+		"LANG":                      "C.UTF-8",
+		"PROVIDER_KEY_FOR_TEST":     "provider-test-value",
+		"EXTRA_FOR_TEST":            "extra-value",
+		"GALLEY_HEARTBEAT_INTERVAL": "1s",
 	}
 	for k, v := range want {
 		if env[k] != v {
@@ -379,7 +381,8 @@ func TestOptionsRefused(t *testing.T) {
 		{"missing harness", append(slices.Clone(ok), WithHarness(filepath.Join(dir, "nope")))},
 		{"zero grace", append(slices.Clone(ok), WithGrace(0))},
 		{"pass a GALLEY_ variable", append(slices.Clone(ok), WithPassEnv("GALLEY_TOKEN"))},
-		{"set a GALLEY_ variable", append(slices.Clone(ok), WithEnv("GALLEY_WORKER_TOKEN_FILE", "/etc/passwd"))},
+		{"set a runtime variable", append(slices.Clone(ok), WithEnv("GALLEY_WORKER_TOKEN_FILE", "/etc/passwd"))},
+		{"set a token variable", append(slices.Clone(ok), WithEnv("GALLEY_WORKER_TOKEN", "x"))},
 		{"name with =", append(slices.Clone(ok), WithEnv("A=B", "c"))},
 		{"empty name", append(slices.Clone(ok), WithPassEnv(""))},
 		{"NUL in value", append(slices.Clone(ok), WithEnv("A", "b\x00c"))},
