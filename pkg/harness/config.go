@@ -12,6 +12,7 @@ import (
 
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/workerapi/client"
+	"github.com/galley-run/galley/pkg/workspace"
 )
 
 // Environment variables the harness reads.
@@ -154,6 +155,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Drivers == nil {
 		c.Drivers = DefaultDrivers()
+	}
+	if c.Prepare == nil {
+		c.Prepare = workspace.Prepare
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))

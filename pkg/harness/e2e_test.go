@@ -217,26 +217,40 @@ func TestCancelStopsAgentAndHarness(t *testing.T) {
 	}
 }
 
+// TestStoppedHarnessReportsExit stops the worker as a runtime does: SIGTERM
+// to the harness alone, or to its whole process group (harness and agent
+// at once).
 func TestStoppedHarnessReportsExit(t *testing.T) {
-	t.Parallel()
-	ctx := testCtx(t)
-	f := newFake(t, "#!galley-script\nstatus sleeping\nsleep 1h")
-	p := startHarness(t, f, procOpts{})
-	waitFor(t, ctx, f, "the status", func(s fakeapi.Snapshot) bool { return len(s.Posts()) == 1 })
-	pid := p.agentPID(t)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := p.wait(t, ctx); code != 0 {
-		t.Fatalf("harness exit code %d", code)
-	}
-	s := f.Snapshot()
-	last := s.Calls[len(s.Calls)-1]
-	if last.Exited == nil || !strings.Contains(last.Exited.Reason, "harness was stopped") {
-		t.Fatalf("last call = %+v, want exited", last)
-	}
-	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
-		t.Errorf("the agent (pid %d) still exists: %v", pid, err)
+	for _, group := range []bool{false, true} {
+		t.Run(map[bool]string{false: "harness", true: "group"}[group], func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			f := newFake(t, "#!galley-script\nstatus sleeping\nsleep 1h")
+			p := startHarness(t, f, procOpts{})
+			waitFor(t, ctx, f, "the status", func(s fakeapi.Snapshot) bool { return len(s.Posts()) == 1 })
+			pid := p.agentPID(t)
+			target := p.cmd.Process.Pid
+			if group {
+				target = -target
+			}
+			if err := syscall.Kill(target, syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if code := p.wait(t, ctx); code != 0 {
+				t.Fatalf("harness exit code %d", code)
+			}
+			s := f.Snapshot()
+			last := s.Calls[len(s.Calls)-1]
+			if last.Exited == nil || s.Count(workerapi.PathExited) != 1 {
+				t.Fatalf("calls = %+v, want one exited last", s.Calls)
+			}
+			if !group && !strings.Contains(last.Exited.Reason, "harness was stopped") {
+				t.Errorf("reason = %q", last.Exited.Reason)
+			}
+			if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+				t.Errorf("the agent (pid %d) still exists: %v", pid, err)
+			}
+		})
 	}
 }
 

@@ -29,7 +29,6 @@ import (
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/workerapi"
 	"github.com/galley-run/galley/pkg/workerapi/client"
-	"github.com/galley-run/galley/pkg/workspace"
 )
 
 // CodeNotStarted is the exit code reported when the agent never ran (no
@@ -58,9 +57,6 @@ type harness struct {
 // not do its job.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.setDefaults()
-	if cfg.Prepare == nil {
-		cfg.Prepare = workspace.Prepare
-	}
 	h := &harness{
 		cfg:     cfg,
 		api:     client.New(cfg.Endpoint, cfg.Token, cfg.ClientOptions...),
@@ -167,9 +163,7 @@ func (h *harness) run(ctx context.Context) error {
 		if h.finished.Load() || h.isSettled() {
 			return nil
 		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		return h.reportExited(rctx, CodeNotStarted, "the worker's harness was stopped before the agent reported an outcome")
+		return h.reportExited(ctx, CodeNotStarted, "the worker's harness was stopped before the agent reported an outcome")
 	}
 }
 
@@ -219,7 +213,13 @@ func exitCode(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
+// reportExited tells galley the agent ended without an outcome. It goes
+// out even when ctx was cancelled: a runtime stopping the worker signals
+// the harness and the agent together, and the report is the last thing the
+// harness owes.
 func (h *harness) reportExited(ctx context.Context, code int, reason string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	if err := h.api.Exited(ctx, code, reason); err != nil {
 		h.log.Error("cannot report the agent's exit", "err", err)
 		return err
