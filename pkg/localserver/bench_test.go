@@ -1,0 +1,285 @@
+package localserver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/galley-run/galley/pkg/localserver"
+	"github.com/galley-run/galley/pkg/workerapi"
+)
+
+// The benchmarks run the real local server (bolt store with fsync, git
+// repository, local-process runtime, loopback TCP). Workers are
+// /bin/true: launch latency then includes a real process start but no
+// agent. Each reports p50 and p99 per call beside ns/op.
+
+type bench struct {
+	srv    *localserver.Server
+	token  string
+	client *http.Client
+}
+
+func newBench(b *testing.B) *bench {
+	b.Helper()
+	data := b.TempDir()
+	truePath, err := execPath("true")
+	if err != nil {
+		b.Skip("no true binary")
+	}
+	srv, err := localserver.Start(context.Background(), localserver.Options{
+		Listen: "127.0.0.1:0", House: "bench", Data: data, WorkerBin: truePath,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	tok, err := os.ReadFile(filepath.Join(data, "token"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &bench{srv: srv, token: strings.TrimSpace(string(tok)),
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+}
+
+func execPath(name string) (string, error) {
+	for _, d := range []string{"/usr/bin", "/bin"} {
+		p := filepath.Join(d, name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", os.ErrNotExist
+}
+
+func (bn *bench) call(b *testing.B, method, path, body string) []byte {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, bn.srv.Endpoint+path, rd)
+	req.Header.Set("Authorization", "Bearer "+bn.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := bn.client.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, out)
+	}
+	return out
+}
+
+func envelope(key, effect string) string {
+	return fmt.Sprintf(`{"run":"run-b","request":{"house":"bench","backend":"galley","credential":"galley-token","task":"t","attempt":1,"key":%q,"effect":{"executor":"worker","effect":%s}}}`, key, effect)
+}
+
+const launchEffect = `{"type":"launch-worker","role":"commis","workspace":{"type":"isolated"},"brief":"idle"}`
+
+// latencies records per-call durations and reports percentiles.
+type latencies []time.Duration
+
+func (l latencies) report(b *testing.B) {
+	if len(l) == 0 {
+		return
+	}
+	slices.Sort(l)
+	b.ReportMetric(float64(l[len(l)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(l[len(l)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+func timed(b *testing.B, f func(i int)) {
+	lat := make(latencies, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		f(i)
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	lat.report(b)
+}
+
+func BenchmarkRoute(b *testing.B) {
+	bn := newBench(b)
+	out := bn.call(b, "POST", "/v1/effects", envelope("k-seed", launchEffect))
+	var ans struct {
+		Receipt struct{ Created []struct{ Handle string } }
+	}
+	_ = json.Unmarshal(out, &ans)
+	worker := ans.Receipt.Created[0].Handle
+	observe := fmt.Sprintf(`{"worker":{"kind":"worker","backend":"galley","handle":%q}}`, worker)
+
+	b.Run("descriptor", func(b *testing.B) { timed(b, func(int) { bn.call(b, "GET", "/v1/descriptor", "") }) })
+	b.Run("observe", func(b *testing.B) { timed(b, func(int) { bn.call(b, "POST", "/v1/workers/observe", observe) }) })
+	b.Run("inventory", func(b *testing.B) { timed(b, func(int) { bn.call(b, "GET", "/v1/inventory", "") }) })
+	b.Run("lookup-applied", func(b *testing.B) {
+		timed(b, func(int) { bn.call(b, "POST", "/v1/effects/lookup", envelope("k-seed", launchEffect)) })
+	})
+	b.Run("lookup-absent", func(b *testing.B) {
+		timed(b, func(i int) { bn.call(b, "POST", "/v1/effects/lookup", envelope(fmt.Sprintf("k-absent-%d", i), launchEffect)) })
+	})
+	b.Run("next-empty", func(b *testing.B) {
+		timed(b, func(int) { bn.call(b, "POST", "/v1/deliveries/next", `{"run":"run-empty","coordinator":"c1"}`) })
+	})
+	b.Run("next-acknowledge", func(b *testing.B) {
+		ctx := context.Background()
+		for i := 0; i < b.N; i++ {
+			if _, err := bn.srv.Service.WorkerPost(ctx, worker, workerapi.PostRequest{Kind: "status", Body: "x"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		timed(b, func(int) {
+			out := bn.call(b, "POST", "/v1/deliveries/next", `{"run":"run-b","coordinator":"c1"}`)
+			var d struct{ Delivery struct{ ID string } }
+			_ = json.Unmarshal(out, &d)
+			if d.Delivery.ID != "" {
+				bn.call(b, "POST", "/v1/deliveries/acknowledge", `{"run":"run-b","coordinator":"c1","delivery":"`+d.Delivery.ID+`"}`)
+			}
+		})
+	})
+	b.Run("message", func(b *testing.B) {
+		timed(b, func(i int) {
+			bn.call(b, "POST", "/v1/effects", envelope(fmt.Sprintf("k-msg-%d", i),
+				`{"type":"message-worker","worker":{"kind":"worker","backend":"galley","handle":"`+worker+`"},"body":"hi"}`))
+		})
+	})
+	b.Run("launch", func(b *testing.B) {
+		timed(b, func(i int) { bn.call(b, "POST", "/v1/effects", envelope(fmt.Sprintf("k-launch-%d", i), launchEffect)) })
+	})
+}
+
+// BenchmarkReadThroughput drives the four read routes with 8 concurrent
+// clients, against galley and, in the same run, against a bare net/http
+// handler doing the same JSON work (decode the body, encode an answer of
+// the same size). ratio-vs-bare is galley's throughput over the baseline's.
+func BenchmarkReadThroughput(b *testing.B) {
+	bn := newBench(b)
+	out := bn.call(b, "POST", "/v1/effects", envelope("k-seed", launchEffect))
+	var ans struct {
+		Receipt struct{ Created []struct{ Handle string } }
+	}
+	_ = json.Unmarshal(out, &ans)
+	observe := fmt.Sprintf(`{"worker":{"kind":"worker","backend":"galley","handle":%q}}`, ans.Receipt.Created[0].Handle)
+	desc := bn.call(b, "GET", "/v1/descriptor", "")
+	bare := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var v map[string]any
+		if r.Method == "POST" {
+			_ = json.NewDecoder(r.Body).Decode(&v)
+		}
+		var d map[string]any
+		_ = json.Unmarshal(desc, &d)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(d)
+	}))
+	defer bare.Close()
+	calls := []struct{ method, path, body string }{
+		{"GET", "/v1/descriptor", ""}, {"POST", "/v1/workers/observe", observe},
+		{"GET", "/v1/inventory", ""}, {"POST", "/v1/deliveries/next", `{"run":"run-empty","coordinator":"c1"}`},
+	}
+	run := func(b *testing.B, base string) float64 {
+		var lat latencies
+		var mu sync.Mutex
+		var n atomic.Int64
+		b.SetParallelism(4) // 4 x GOMAXPROCS(2) = 8 clients
+		b.ResetTimer()
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			local := latencies{}
+			i := 0
+			for pb.Next() {
+				c := calls[i%len(calls)]
+				i++
+				var rd io.Reader
+				if c.body != "" {
+					rd = bytes.NewReader([]byte(c.body))
+				}
+				req, _ := http.NewRequest(c.method, base+c.path, rd)
+				req.Header.Set("Authorization", "Bearer "+bn.token)
+				t0 := time.Now()
+				resp, err := bn.client.Do(req)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				local = append(local, time.Since(t0))
+				n.Add(1)
+			}
+			mu.Lock()
+			lat = append(lat, local...)
+			mu.Unlock()
+		})
+		b.StopTimer()
+		rps := float64(n.Load()) / time.Since(start).Seconds()
+		b.ReportMetric(rps, "req/s")
+		lat.report(b)
+		return rps
+	}
+	var galleyRPS, bareRPS float64
+	b.Run("bare-net-http", func(b *testing.B) { bareRPS = run(b, bare.URL) })
+	b.Run("galley", func(b *testing.B) {
+		galleyRPS = run(b, bn.srv.Endpoint)
+		if bareRPS > 0 {
+			b.ReportMetric(galleyRPS/bareRPS, "ratio-vs-bare")
+		}
+	})
+}
+
+// BenchmarkAwaitWake measures the time from a worker posting a question to
+// a waiting deliveries/await returning it, over loopback HTTP.
+func BenchmarkAwaitWake(b *testing.B) {
+	bn := newBench(b)
+	out := bn.call(b, "POST", "/v1/effects", envelope("k-seed", launchEffect))
+	var ans struct {
+		Receipt struct{ Created []struct{ Handle string } }
+	}
+	_ = json.Unmarshal(out, &ans)
+	worker := ans.Receipt.Created[0].Handle
+	ctx := context.Background()
+	lat := make(latencies, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		type res struct {
+			body []byte
+			at   time.Time
+		}
+		done := make(chan res, 1)
+		go func() {
+			body := bn.call(b, "POST", "/v1/deliveries/await", `{"run":"run-b","coordinator":"c1","waitMs":10000}`)
+			done <- res{body, time.Now()}
+		}()
+		time.Sleep(5 * time.Millisecond) // let the await start waiting
+		posted := time.Now()
+		if _, err := bn.srv.Service.WorkerPost(ctx, worker, workerapi.PostRequest{Kind: "question", Body: "q?"}); err != nil {
+			b.Fatal(err)
+		}
+		r := <-done
+		lat = append(lat, r.at.Sub(posted))
+		var d struct{ Delivery struct{ ID string } }
+		_ = json.Unmarshal(r.body, &d)
+		if d.Delivery.ID == "" {
+			b.Fatalf("await returned no delivery: %s", r.body)
+		}
+		bn.call(b, "POST", "/v1/deliveries/acknowledge", `{"run":"run-b","coordinator":"c1","delivery":"`+d.Delivery.ID+`"}`)
+	}
+	b.StopTimer()
+	lat.report(b)
+}
