@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
@@ -76,7 +77,6 @@ type Handler struct {
 	now       func() time.Time
 	arrival   func(*http.Request) time.Time
 	requestID func(*http.Request) string
-	descBody  []byte
 }
 
 // Option configures a Handler.
@@ -286,16 +286,15 @@ func (h *Handler) lookup(e Effects) http.HandlerFunc {
 }
 
 func (h *Handler) descriptor(rd Reads) http.HandlerFunc {
+	// The descriptor never changes while the process runs: encode it once.
+	body := sync.OnceValues(func() ([]byte, error) { return json.Marshal(rd.Descriptor()) })
 	return func(w http.ResponseWriter, r *http.Request) {
-		if h.descBody == nil {
-			b, err := json.Marshal(rd.Descriptor())
-			if err != nil {
-				h.fail(w, r, err, readAnswer)
-				return
-			}
-			h.descBody = b
+		b, err := body()
+		if err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
 		}
-		writeRaw(w, http.StatusOK, h.descBody)
+		writeRaw(w, http.StatusOK, b)
 	}
 }
 
