@@ -110,6 +110,9 @@ func (h *harness) run(ctx context.Context) error {
 	go h.pollInbox(pollCtx)
 	defer h.box.stop()
 
+	if h.isSettled() { // cancelled while the workspace was prepared
+		return nil
+	}
 	cmd, err := driver.Command(self, srv.url, srv.secret, h.cfg.Workspace)
 	if err != nil {
 		return h.notStarted(ctx, "building the agent command failed", err)
