@@ -20,6 +20,9 @@ type launchPlan struct {
 	Existing bool `json:"existing,omitempty"`
 	// Base is the commit the requested branch starts at.
 	Base string `json:"base,omitempty"`
+	// Branch is the branch an existing worktree is on, which the worker
+	// inherits.
+	Branch string `json:"branch,omitempty"`
 }
 
 func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall, eff protocol.WorkerEffect) (json.RawMessage, error) {
@@ -43,10 +46,21 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 				return nil, err
 			}
 			plan.Worktree, plan.Existing = wt.Handle, true
+			// A worktree is a clone on one branch: a worker reusing it works
+			// on that branch, and cannot be handed another.
+			wtBranch, err := s.worktreeBranch(ctx, wt.Handle)
+			if err != nil {
+				return nil, err
+			}
+			if branch != "" && branch != wtBranch {
+				return nil, galleyerr.Errorf(galleyerr.Invalid, "worktree %s is on branch %s; an existing workspace keeps its branch",
+					quoteShort(wt.Handle), quoteShort(wtBranch))
+			}
+			plan.Branch = wtBranch
 		} else {
 			plan.Worktree = s.derive("wt-", req.Key)
 		}
-		if branch != "" {
+		if branch != "" && !plan.Existing {
 			if _, exists, err := s.git.BranchHead(ctx, branch); err != nil {
 				return nil, err
 			} else if exists {
@@ -66,7 +80,11 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 		}
 	}
 
-	if branch != "" {
+	created := branch != "" && !plan.Existing
+	if plan.Existing {
+		branch = plan.Branch
+	}
+	if created {
 		if err := s.git.CreateBranch(ctx, branch, plan.Base); err != nil {
 			if !galleyerr.Is(galleyerr.Conflict, err) {
 				return nil, err
@@ -100,7 +118,7 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 		Owner: req.Key, Created: now, Path: worktreePath}); err != nil {
 		return nil, err
 	}
-	if branch != "" {
+	if created {
 		if err := s.createResource(ctx, store.Resource{Kind: protocol.KindBranch, Handle: branch, Owner: req.Key, Created: now}); err != nil {
 			return nil, err
 		}
@@ -124,7 +142,7 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 
 	r := protocol.Receipt{Reference: s.derive("req-", req.Key), Touched: []protocol.Resource{}}
 	r.Created = append(r.Created, s.resource(protocol.KindWorker, plan.Worker))
-	if branch != "" {
+	if created {
 		r.Created = append(r.Created, s.resource(protocol.KindBranch, branch))
 	}
 	if plan.Existing {
@@ -151,6 +169,20 @@ func (s *Service) usableWorktree(ctx context.Context, handle string) (store.Reso
 		return wt, galleyerr.Errorf(galleyerr.Invalid, "worktree %s is in use by a running worker", quoteShort(handle))
 	}
 	return wt, nil
+}
+
+// worktreeBranch is the branch of the worker that made the worktree.
+func (s *Service) worktreeBranch(ctx context.Context, handle string) (string, error) {
+	all, err := s.store.ListResources(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range all {
+		if r.Kind == protocol.KindWorker && r.Worker != nil && r.Worker.Worktree == handle {
+			return r.Worker.Branch, nil
+		}
+	}
+	return "", nil
 }
 
 func (s *Service) worktreeBusy(ctx context.Context, handle string) (bool, error) {

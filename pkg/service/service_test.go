@@ -423,3 +423,34 @@ func TestWorkerExitWithoutReportSettlesFailed(t *testing.T) {
 		t.Fatalf("mailbox = %+v %v", ans, err)
 	}
 }
+
+func TestLaunchIntoExistingWorktree(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	first, _ := e.apply(t, call("run-1", "k-1", launchBody("feature/wt")))
+	w, wt := first.Created[0].Handle, first.Created[2].Handle
+	existing := func(branch string) string {
+		b := `{"type":"launch-worker","role":"commis","workspace":{"type":"existing","resource":{"kind":"worktree","backend":"galley","handle":"` + wt + `"}},"brief":"again"`
+		if branch != "" {
+			b += `,"branch":"` + branch + `"`
+		}
+		return b + "}"
+	}
+	// In use by a running worker: refused.
+	e.refused(t, call("run-1", "k-2", existing("")), galleyerr.Invalid)
+	e.apply(t, call("run-1", "k-c", `{"type":"cancel-worker","worker":`+workerRef(w)+`}`))
+	// Another branch: refused; an existing workspace keeps its branch.
+	e.refused(t, call("run-1", "k-3", existing("feature/other")), galleyerr.Invalid)
+	r, _ := e.apply(t, call("run-1", "k-4", existing("")))
+	if len(r.Created) != 1 || r.Created[0].Kind != "worker" || len(r.Touched) != 1 || r.Touched[0].Handle != wt {
+		t.Fatalf("receipt = %+v", r)
+	}
+	spec := e.rt.Specs[r.Created[0].Handle]
+	if spec.Branch != "feature/wt" || spec.Workspace != wt {
+		t.Fatalf("second worker got branch %q workspace %q", spec.Branch, spec.Workspace)
+	}
+	self, err := e.svc.WorkerSelf(ctx, r.Created[0].Handle)
+	if err != nil || self.Branch != "feature/wt" {
+		t.Fatalf("self = %+v %v", self, err)
+	}
+}
