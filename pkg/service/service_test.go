@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-		"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/service"
-	"github.com/galley-run/galley/pkg/store"
 	"github.com/galley-run/galley/pkg/service/servicetest"
+	"github.com/galley-run/galley/pkg/store"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
 
