@@ -356,3 +356,41 @@ func TestEncodersRefuse(t *testing.T) {
 		}
 	}
 }
+
+func TestAppendString(t *testing.T) {
+	for _, s := range []string{"", "plain", "q\"b\\s/", "\n\r\t\b\f\x00\x1f\x7f", "é🍳\u2028", "<&>"} {
+		b := appendString(nil, s)
+		v, err := parseJSON(b)
+		if err != nil || v.kind != jString || v.s != s || v.bad {
+			t.Errorf("%q encoded as %s, read back %q, %v", s, b, v.s, err)
+		}
+	}
+	if got := string(appendString(nil, "a\xffb")); got != `"a\ufffdb"` {
+		t.Errorf("invalid UTF-8 encoded as %s", got)
+	}
+}
+
+func TestResourceValidate(t *testing.T) {
+	for _, tc := range []struct {
+		r     Resource
+		field string
+	}{
+		{res(KindWorker, "w"), ""},
+		{Resource{Kind: "vm", Backend: "b", Handle: "h"}, "resource.kind"},
+		{Resource{Kind: KindWorker, Backend: "", Handle: "h"}, "resource.backend"},
+		{Resource{Kind: KindWorker, Backend: "b", Handle: "h h"}, "resource.handle"},
+	} {
+		err := tc.r.Validate()
+		if tc.field == "" && err != nil || tc.field != "" && (galleyerr.KindOf(err) != galleyerr.Invalid || !strings.Contains(err.Error(), tc.field)) {
+			t.Errorf("%+v: %v", tc.r, err)
+		}
+	}
+	for _, op := range []string{OpLaunch, OpMessage, OpReply, OpCancel, OpRelease} {
+		if !IsOp(op) {
+			t.Errorf("IsOp(%q) false", op)
+		}
+	}
+	if IsOp("launch") {
+		t.Error(`IsOp("launch")`)
+	}
+}
