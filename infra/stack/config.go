@@ -1,0 +1,240 @@
+// Package stack defines galley's AWS deployment as a CDK stack: the HTTP
+// API and its Go functions, the DynamoDB table, the worker cluster and task
+// definition, secrets, alarms and a dashboard, with cdk-nag's AwsSolutions
+// checks applied. The infra module's main package only reads the CDK
+// context into a Config and synthesizes NewApp's result.
+package stack
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Config is the deployment's configuration, read from CDK context
+// (cdk.json or `cdk synth -c key=value`). Context keys are the json names.
+type Config struct {
+	House         string   `json:"house"`         // kitchn house served
+	Backend       string   `json:"backend"`       // backend namespace
+	Credential    string   `json:"credential"`    // credential name in kitchn's binding
+	Repository    string   `json:"repository"`    // house repository URL (https)
+	AgentFamilies []string `json:"agentFamilies"` // allowed agent families
+	WorkerCPU     int      `json:"workerCpu"`     // Fargate CPU units per worker
+	WorkerMemory  int      `json:"workerMemory"`  // Fargate memory (MiB) per worker
+	MaxWorkers    int      `json:"maxWorkers"`    // concurrent workers; beyond: rate-limited
+	AwaitCapMs    int      `json:"awaitCapMs"`    // deliveries/await hold cap
+	// DomainName and CertificateArn together give the API a custom domain
+	// (the certificate must be in the stack's region).
+	DomainName     string `json:"domainName"`
+	CertificateArn string `json:"certificateArn"`
+	// AlarmTopicArn, when set, receives every alarm's state changes.
+	AlarmTopicArn    string `json:"alarmTopicArn"`
+	LogRetentionDays int    `json:"logRetentionDays"`
+	ThrottleRate     int    `json:"throttleRate"`  // API steady requests per second
+	ThrottleBurst    int    `json:"throttleBurst"` // API burst
+	// AssetDir holds one folder per function with its `bootstrap`.
+	AssetDir string `json:"assetDir"`
+	// WorkerContext is the worker image's build context (the repository
+	// root) and WorkerDockerfile the Dockerfile inside it.
+	WorkerContext    string `json:"-"`
+	WorkerDockerfile string `json:"-"`
+}
+
+// Defaults for every context key.
+func Defaults() Config {
+	return Config{
+		House:            "main",
+		Backend:          "galley",
+		Credential:       "galley-token",
+		AgentFamilies:    []string{"claude", "codex"},
+		WorkerCPU:        1024,
+		WorkerMemory:     4096,
+		MaxWorkers:       10,
+		AwaitCapMs:       25000,
+		LogRetentionDays: 30,
+		ThrottleRate:     50,
+		ThrottleBurst:    100,
+		AssetDir:         "bin/lambda",
+		WorkerDockerfile: "worker/Dockerfile",
+	}
+}
+
+// Context reads one context value; nil when unset. *cdk.Node's
+// TryGetContext fits.
+type Context func(key string) any
+
+// FromContext overlays the context values on Defaults and validates.
+func FromContext(get Context) (Config, error) {
+	c := Defaults()
+	var errs []string
+	str := func(key string, dst *string) {
+		if v := get(key); v != nil {
+			*dst = strings.TrimSpace(fmt.Sprint(v))
+		}
+	}
+	num := func(key string, dst *int) {
+		v := get(key)
+		if v == nil {
+			return
+		}
+		switch n := v.(type) {
+		case float64:
+			*dst = int(n)
+		case int:
+			*dst = n
+		default:
+			i, err := strconv.Atoi(strings.TrimSpace(fmt.Sprint(v)))
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("context %s: %q is not an integer", key, fmt.Sprint(v)))
+				return
+			}
+			*dst = i
+		}
+	}
+	str("house", &c.House)
+	str("backend", &c.Backend)
+	str("credential", &c.Credential)
+	str("repository", &c.Repository)
+	str("domainName", &c.DomainName)
+	str("certificateArn", &c.CertificateArn)
+	str("alarmTopicArn", &c.AlarmTopicArn)
+	str("assetDir", &c.AssetDir)
+	num("workerCpu", &c.WorkerCPU)
+	num("workerMemory", &c.WorkerMemory)
+	num("maxWorkers", &c.MaxWorkers)
+	num("awaitCapMs", &c.AwaitCapMs)
+	num("logRetentionDays", &c.LogRetentionDays)
+	num("throttleRate", &c.ThrottleRate)
+	num("throttleBurst", &c.ThrottleBurst)
+	if v := get("agentFamilies"); v != nil {
+		c.AgentFamilies = nil
+		var parts []string
+		switch l := v.(type) {
+		case []any:
+			for _, p := range l {
+				parts = append(parts, fmt.Sprint(p))
+			}
+		default:
+			parts = strings.Split(fmt.Sprint(v), ",")
+		}
+		for _, p := range parts {
+			if p = strings.TrimSpace(p); p != "" {
+				c.AgentFamilies = append(c.AgentFamilies, p)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("galley config: %s", strings.Join(errs, "; "))
+	}
+	return c, c.Validate()
+}
+
+var identifier = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Agent families the harness can run.
+var agentFamilies = map[string]bool{"claude": true, "codex": true, "script": true}
+
+// fargateMemory lists the memory sizes (MiB) Fargate allows per CPU size.
+func fargateMemory(cpu int) (min, max, step int, ok bool) {
+	switch cpu {
+	case 256:
+		return 512, 2048, 512, true // 512, 1024, 2048 (checked below)
+	case 512:
+		return 1024, 4096, 1024, true
+	case 1024:
+		return 2048, 8192, 1024, true
+	case 2048:
+		return 4096, 16384, 1024, true
+	case 4096:
+		return 8192, 30720, 1024, true
+	case 8192:
+		return 16384, 61440, 4096, true
+	case 16384:
+		return 32768, 122880, 8192, true
+	}
+	return 0, 0, 0, false
+}
+
+// retentionDays are the values CloudWatch Logs accepts.
+var retentionDays = []int{1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}
+
+// Validate checks every field, naming each problem.
+func (c Config) Validate() error {
+	var errs []string
+	for _, f := range []struct{ key, v string }{{"house", c.House}, {"backend", c.Backend}, {"credential", c.Credential}} {
+		if !identifier.MatchString(f.v) {
+			errs = append(errs, fmt.Sprintf("%s %q: want 1 to 64 ASCII letters, digits, - or _", f.key, f.v))
+		}
+	}
+	// Queue names are "galley-<house>-<topic>" within SQS's 80 characters;
+	// keep the house short enough to leave room for a topic.
+	if len(c.House) > 32 {
+		errs = append(errs, fmt.Sprintf("house %q: at most 32 characters on AWS (queue and secret names carry it)", c.House))
+	}
+	if c.Repository != "" && !strings.HasPrefix(c.Repository, "https://") {
+		errs = append(errs, fmt.Sprintf("repository %q: want an https:// URL (the git credential is a token)", c.Repository))
+	}
+	if len(c.AgentFamilies) == 0 {
+		errs = append(errs, "agentFamilies: want at least one of claude, codex, script")
+	}
+	for _, f := range c.AgentFamilies {
+		if !agentFamilies[f] {
+			errs = append(errs, fmt.Sprintf("agentFamilies: unknown family %q (want claude, codex or script)", f))
+		}
+	}
+	if min, max, step, ok := fargateMemory(c.WorkerCPU); !ok {
+		errs = append(errs, fmt.Sprintf("workerCpu %d: want 256, 512, 1024, 2048, 4096, 8192 or 16384", c.WorkerCPU))
+	} else if c.WorkerMemory < min || c.WorkerMemory > max || (c.WorkerCPU != 256 && c.WorkerMemory%step != 0) ||
+		(c.WorkerCPU == 256 && c.WorkerMemory != 512 && c.WorkerMemory != 1024 && c.WorkerMemory != 2048) {
+		errs = append(errs, fmt.Sprintf("workerMemory %d: not a Fargate size for workerCpu %d (%d to %d MiB)", c.WorkerMemory, c.WorkerCPU, min, max))
+	}
+	if c.MaxWorkers < 1 || c.MaxWorkers > 1000 {
+		errs = append(errs, fmt.Sprintf("maxWorkers %d: want 1 to 1000", c.MaxWorkers))
+	}
+	// The HTTP API ends every request at 30 s, and the mailbox function
+	// times out at 29 s: the cap leaves room to answer after the hold.
+	if c.AwaitCapMs < 1000 || c.AwaitCapMs > 27000 {
+		errs = append(errs, fmt.Sprintf("awaitCapMs %d: want 1000 to 27000 (API Gateway HTTP APIs end requests at 30 s)", c.AwaitCapMs))
+	}
+	if (c.DomainName == "") != (c.CertificateArn == "") {
+		errs = append(errs, "domainName and certificateArn: set both or neither")
+	}
+	if c.CertificateArn != "" && !strings.HasPrefix(c.CertificateArn, "arn:") {
+		errs = append(errs, fmt.Sprintf("certificateArn %q: want an ACM certificate ARN", c.CertificateArn))
+	}
+	if c.AlarmTopicArn != "" && !strings.HasPrefix(c.AlarmTopicArn, "arn:") {
+		errs = append(errs, fmt.Sprintf("alarmTopicArn %q: want an SNS topic ARN", c.AlarmTopicArn))
+	}
+	okRetention := false
+	for _, d := range retentionDays {
+		okRetention = okRetention || d == c.LogRetentionDays
+	}
+	if !okRetention {
+		errs = append(errs, fmt.Sprintf("logRetentionDays %d: want one of %v", c.LogRetentionDays, retentionDays))
+	}
+	if c.ThrottleRate < 1 || c.ThrottleBurst < 1 {
+		errs = append(errs, "throttleRate and throttleBurst: want at least 1")
+	}
+	if c.AssetDir == "" {
+		errs = append(errs, "assetDir: want the folder holding <function>/bootstrap")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("galley config: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Prefix names the deployment's own resources: "galley-<house>".
+func (c Config) Prefix() string { return "galley-" + c.House }
+
+// QueuePrefix is the name prefix of every doorbell queue the functions make.
+func (c Config) QueuePrefix() string { return c.Prefix() + "-" }
+
+// SecretPrefix is the name prefix of the deployment's secrets.
+func (c Config) SecretPrefix() string { return "galley/" + c.House + "/" }
+
+// StackName is the CloudFormation stack name (no underscores allowed there).
+func (c Config) StackName() string {
+	return "galley-" + strings.ReplaceAll(c.House, "_", "-")
+}

@@ -1,0 +1,54 @@
+package stack
+
+// Environment variable names the stack sets on the functions and the worker
+// task. The function code in functions/ and the harness in worker/ read
+// these exact names; docs/deploy.md lists them with their meaning. The infra
+// module is separate from the service's module, so the service keeps its
+// own copy of these names: keep both in step.
+const (
+	EnvTable          = "GALLEY_TABLE"            // DynamoDB table name
+	EnvHouse          = "GALLEY_HOUSE"            // kitchn house served
+	EnvBackend        = "GALLEY_BACKEND"          // backend namespace
+	EnvCredential     = "GALLEY_CREDENTIAL"       // credential name kitchn's requests name
+	EnvTokenSecretArn = "GALLEY_TOKEN_SECRET_ARN" // bearer token secret (not on workerapi, reconciler)
+	EnvQueuePrefix    = "GALLEY_QUEUE_PREFIX"     // doorbell queue name prefix, "galley-<house>-"
+	EnvCluster        = "GALLEY_CLUSTER"          // ECS cluster ARN
+	EnvTaskDefinition = "GALLEY_TASK_DEFINITION"  // worker task definition ARN
+	EnvSubnets        = "GALLEY_SUBNETS"          // comma-separated subnet ids for RunTask
+	EnvSecurityGroup  = "GALLEY_SECURITY_GROUP"   // security group id for RunTask
+	EnvAwaitCapMs     = "GALLEY_AWAIT_CAP_MS"     // deliveries/await hold cap in ms
+	EnvMaxWorkers     = "GALLEY_MAX_WORKERS"      // concurrent worker cap (beyond: not-applied rate-limited)
+	EnvAgentFamilies  = "GALLEY_AGENT_FAMILIES"   // comma-separated allowed agent families
+	EnvRepository     = "GALLEY_REPOSITORY"       // the house's git repository URL
+	EnvWorkerEndpoint = "GALLEY_WORKER_ENDPOINT"  // the API's base URL, for the harness
+
+	// Beyond the list above, for RunTask: the container to override, and
+	// whether to give the task a public IP (the VPC has public subnets
+	// only, so a task without one cannot reach anything).
+	EnvWorkerContainer = "GALLEY_WORKER_CONTAINER"
+	EnvAssignPublicIP  = "GALLEY_ASSIGN_PUBLIC_IP"
+)
+
+// Environment of the worker task's container (set in the task definition;
+// none holds a secret value, only names and ARNs). The runtime adds the
+// worker's own identity and credential per task at RunTask.
+const (
+	EnvSecretAnthropic = "GALLEY_SECRET_ANTHROPIC" // ARN of the Anthropic API key secret
+	EnvSecretOpenAI    = "GALLEY_SECRET_OPENAI"    // ARN of the OpenAI API key secret
+	EnvSecretGit       = "GALLEY_SECRET_GIT"       // ARN of the git credential secret
+	EnvWorkspace       = "GALLEY_WORKSPACE"        // workspace root inside the task
+)
+
+// WorkerContainerName is the worker task definition's only container.
+const WorkerContainerName = "worker"
+
+// StuckWorkers metric: namespace and name the service emits (as CloudWatch
+// embedded metric format in its logs) with dimension House=<house>: the
+// number of live workers whose last heartbeat is older than the service's
+// staleness bound.
+const (
+	MetricNamespace     = "galley"
+	MetricStuckWorkers  = "StuckWorkers"
+	MetricAwaitFailures = "AwaitFailures"
+	MetricDimHouse      = "House"
+)

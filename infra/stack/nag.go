@@ -1,0 +1,79 @@
+package stack
+
+import (
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+)
+
+// suppress records one cdk-nag finding as accepted on a construct (and its
+// children), with the reason, limited to appliesTo findings when given.
+func suppress(c constructs.IConstruct, id, reason string, appliesTo ...any) {
+	s := &cdknag.NagPackSuppression{Id: jsii.String(id), Reason: jsii.String(reason)}
+	if len(appliesTo) > 0 {
+		s.AppliesTo = &appliesTo
+	}
+	cdknag.NagSuppressions_AddResourceSuppressions(c, &[]*cdknag.NagPackSuppression{s}, jsii.Bool(true))
+}
+
+func regex(re string) any { return &cdknag.RegexAppliesTo{Regex: jsii.String(re)} }
+
+// Patterns of the wildcard resources cdk-nag reports (IAM5), as regular
+// expressions over its "Resource::<...>" findings.
+const (
+	nagTableIndexes = `/^Resource::<Table[A-Za-z0-9]+\.Arn>\/index\/\*$/g`
+	nagClusterTasks = `/^Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task\/<Cluster[A-Za-z0-9]+>\/\*$/g`
+)
+
+// addNagSuppressions accepts the AwsSolutions findings that are deliberate,
+// each narrowed to the finding it covers and with the reason.
+func (g *Galley) addNagSuppressions() {
+	queues := "Resource::arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:" + g.Config.QueuePrefix() + "*"
+
+	const (
+		whyIndexes = "The table is named; the /index/* pattern covers only its own global secondary indexes (gsi1), " +
+			"which queries by the secondary key need."
+		whyQueues = "Doorbell queues are made at run time, one per topic (a run's mailbox, a worker's inbox), so their " +
+			"names are unknown at deploy; the pattern confines access to this house's prefix, and every statement " +
+			"requires aws:SecureTransport."
+		whyTasks = "ECS assigns task IDs at RunTask, so tasks cannot be named at deploy; the pattern covers only this " +
+			"cluster's tasks and every statement also requires ecs:cluster to be this cluster."
+	)
+	for _, name := range FunctionNames {
+		suppress(g.Roles[name], "AwsSolutions-IAM5", whyIndexes, regex(nagTableIndexes))
+	}
+	for _, name := range []string{FnEffects, FnMailbox, FnWorkerAPI, FnReconciler} {
+		suppress(g.Roles[name], "AwsSolutions-IAM5", whyQueues, queues)
+	}
+	for _, name := range []string{FnEffects, FnReads} {
+		suppress(g.Roles[name], "AwsSolutions-IAM5", whyTasks, regex(nagClusterTasks))
+	}
+	suppress(g.ExecutionRole, "AwsSolutions-IAM5",
+		"ecr:GetAuthorizationToken supports no resource-level permission (AWS requires Resource *); "+
+			"the image pull itself is scoped to the asset repository.", "Resource::*")
+
+	suppress(g.TokenSecret, "AwsSolutions-SMG4",
+		"kitchn reads the token from a file in its registry, so a rotation must write the new token there too: "+
+			"the operator rotates with put-secret-value (docs/deploy.md), and galley accepts the current and the "+
+			"previous version while kitchn's copy changes.")
+	for _, name := range sortedKeys(g.ProviderSecrets) {
+		suppress(g.ProviderSecrets[name], "AwsSolutions-SMG4",
+			"The value is issued by an outside provider (Anthropic, OpenAI, the git host), which no rotation "+
+				"function can reissue; the operator rotates it there and puts the new value (docs/deploy.md).")
+	}
+
+	suppress(g.API, "AwsSolutions-APIG4",
+		"Every route authenticates in its function before doing anything: kitchn's routes compare the bearer "+
+			"token with the Secrets Manager secret (401/403 otherwise), the worker routes check per-worker tokens. "+
+			"IAM, Cognito and JWT authorizers cannot verify either token, and a Lambda authorizer would repeat the "+
+			"same check in a second invocation per call.")
+
+	suppress(g.TaskDefinition, "AwsSolutions-ECS2",
+		"The container environment holds configuration only (house, repository URL, API endpoint, workspace path, "+
+			"and the ARNs of the secrets); the harness reads secret values with the task role at run time, so no "+
+			"secret value is in the task definition or RunTask's overrides (asserted by the infra tests).")
+
+	suppress(g.ReconcilerDLQ, "AwsSolutions-SQS3",
+		"This queue is itself the dead-letter queue of the EventBridge rule's Lambda target; cdk-nag recognizes "+
+			"only SQS redrive policies as dead-letter use.")
+}

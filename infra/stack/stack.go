@@ -1,0 +1,606 @@
+package stack
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2integrations"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscertificatemanager"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsecrassets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsecs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// Function names: each is a folder functions/<name> built to
+// <assetDir>/<name>/bootstrap, and a role of its own.
+const (
+	FnEffects    = "effects"
+	FnReads      = "reads"
+	FnMailbox    = "mailbox"
+	FnWorkerAPI  = "workerapi"
+	FnReconciler = "reconciler"
+)
+
+// FunctionNames lists every function, in deployment order.
+var FunctionNames = []string{FnEffects, FnReads, FnMailbox, FnWorkerAPI, FnReconciler}
+
+// Route is one API route and the function that serves it.
+type Route struct {
+	Method   string
+	Path     string
+	Function string
+}
+
+// Key is the route key as API Gateway writes it ("POST /v1/effects").
+func (r Route) Key() string { return r.Method + " " + r.Path }
+
+// Routes are the HTTP API's routes. Paths not listed answer 404 from the
+// gateway without invoking anything. The worker-facing API is one greedy
+// route: its paths (package workerapi) all go to one function.
+var Routes = []Route{
+	{"POST", "/v1/effects", FnEffects},
+	{"POST", "/v1/effects/lookup", FnEffects},
+	{"GET", "/v1/descriptor", FnReads},
+	{"GET", "/v1/inventory", FnReads},
+	{"POST", "/v1/workers/observe", FnReads},
+	{"POST", "/v1/workers/usage", FnReads},
+	{"POST", "/v1/deliveries/next", FnMailbox},
+	{"POST", "/v1/deliveries/acknowledge", FnMailbox},
+	{"POST", "/v1/deliveries/await", FnMailbox},
+	{"POST", "/v1/runs/adopt", FnMailbox},
+	{"POST", "/worker/v1/{proxy+}", FnWorkerAPI},
+}
+
+// AwaitRouteKey is the long-poll route whose failures have their own alarm.
+const AwaitRouteKey = "POST /v1/deliveries/await"
+
+// Provider secret short names: galley/<house>/<name>.
+const (
+	SecretAnthropic   = "anthropic"
+	SecretOpenAI      = "openai"
+	SecretGit         = "git-credential"
+	SecretBearerToken = "bearer-token"
+)
+
+// fnSpec is one function's size and bound. The mailbox function outlives
+// the await cap but not the gateway's 30 s; the worker API's inbox is a
+// long poll too.
+type fnSpec struct {
+	memory  float64
+	timeout float64 // seconds
+	desc    string
+}
+
+var fnSpecs = map[string]fnSpec{
+	FnEffects:    {256, 20, "galley effects: launch, message, reply, cancel, release; lookup"},
+	FnReads:      {256, 10, "galley reads: descriptor, inventory, observe, usage"},
+	FnMailbox:    {256, 29, "galley mailbox: deliveries next/acknowledge/await, runs/adopt"},
+	FnWorkerAPI:  {256, 29, "galley worker API for the harness (per-worker tokens)"},
+	FnReconciler: {256, 30, "galley reconciler: ECS task state changes settle workers"},
+}
+
+// Galley is the synthesized deployment, with the constructs tests inspect.
+type Galley struct {
+	Stack  awscdk.Stack
+	Config Config
+
+	Table          awsdynamodb.Table
+	API            awsapigatewayv2.HttpApi
+	AccessLogs     awslogs.LogGroup
+	Functions      map[string]awslambda.Function
+	Roles          map[string]awsiam.Role
+	Vpc            awsec2.Vpc
+	WorkerSG       awsec2.SecurityGroup
+	Cluster        awsecs.Cluster
+	TaskDefinition awsecs.FargateTaskDefinition
+	TaskRole       awsiam.Role
+	ExecutionRole  awsiam.Role
+	TokenSecret    awssecretsmanager.Secret
+	// ProviderSecrets by short name (anthropic, openai, git-credential).
+	ProviderSecrets map[string]awssecretsmanager.Secret
+	TaskStateRule   awsevents.Rule
+	ReconcilerDLQ   awssqs.Queue
+	Alarms          map[string]awscloudwatch.Alarm
+	Dashboard       awscloudwatch.Dashboard
+	// Endpoint is the https URL kitchn binds to (a token until deploy).
+	Endpoint *string
+}
+
+// NewGalleyStack builds the whole deployment in one environment-agnostic
+// stack (no account or region lookups at synth).
+func NewGalleyStack(scope constructs.Construct, id string, cfg Config, props *awscdk.StackProps) (*Galley, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if props == nil {
+		props = &awscdk.StackProps{}
+	}
+	if props.Description == nil {
+		props.Description = jsii.String(fmt.Sprintf("galley: kitchn HTTP worker backend %q for house %q", cfg.Backend, cfg.House))
+	}
+	s := awscdk.NewStack(scope, jsii.String(id), props)
+	g := &Galley{
+		Stack:           s,
+		Config:          cfg,
+		Functions:       map[string]awslambda.Function{},
+		Roles:           map[string]awsiam.Role{},
+		ProviderSecrets: map[string]awssecretsmanager.Secret{},
+		Alarms:          map[string]awscloudwatch.Alarm{},
+	}
+	awscdk.Tags_Of(s).Add(jsii.String("galley:house"), jsii.String(cfg.House), nil)
+	awscdk.Tags_Of(s).Add(jsii.String("galley:backend"), jsii.String(cfg.Backend), nil)
+
+	g.addTable()
+	g.addSecrets()
+	g.addAPI()
+	if err := g.addWorkers(); err != nil {
+		return nil, err
+	}
+	g.addFunctions()
+	g.addRoutes()
+	g.addReconcilerRule()
+	g.addAlarms()
+	g.addDashboard()
+	g.addOutputs()
+	g.addNagSuppressions()
+	return g, nil
+}
+
+func (g *Galley) retention() awslogs.RetentionDays {
+	days := map[int]awslogs.RetentionDays{
+		1: awslogs.RetentionDays_ONE_DAY, 3: awslogs.RetentionDays_THREE_DAYS, 5: awslogs.RetentionDays_FIVE_DAYS,
+		7: awslogs.RetentionDays_ONE_WEEK, 14: awslogs.RetentionDays_TWO_WEEKS, 30: awslogs.RetentionDays_ONE_MONTH,
+		60: awslogs.RetentionDays_TWO_MONTHS, 90: awslogs.RetentionDays_THREE_MONTHS, 120: awslogs.RetentionDays_FOUR_MONTHS,
+		150: awslogs.RetentionDays_FIVE_MONTHS, 180: awslogs.RetentionDays_SIX_MONTHS, 365: awslogs.RetentionDays_ONE_YEAR,
+		400: awslogs.RetentionDays_THIRTEEN_MONTHS, 545: awslogs.RetentionDays_EIGHTEEN_MONTHS, 731: awslogs.RetentionDays_TWO_YEARS,
+		1096: awslogs.RetentionDays_THREE_YEARS, 1827: awslogs.RetentionDays_FIVE_YEARS, 2192: awslogs.RetentionDays_SIX_YEARS,
+		2557: awslogs.RetentionDays_SEVEN_YEARS, 2922: awslogs.RetentionDays_EIGHT_YEARS, 3288: awslogs.RetentionDays_NINE_YEARS,
+		3653: awslogs.RetentionDays_TEN_YEARS,
+	}
+	return days[g.Config.LogRetentionDays]
+}
+
+// logGroup makes a log group with the deployment's retention. Log groups
+// are retained on teardown: they may be evidence, and they expire anyway.
+func (g *Galley) logGroup(id string) awslogs.LogGroup {
+	return awslogs.NewLogGroup(g.Stack, jsii.String(id), &awslogs.LogGroupProps{
+		Retention:     g.retention(),
+		RemovalPolicy: awscdk.RemovalPolicy_RETAIN,
+	})
+}
+
+// addTable makes the one table every record lives in.
+func (g *Galley) addTable() {
+	str := func(name string) *awsdynamodb.Attribute {
+		return &awsdynamodb.Attribute{Name: jsii.String(name), Type: awsdynamodb.AttributeType_STRING}
+	}
+	g.Table = awsdynamodb.NewTable(g.Stack, jsii.String("Table"), &awsdynamodb.TableProps{
+		PartitionKey:        str("pk"),
+		SortKey:             str("sk"),
+		BillingMode:         awsdynamodb.BillingMode_PAY_PER_REQUEST,
+		TimeToLiveAttribute: jsii.String("expires"),
+		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
+			PointInTimeRecoveryEnabled: jsii.Bool(true),
+		},
+		Encryption:         awsdynamodb.TableEncryption_AWS_MANAGED,
+		DeletionProtection: jsii.Bool(true),
+		RemovalPolicy:      awscdk.RemovalPolicy_RETAIN,
+	})
+	g.Table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+		IndexName:      jsii.String("gsi1"),
+		PartitionKey:   str("gsi1pk"),
+		SortKey:        str("gsi1sk"),
+		ProjectionType: awsdynamodb.ProjectionType_ALL,
+	})
+}
+
+// addSecrets makes kitchn's bearer token (generated) and the named secrets
+// the operator fills in. Only names and ARNs ever leave Secrets Manager in
+// configuration; values are read at run time by the roles allowed to.
+func (g *Galley) addSecrets() {
+	g.TokenSecret = awssecretsmanager.NewSecret(g.Stack, jsii.String("BearerToken"), &awssecretsmanager.SecretProps{
+		SecretName:  jsii.String(g.Config.SecretPrefix() + SecretBearerToken),
+		Description: jsii.String("kitchn's bearer token for galley house " + g.Config.House + "; rotate with put-secret-value"),
+		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
+			PasswordLength:     jsii.Number(48),
+			ExcludePunctuation: jsii.Bool(true),
+			IncludeSpace:       jsii.Bool(false),
+		},
+	})
+	for _, p := range []struct{ id, name, desc string }{
+		{"AnthropicKey", SecretAnthropic, "Anthropic API key for Claude Code workers"},
+		{"OpenAIKey", SecretOpenAI, "OpenAI API key for Codex workers"},
+		{"GitCredential", SecretGit, "git credential (token) for the house repository"},
+	} {
+		// The generated value is a placeholder: the operator replaces it
+		// with put-secret-value (docs/deploy.md).
+		g.ProviderSecrets[p.name] = awssecretsmanager.NewSecret(g.Stack, jsii.String(p.id), &awssecretsmanager.SecretProps{
+			SecretName:  jsii.String(g.Config.SecretPrefix() + p.name),
+			Description: jsii.String(p.desc + " (galley house " + g.Config.House + "); fill in with put-secret-value"),
+		})
+	}
+}
+
+// addAPI makes the HTTP API with a throttled, access-logged default stage.
+func (g *Galley) addAPI() {
+	cfg := g.Config
+	var domain awsapigatewayv2.DomainName
+	if cfg.DomainName != "" {
+		domain = awsapigatewayv2.NewDomainName(g.Stack, jsii.String("Domain"), &awsapigatewayv2.DomainNameProps{
+			DomainName:  jsii.String(cfg.DomainName),
+			Certificate: awscertificatemanager.Certificate_FromCertificateArn(g.Stack, jsii.String("Certificate"), jsii.String(cfg.CertificateArn)),
+		})
+	}
+	g.API = awsapigatewayv2.NewHttpApi(g.Stack, jsii.String("Api"), &awsapigatewayv2.HttpApiProps{
+		ApiName:            jsii.String(cfg.Prefix()),
+		Description:        jsii.String("galley HTTP worker protocol for kitchn house " + cfg.House),
+		CreateDefaultStage: jsii.Bool(false),
+		// With a custom domain, kitchn and the workers use only it.
+		DisableExecuteApiEndpoint: jsii.Bool(domain != nil),
+	})
+	stageOpts := &awsapigatewayv2.HttpStageOptions{
+		StageName:  jsii.String("$default"),
+		AutoDeploy: jsii.Bool(true),
+		Throttle: &awsapigatewayv2.ThrottleSettings{
+			RateLimit:  jsii.Number(float64(cfg.ThrottleRate)),
+			BurstLimit: jsii.Number(float64(cfg.ThrottleBurst)),
+		},
+	}
+	if domain != nil {
+		stageOpts.DomainMapping = &awsapigatewayv2.DomainMappingOptions{DomainName: domain}
+	}
+	stage := g.API.AddStage(jsii.String("DefaultStage"), stageOpts)
+
+	// Access logs as JSON, with no header, body or query: handles and
+	// tokens travel in bodies and headers only. "house" is a literal so the
+	// await-failure metric filter can carry it as a dimension; status is a
+	// number so filters can compare it.
+	g.AccessLogs = g.logGroup("AccessLogs")
+	format := `{"requestId":"$context.requestId","requestTime":"$context.requestTime","ip":"$context.identity.sourceIp",` +
+		`"userAgent":"$context.identity.userAgent","routeKey":"$context.routeKey","status":$context.status,` +
+		`"protocol":"$context.protocol","responseLength":"$context.responseLength","responseLatency":"$context.responseLatency",` +
+		`"integrationStatus":"$context.integrationStatus","integrationLatency":"$context.integrationLatency",` +
+		`"integrationError":"$context.integrationErrorMessage","error":"$context.error.message",` +
+		`"house":"` + cfg.House + `"}`
+	cfnStage := stage.Node().DefaultChild().(awsapigatewayv2.CfnStage)
+	cfnStage.SetAccessLogSettings(&awsapigatewayv2.CfnStage_AccessLogSettingsProperty{
+		DestinationArn: g.AccessLogs.LogGroupArn(),
+		Format:         jsii.String(format),
+	})
+
+	if domain != nil {
+		g.Endpoint = jsii.String("https://" + cfg.DomainName)
+		awscdk.NewCfnOutput(g.Stack, jsii.String("CustomDomainTarget"), &awscdk.CfnOutputProps{
+			Description: jsii.String("Point a DNS CNAME (or Route 53 alias) for " + cfg.DomainName + " at this name"),
+			Value:       domain.RegionalDomainName(),
+		})
+	} else {
+		// ApiEndpoint has no trailing slash; kitchn appends /v1/...
+		g.Endpoint = g.API.ApiEndpoint()
+	}
+}
+
+// addWorkers makes the VPC, the cluster and the worker task definition.
+//
+// The VPC has public subnets only, in two AZs, and no NAT gateway: a task
+// gets a public IP and reaches the galley API, the model providers and the
+// git host directly. A NAT gateway would cost about $33/month per AZ before
+// data; the task's security group admits no inbound traffic, so a public
+// IP exposes nothing.
+func (g *Galley) addWorkers() error {
+	cfg := g.Config
+	g.Vpc = awsec2.NewVpc(g.Stack, jsii.String("Vpc"), &awsec2.VpcProps{
+		IpAddresses: awsec2.IpAddresses_Cidr(jsii.String("10.64.0.0/16")),
+		MaxAzs:      jsii.Number(2),
+		NatGateways: jsii.Number(0),
+		SubnetConfiguration: &[]*awsec2.SubnetConfiguration{{
+			Name:                jsii.String("workers"),
+			SubnetType:          awsec2.SubnetType_PUBLIC,
+			CidrMask:            jsii.Number(20),
+			MapPublicIpOnLaunch: jsii.Bool(false), // RunTask assigns it per task
+		}},
+		RestrictDefaultSecurityGroup: jsii.Bool(true),
+	})
+	g.Vpc.AddFlowLog(jsii.String("FlowLog"), &awsec2.FlowLogOptions{
+		Destination: awsec2.FlowLogDestination_ToCloudWatchLogs(g.logGroup("FlowLogs"), nil),
+		TrafficType: awsec2.FlowLogTrafficType_ALL,
+	})
+	g.WorkerSG = awsec2.NewSecurityGroup(g.Stack, jsii.String("WorkerSecurityGroup"), &awsec2.SecurityGroupProps{
+		Vpc:              g.Vpc,
+		Description:      jsii.String("galley workers: no inbound; HTTPS out only"),
+		AllowAllOutbound: jsii.Bool(false),
+	})
+	g.WorkerSG.AddEgressRule(awsec2.Peer_AnyIpv4(), awsec2.Port_Tcp(jsii.Number(443)),
+		jsii.String("HTTPS to the galley API, model providers and the git host"), nil)
+
+	g.Cluster = awsecs.NewCluster(g.Stack, jsii.String("Cluster"), &awsecs.ClusterProps{
+		Vpc:                 g.Vpc,
+		ContainerInsightsV2: awsecs.ContainerInsights_ENABLED,
+	})
+
+	g.TaskRole = awsiam.NewRole(g.Stack, jsii.String("WorkerTaskRole"), &awsiam.RoleProps{
+		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("ecs-tasks.amazonaws.com"), nil),
+		Description: jsii.String("galley worker task: reads only the provider-key and git-credential secrets"),
+	})
+	g.ExecutionRole = awsiam.NewRole(g.Stack, jsii.String("WorkerExecutionRole"), &awsiam.RoleProps{
+		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("ecs-tasks.amazonaws.com"), nil),
+		Description: jsii.String("galley worker task execution: pulls the image, writes the task's logs"),
+	})
+	var secretArns []*string
+	for _, name := range []string{SecretAnthropic, SecretOpenAI, SecretGit} {
+		secretArns = append(secretArns, g.ProviderSecrets[name].SecretArn())
+	}
+	g.TaskRole.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:       jsii.String("ReadProviderAndGitSecrets"),
+		Actions:   jsii.Strings("secretsmanager:GetSecretValue"),
+		Resources: &secretArns,
+	}))
+
+	g.TaskDefinition = awsecs.NewFargateTaskDefinition(g.Stack, jsii.String("WorkerTask"), &awsecs.FargateTaskDefinitionProps{
+		Family:         jsii.String(cfg.Prefix() + "-worker"),
+		Cpu:            jsii.Number(float64(cfg.WorkerCPU)),
+		MemoryLimitMiB: jsii.Number(float64(cfg.WorkerMemory)),
+		RuntimePlatform: &awsecs.RuntimePlatform{
+			CpuArchitecture:       awsecs.CpuArchitecture_ARM64(),
+			OperatingSystemFamily: awsecs.OperatingSystemFamily_LINUX(),
+		},
+		TaskRole:      g.TaskRole,
+		ExecutionRole: g.ExecutionRole,
+	})
+	exclude, err := dockerIgnore(filepath.Join(cfg.WorkerContext, filepath.Dir(cfg.WorkerDockerfile), ".dockerignore"))
+	if err != nil {
+		return err
+	}
+	image := awsecrassets.NewDockerImageAsset(g.Stack, jsii.String("WorkerImage"), &awsecrassets.DockerImageAssetProps{
+		Directory:  jsii.String(cfg.WorkerContext),
+		File:       jsii.String(cfg.WorkerDockerfile),
+		Platform:   awsecrassets.Platform_LINUX_ARM64(),
+		Exclude:    &exclude,
+		IgnoreMode: awscdk.IgnoreMode_DOCKER,
+	})
+	linux := awsecs.NewLinuxParameters(g.Stack, jsii.String("WorkerLinux"), &awsecs.LinuxParametersProps{
+		// An init process reaps the agents' child processes.
+		InitProcessEnabled: jsii.Bool(true),
+	})
+	linux.DropCapabilities(awsecs.Capability_ALL)
+	g.TaskDefinition.AddContainer(jsii.String(WorkerContainerName), &awsecs.ContainerDefinitionOptions{
+		ContainerName:   jsii.String(WorkerContainerName),
+		Image:           awsecs.ContainerImage_FromDockerImageAsset(image),
+		Essential:       jsii.Bool(true),
+		LinuxParameters: linux,
+		// The harness reports its outcome on SIGTERM; Fargate's maximum.
+		StopTimeout: awscdk.Duration_Seconds(jsii.Number(120)),
+		Logging: awsecs.LogDriver_AwsLogs(&awsecs.AwsLogDriverProps{
+			StreamPrefix: jsii.String("worker"),
+			LogGroup:     g.logGroup("WorkerLogs"),
+		}),
+		// Names and ARNs only: the harness reads secret values itself with
+		// the task role, so no value is in the task definition or in
+		// RunTask's overrides.
+		Environment: &map[string]*string{
+			EnvHouse:           jsii.String(cfg.House),
+			EnvRepository:      jsii.String(cfg.Repository),
+			EnvWorkerEndpoint:  g.Endpoint,
+			EnvWorkspace:       jsii.String("/workspace"),
+			EnvSecretAnthropic: g.ProviderSecrets[SecretAnthropic].SecretArn(),
+			EnvSecretOpenAI:    g.ProviderSecrets[SecretOpenAI].SecretArn(),
+			EnvSecretGit:       g.ProviderSecrets[SecretGit].SecretArn(),
+		},
+	})
+	return nil
+}
+
+// taskArnPattern names every task of the worker cluster.
+func (g *Galley) taskArnPattern() *string {
+	return g.Stack.FormatArn(&awscdk.ArnComponents{
+		Service:      jsii.String("ecs"),
+		Resource:     jsii.String("task"),
+		ResourceName: jsii.String(*g.Cluster.ClusterName() + "/*"),
+		ArnFormat:    awscdk.ArnFormat_SLASH_RESOURCE_NAME,
+	})
+}
+
+// queueArnPattern names every doorbell queue of this house.
+func (g *Galley) queueArnPattern() *string {
+	return g.Stack.FormatArn(&awscdk.ArnComponents{
+		Service:   jsii.String("sqs"),
+		Resource:  jsii.String(g.Config.QueuePrefix() + "*"),
+		ArnFormat: awscdk.ArnFormat_NO_RESOURCE_NAME,
+	})
+}
+
+func (g *Galley) subnetIDs() *string {
+	var ids []string
+	for _, sn := range *g.Vpc.PublicSubnets() {
+		ids = append(ids, *sn.SubnetId())
+	}
+	return jsii.String(strings.Join(ids, ","))
+}
+
+// addFunctions makes the five functions, each with its own role.
+func (g *Galley) addFunctions() {
+	cfg := g.Config
+	env := map[string]*string{
+		EnvTable:           g.Table.TableName(),
+		EnvHouse:           jsii.String(cfg.House),
+		EnvBackend:         jsii.String(cfg.Backend),
+		EnvCredential:      jsii.String(cfg.Credential),
+		EnvQueuePrefix:     jsii.String(cfg.QueuePrefix()),
+		EnvCluster:         g.Cluster.ClusterArn(),
+		EnvTaskDefinition:  g.TaskDefinition.TaskDefinitionArn(),
+		EnvSubnets:         g.subnetIDs(),
+		EnvSecurityGroup:   g.WorkerSG.SecurityGroupId(),
+		EnvAwaitCapMs:      jsii.String(strconv.Itoa(cfg.AwaitCapMs)),
+		EnvMaxWorkers:      jsii.String(strconv.Itoa(cfg.MaxWorkers)),
+		EnvAgentFamilies:   jsii.String(strings.Join(cfg.AgentFamilies, ",")),
+		EnvRepository:      jsii.String(cfg.Repository),
+		EnvWorkerEndpoint:  g.Endpoint,
+		EnvWorkerContainer: jsii.String(WorkerContainerName),
+		EnvAssignPublicIP:  jsii.String("ENABLED"),
+	}
+	for _, name := range FunctionNames {
+		spec := fnSpecs[name]
+		id := titled(name)
+		role := awsiam.NewRole(g.Stack, jsii.String(id+"Role"), &awsiam.RoleProps{
+			AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
+			Description: jsii.String("galley " + name + " function"),
+		})
+		logs := g.logGroup(id + "Logs")
+		logs.GrantWrite(role)
+		fenv := map[string]*string{}
+		for k, v := range env {
+			fenv[k] = v
+		}
+		// kitchn's token is checked only by the functions kitchn calls.
+		if name != FnWorkerAPI && name != FnReconciler {
+			fenv[EnvTokenSecretArn] = g.TokenSecret.SecretArn()
+		}
+		if name == FnEffects {
+			// Launch creates the worker's branch in the house repository.
+			fenv[EnvSecretGit] = g.ProviderSecrets[SecretGit].SecretArn()
+		}
+		fn := awslambda.NewFunction(g.Stack, jsii.String(id), &awslambda.FunctionProps{
+			Description:   jsii.String(spec.desc),
+			Runtime:       awslambda.Runtime_PROVIDED_AL2023(),
+			Architecture:  awslambda.Architecture_ARM_64(),
+			Handler:       jsii.String("bootstrap"),
+			Code:          awslambda.Code_FromAsset(jsii.String(filepath.Join(cfg.AssetDir, name)), nil),
+			Role:          role,
+			MemorySize:    jsii.Number(spec.memory),
+			Timeout:       awscdk.Duration_Seconds(jsii.Number(spec.timeout)),
+			Environment:   &fenv,
+			LogGroup:      logs,
+			LoggingFormat: awslambda.LoggingFormat_JSON,
+		})
+		g.Functions[name] = fn
+		g.Roles[name] = role
+	}
+	g.grantFunctions()
+}
+
+// grantFunctions gives each function's role exactly what its routes need.
+func (g *Galley) grantFunctions() {
+	stmt := func(role awsiam.Role, sid string, actions []string, resources []*string, conditions map[string]any) {
+		p := &awsiam.PolicyStatementProps{
+			Sid:       jsii.String(sid),
+			Actions:   jsii.Strings(actions...),
+			Resources: &resources,
+		}
+		if conditions != nil {
+			p.Conditions = &conditions
+		}
+		role.AddToPolicy(awsiam.NewPolicyStatement(p))
+	}
+	tls := map[string]any{"Bool": map[string]any{"aws:SecureTransport": "true"}}
+	inCluster := map[string]any{"ArnEquals": map[string]any{"ecs:cluster": g.Cluster.ClusterArn()}}
+	queues := []*string{g.queueArnPattern()}
+	tasks := []*string{g.taskArnPattern()}
+	token := []*string{g.TokenSecret.SecretArn()}
+
+	effects := g.Roles[FnEffects]
+	g.Table.GrantReadWriteData(effects)
+	stmt(effects, "RunWorkerTasks", []string{"ecs:RunTask"}, []*string{g.TaskDefinition.TaskDefinitionArn()}, inCluster)
+	stmt(effects, "StopAndDescribeWorkerTasks", []string{"ecs:StopTask", "ecs:DescribeTasks"}, tasks, inCluster)
+	// RunTask's tags (house, run, worker, key) need TagResource on create.
+	stmt(effects, "TagWorkerTasksOnRun", []string{"ecs:TagResource"}, tasks,
+		map[string]any{"StringEquals": map[string]any{"ecs:CreateAction": "RunTask"}})
+	stmt(effects, "PassWorkerRolesToEcsTasks", []string{"iam:PassRole"},
+		[]*string{g.TaskRole.RoleArn(), g.ExecutionRole.RoleArn()},
+		map[string]any{"StringEquals": map[string]any{"iam:PassedToService": "ecs-tasks.amazonaws.com"}})
+	stmt(effects, "RingDoorbells", []string{"sqs:SendMessage", "sqs:GetQueueUrl"}, queues, tls)
+	stmt(effects, "ReadBearerToken", []string{"secretsmanager:GetSecretValue"}, token, nil)
+	stmt(effects, "ReadGitCredential", []string{"secretsmanager:GetSecretValue"},
+		[]*string{g.ProviderSecrets[SecretGit].SecretArn()}, nil)
+
+	reads := g.Roles[FnReads]
+	g.Table.GrantReadData(reads)
+	stmt(reads, "DescribeWorkerTasks", []string{"ecs:DescribeTasks"}, tasks, inCluster)
+	stmt(reads, "ReadBearerToken", []string{"secretsmanager:GetSecretValue"}, token, nil)
+
+	listen := []string{"sqs:CreateQueue", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:DeleteMessage"}
+	mailbox := g.Roles[FnMailbox]
+	g.Table.GrantReadWriteData(mailbox)
+	stmt(mailbox, "ListenOnDoorbells", listen, queues, tls)
+	stmt(mailbox, "ReadBearerToken", []string{"secretsmanager:GetSecretValue"}, token, nil)
+
+	// The worker API rings its coordinator's doorbell (questions, reports)
+	// and long-polls the worker's own inbox doorbell. It never reads
+	// kitchn's token: workers authenticate with their own.
+	worker := g.Roles[FnWorkerAPI]
+	g.Table.GrantReadWriteData(worker)
+	stmt(worker, "RingAndListenOnDoorbells", append([]string{"sqs:SendMessage"}, listen...), queues, tls)
+
+	// The reconciler settles workers; a settled worker's report rings the
+	// coordinator's doorbell so a waiting await wakes at once.
+	reconciler := g.Roles[FnReconciler]
+	g.Table.GrantReadWriteData(reconciler)
+	stmt(reconciler, "RingDoorbells", []string{"sqs:SendMessage", "sqs:GetQueueUrl"}, queues, tls)
+}
+
+func titled(name string) string {
+	switch name {
+	case FnWorkerAPI:
+		return "WorkerApi"
+	}
+	return strings.ToUpper(name[:1]) + name[1:]
+}
+
+// addRoutes wires each route to its function.
+func (g *Galley) addRoutes() {
+	integrations := map[string]awsapigatewayv2integrations.HttpLambdaIntegration{}
+	for _, r := range Routes {
+		in, ok := integrations[r.Function]
+		if !ok {
+			in = awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String(titled(r.Function)+"Integration"),
+				g.Functions[r.Function], &awsapigatewayv2integrations.HttpLambdaIntegrationProps{
+					PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
+				})
+			integrations[r.Function] = in
+		}
+		g.API.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+			Path:        jsii.String(r.Path),
+			Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod(r.Method)},
+			Integration: in,
+		})
+	}
+}
+
+// addReconcilerRule sends the worker cluster's task state changes to the
+// reconciler; events it fails to take land in a TLS-only queue.
+func (g *Galley) addReconcilerRule() {
+	g.ReconcilerDLQ = awssqs.NewQueue(g.Stack, jsii.String("ReconcilerDeadLetters"), &awssqs.QueueProps{
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:      jsii.Bool(true),
+		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
+	})
+	g.TaskStateRule = awsevents.NewRule(g.Stack, jsii.String("TaskStateChanges"), &awsevents.RuleProps{
+		Description: jsii.String("galley worker tasks' state changes to the reconciler"),
+		EventPattern: &awsevents.EventPattern{
+			Source:     jsii.Strings("aws.ecs"),
+			DetailType: jsii.Strings("ECS Task State Change"),
+			Detail: &map[string]any{
+				"clusterArn": []*string{g.Cluster.ClusterArn()},
+			},
+		},
+	})
+	g.TaskStateRule.AddTarget(awseventstargets.NewLambdaFunction(g.Functions[FnReconciler], &awseventstargets.LambdaFunctionProps{
+		DeadLetterQueue: g.ReconcilerDLQ,
+		MaxEventAge:     awscdk.Duration_Hours(jsii.Number(6)),
+		RetryAttempts:   jsii.Number(20),
+	}))
+}
