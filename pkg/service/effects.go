@@ -68,10 +68,15 @@ func (s *Service) Apply(ctx context.Context, call protocol.EffectCall, arrived t
 	defer cancel()
 	receipt, err = s.perform(wctx, c, call, eff)
 	if err != nil {
-		if refusal(err) {
+		if refusal(err) && !c.acted {
 			return nil, s.refuse(ctx, c, err)
 		}
 		s.abandon(ctx, c)
+		if refusal(err) {
+			// Something may have happened: the answer must stay uncertain,
+			// and a retry converges.
+			return nil, galleyerr.E(galleyerr.Unavailable, "the effect was interrupted after it began acting", err)
+		}
 		return nil, err
 	}
 	return s.complete(ctx, c, receipt)
@@ -152,6 +157,10 @@ type claim struct {
 	// resumed is set when the claim was taken over from an expired lease;
 	// rec.Plan then holds the predecessor's plan.
 	resumed bool
+	// acted is set once the operation began changing anything outside the
+	// claim; from then on no failure may be answered not-applied. A resumed
+	// claim counts as acted: its predecessor may have.
+	acted bool
 }
 
 const claimAttempts = 16
@@ -194,7 +203,7 @@ func (s *Service) claim(ctx context.Context, key, fp, operation string, arrived 
 		if err != nil {
 			return nil, nil, err
 		}
-		return &claim{rec: rec, version: nv, resumed: resumed}, nil, nil
+		return &claim{rec: rec, version: nv, resumed: resumed, acted: resumed}, nil, nil
 	}
 	return nil, nil, galleyerr.Errorf(galleyerr.InFlight, "the key is contended")
 }

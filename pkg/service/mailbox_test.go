@@ -320,3 +320,28 @@ func flatten(batches map[int][]string) []string {
 	}
 	return out
 }
+
+// TestRetriedPostKeepsItsID: a post retried with the same client id
+// carries the same message id and asks one question, not two.
+func TestRetriedPostKeepsItsID(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	w := e.launch(t, "run-p", "k-1", "")
+	req := workerapi.PostRequest{ClientID: "c-42", Kind: "question", Body: "which?"}
+	a, err := e.svc.WorkerPost(ctx, w, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.apply(t, call("run-p", "k-r", `{"type":"reply-to-worker","worker":`+workerRef(w)+`,"question":"`+a.ID+`","body":"this"}`))
+	b, err := e.svc.WorkerPost(ctx, w, req)
+	if err != nil || b.ID != a.ID {
+		t.Fatalf("retried post: %+v %v, want id %s", b, err, a.ID)
+	}
+	if got := e.observe(t, w); got.State == "awaiting-reply" {
+		t.Fatal("a retried question reopened an answered question")
+	}
+	other, _ := e.svc.WorkerPost(ctx, w, workerapi.PostRequest{ClientID: "c-43", Kind: "status", Body: "x"})
+	if other.ID == a.ID {
+		t.Fatal("distinct client ids share a message id")
+	}
+}

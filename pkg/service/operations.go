@@ -85,7 +85,10 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 		branch = plan.Branch
 	}
 	if created {
-		if err := s.git.CreateBranch(ctx, branch, plan.Base); err != nil {
+		err := s.git.CreateBranch(ctx, branch, plan.Base)
+		if err == nil {
+			c.acted = true
+		} else {
 			if !galleyerr.Is(galleyerr.Conflict, err) {
 				return nil, err
 			}
@@ -101,6 +104,7 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 			}
 		}
 	}
+	c.acted = true
 
 	now := s.clock.Now()
 	agent := protocol.AgentSelection{Agent: s.cfg.DefaultAgent}
@@ -251,6 +255,7 @@ func (s *Service) message(ctx context.Context, c *claim, eff protocol.WorkerEffe
 	if _, _, err := s.liveWorker(ctx, handle); err != nil {
 		return nil, err
 	}
+	c.acted = true
 	item := store.InboxItem{Key: c.rec.Key, Kind: "message", Body: *eff.Body, At: s.clock.Now()}
 	if _, err := s.store.AppendInbox(ctx, handle, item); err != nil {
 		return nil, err
@@ -275,6 +280,7 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 	if answer == "" {
 		// The inbox first: a retry may append again, and readers skip a key
 		// they saw; the reverse order could record an answer never sent.
+		c.acted = true
 		item := store.InboxItem{Key: c.rec.Key, Kind: "reply", Question: question, Body: body, At: s.clock.Now()}
 		if _, err := s.store.AppendInbox(ctx, handle, item); err != nil {
 			return nil, err
@@ -302,6 +308,7 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 
 func (s *Service) cancel(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
 	handle := eff.Worker.Handle
+	c.acted = true
 	if err := s.settleCancelled(ctx, handle); err != nil {
 		return nil, err
 	}
@@ -336,6 +343,9 @@ func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffe
 	if err != nil {
 		return nil, err
 	}
+	if r.Kind == protocol.KindWorker || r.Kind == protocol.KindBranch {
+		c.acted = true
+	}
 	switch r.Kind {
 	case protocol.KindWorker:
 		if err := s.settleCancelled(ctx, r.Handle); err != nil {
@@ -350,6 +360,7 @@ func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffe
 		} else if busy {
 			return nil, galleyerr.Errorf(galleyerr.Invalid, "worktree %s is in use by a running worker", quoteShort(r.Handle))
 		}
+		c.acted = true
 		if err := s.runtime.RemoveWorkspace(ctx, r.Handle, res.Path); err != nil {
 			return nil, err
 		}

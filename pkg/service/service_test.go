@@ -454,3 +454,45 @@ func TestLaunchIntoExistingWorktree(t *testing.T) {
 		t.Fatalf("self = %+v %v", self, err)
 	}
 }
+
+// refusingRuntime refuses to start workers while refuse is set, with an
+// error of the kind that would otherwise read as a definite refusal.
+type refusingRuntime struct {
+	*servicetest.Runtime
+	refuse bool
+}
+
+func (r *refusingRuntime) Start(ctx context.Context, spec service.WorkerSpec) error {
+	if r.refuse {
+		return galleyerr.Errorf(galleyerr.Invalid, "refused by the runtime")
+	}
+	return r.Runtime.Start(ctx, spec)
+}
+
+// TestFailureAfterActingIsUncertain: a failure after the launch created its
+// branch is never answered not-applied; the answer is uncertain, lookup
+// says unknown, and a retry converges on the same branch.
+func TestFailureAfterActingIsUncertain(t *testing.T) {
+	rt := &refusingRuntime{Runtime: servicetest.NewRuntime(), refuse: true}
+	te := servicetest.New(t, nil, service.WithRuntime(rt))
+	ctx := context.Background()
+	c := call("run-1", "k-half", launchBody("half/done"))
+	_, err := te.Service.Apply(ctx, c, time.Now())
+	if galleyerr.KindOf(err) != galleyerr.Unavailable {
+		t.Fatalf("after acting: %v, want an uncertain (unavailable) answer", err)
+	}
+	if _, exists, _ := te.Git.BranchHead(ctx, "half/done"); !exists {
+		t.Fatal("test premise: the branch should exist")
+	}
+	if ans, _, _ := te.Service.Lookup(ctx, c); ans.Status != "unknown" {
+		t.Fatalf("lookup = %s, want unknown", ans.Status)
+	}
+	rt.refuse = false
+	raw, err := te.Service.Apply(ctx, c, time.Now())
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if !strings.Contains(string(raw), `"handle":"half/done"`) || rt.StartCount() != 1 {
+		t.Fatalf("retry did not converge: %s, %d starts", raw, rt.StartCount())
+	}
+}

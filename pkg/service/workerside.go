@@ -70,12 +70,18 @@ func (s *Service) WorkerPost(ctx context.Context, handle string, req workerapi.P
 		return workerapi.PostAnswer{}, galleyerr.Errorf(galleyerr.Conflict, "worker has settled")
 	}
 	id := newMessageID()
+	if req.ClientID != "" {
+		id = s.derive("msg-", handle+"\x00"+req.ClientID)
+	}
 	if req.Kind == protocol.MsgQuestion {
 		// Register the question before the coordinator can see it, so a
 		// reply never finds it unasked.
 		if _, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
 			if w.State == protocol.StateSettled {
 				return galleyerr.Errorf(galleyerr.Conflict, "worker has settled")
+			}
+			if _, asked := w.Questions[id]; asked {
+				return errNoChange // a retried post of the same question
 			}
 			w.Questions[id] = ""
 			w.State = protocol.StateAwaitingReply
@@ -167,9 +173,30 @@ func (s *Service) inbox(ctx context.Context, handle string, after int64) (worker
 		return workerapi.InboxAnswer{}, err
 	}
 	seen := make(map[string]bool, len(items))
+	answered := map[string]bool{}
 	for _, it := range items {
 		dup := it.Key != "" && seen[it.Key]
 		seen[it.Key] = true
+		if it.Kind == "reply" && !dup {
+			// Only the answer the worker record holds is delivered, once: a
+			// reply that lost a race with another body never reaches the
+			// agent. A reply appended but not yet recorded holds back what
+			// follows it, so the harness's cursor cannot pass it; a record
+			// that never came (its effect died and was not retried) stops
+			// holding after two leases.
+			recorded := ""
+			if res.Worker != nil {
+				recorded = res.Worker.Questions[it.Question]
+			}
+			switch {
+			case recorded == "" && s.clock.Now().Sub(it.At) < 2*s.cfg.Lease:
+				return ans, nil
+			case recorded != it.Body || answered[it.Question]:
+				dup = true
+			default:
+				answered[it.Question] = true
+			}
+		}
 		if dup || it.Seq <= after {
 			continue
 		}
@@ -237,6 +264,9 @@ func checkPost(req workerapi.PostRequest) error {
 		}
 	default:
 		return galleyerr.Errorf(galleyerr.Invalid, "unknown message kind %s", quoteShort(req.Kind))
+	}
+	if len(req.ClientID) > 128 {
+		return galleyerr.Errorf(galleyerr.Invalid, "clientId longer than 128 bytes")
 	}
 	if req.Kind == protocol.MsgQuestion && req.Body == "" {
 		return galleyerr.Errorf(galleyerr.Invalid, "a question needs a body")

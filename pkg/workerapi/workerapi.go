@@ -52,12 +52,15 @@ type ReadyRequest struct {
 
 // PostRequest posts one mailbox row for the worker's coordinator. Kind is
 // question, worker-done, escalation, heartbeat or status; Outcome only on
-// worker-done.
+// worker-done. ClientID, chosen by the harness once per post, makes the
+// row's id: a post retried after a lost answer can at worst repeat the row
+// with the same id, never make a second question.
 type PostRequest struct {
-	Kind    string `json:"kind"`
-	Subject string `json:"subject,omitempty"`
-	Body    string `json:"body,omitempty"`
-	Outcome string `json:"outcome,omitempty"`
+	ClientID string `json:"clientId,omitempty"`
+	Kind     string `json:"kind"`
+	Subject  string `json:"subject,omitempty"`
+	Body     string `json:"body,omitempty"`
+	Outcome  string `json:"outcome,omitempty"`
 }
 
 // PostAnswer gives the message id (a question's id is what a reply names).

@@ -8,6 +8,8 @@ package client
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -123,14 +125,25 @@ func (c *Client) Ready(ctx context.Context, evidence string) error {
 	return c.call(ctx, workerapi.PathReady, workerapi.ReadyRequest{Evidence: evidence}, &workerapi.Ack{}, 0, retryAlways)
 }
 
-// Post posts one mailbox row. A post is not idempotent (a retry after a lost
-// answer would post the row twice, and a question twice would leave a reply
-// to the first copy unmatched), so it is retried only when the request
-// provably never reached galley: a failure to connect.
+// Post posts one mailbox row. It carries a client id chosen once per post,
+// from which galley makes the row's id: a retry after a lost answer can at
+// worst repeat the row under the same id (delivery is at least once), never
+// ask a second question.
 func (c *Client) Post(ctx context.Context, req workerapi.PostRequest) (workerapi.PostAnswer, error) {
+	if req.ClientID == "" {
+		req.ClientID = newClientID()
+	}
 	var out workerapi.PostAnswer
-	err := c.call(ctx, workerapi.PathPost, req, &out, 0, retryUnsent)
+	// The client id makes the post idempotent, so a lost answer may be
+	// retried like any other call.
+	err := c.call(ctx, workerapi.PathPost, req, &out, 0, retryAlways)
 	return out, err
+}
+
+func newClientID() string {
+	var b [12]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // Inbox waits up to wait (capped at MaxInboxWait) for items after the

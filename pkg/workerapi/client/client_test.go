@@ -85,7 +85,7 @@ func TestFailures(t *testing.T) {
 	}{
 		{"5xx retried until success", workerapi.PathSelf, []int{503, 500}, selfCall, 0, true, 3},
 		{"5xx retried until attempts run out", workerapi.PathReady, []int{503, 503, 503, 503}, readyCall, galleyerr.Unavailable, false, 4},
-		{"post not retried after 5xx", workerapi.PathPost, []int{503}, postCall, galleyerr.Unavailable, false, 1},
+		{"post retried after 5xx (its client id makes it idempotent)", workerapi.PathPost, []int{503}, postCall, 0, true, 2},
 		{"4xx not retried", workerapi.PathSelf, []int{404}, selfCall, galleyerr.NotFound, false, 1},
 		{"rate limited", workerapi.PathUsage, []int{429}, usageCall, galleyerr.RateLimited, false, 1},
 		{"bad request", workerapi.PathExited, []int{400}, exitedCall, galleyerr.Malformed, false, 1},
