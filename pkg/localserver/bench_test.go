@@ -133,7 +133,9 @@ func BenchmarkRoute(b *testing.B) {
 		timed(b, func(int) { bn.call(b, "POST", "/v1/effects/lookup", envelope("k-seed", launchEffect)) })
 	})
 	b.Run("lookup-absent", func(b *testing.B) {
-		timed(b, func(i int) { bn.call(b, "POST", "/v1/effects/lookup", envelope(fmt.Sprintf("k-absent-%d", i), launchEffect)) })
+		timed(b, func(i int) {
+			bn.call(b, "POST", "/v1/effects/lookup", envelope(fmt.Sprintf("k-absent-%d", i), launchEffect))
+		})
 	})
 	b.Run("next-empty", func(b *testing.B) {
 		timed(b, func(int) { bn.call(b, "POST", "/v1/deliveries/next", `{"run":"run-empty","coordinator":"c1"}`) })
