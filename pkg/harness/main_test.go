@@ -253,3 +253,20 @@ func (p *proc) checkNoToken(t *testing.T) {
 		t.Error("the harness log holds the worker token")
 	}
 }
+
+// withoutClientIDs checks every post carries a client id, distinct from
+// the others, and returns the posts without them for comparison.
+func withoutClientIDs(t *testing.T, posts []workerapi.PostRequest) []workerapi.PostRequest {
+	t.Helper()
+	seen := map[string]bool{}
+	out := make([]workerapi.PostRequest, len(posts))
+	for i, p := range posts {
+		if p.ClientID == "" || seen[p.ClientID] {
+			t.Errorf("post %d has client id %q (missing or repeated)", i, p.ClientID)
+		}
+		seen[p.ClientID] = true
+		p.ClientID = ""
+		out[i] = p
+	}
+	return out
+}
