@@ -380,4 +380,3 @@ func checkMessages(t *testing.T, s *dynamostore.Store, run string, ids ...string
 		t.Errorf("messages %v, want %v", got, ids)
 	}
 }
-
