@@ -66,25 +66,37 @@ func (s *Service) Acknowledge(ctx context.Context, run, coordinator, batch strin
 // the run's doorbell and re-reads the store after every ring and at its
 // deadline, so a lost ring costs latency, never a message.
 func (s *Service) Await(ctx context.Context, run, coordinator string, wait time.Duration) (protocol.MailboxAnswer, error) {
-	hold := min(max(wait, 0), s.cfg.AwaitCap)
-	deadline := s.clock.Now().Add(hold)
-	l, err := s.bell.Listen(ctx, runTopic(run))
+	var ans protocol.MailboxAnswer
+	deadline := s.clock.Now().Add(min(max(wait, 0), s.cfg.AwaitCap))
+	err := s.waitFor(ctx, runTopic(run), deadline, func(last bool) (bool, error) {
+		var ready bool
+		var err error
+		// At the deadline, answer as next would, sealing what is pending.
+		ans, ready, err = s.read(ctx, run, coordinator, !last)
+		return ready || last, err
+	})
+	return ans, err
+}
+
+// waitFor calls check until it reports done, listening on topic so that a
+// ring wakes it at once, and calls it a last time (last=true) at deadline.
+// It listens before the first check, so a ring between a check and the wait
+// is not missed; a lost ring delays an answer until the deadline, never
+// loses one.
+func (s *Service) waitFor(ctx context.Context, topic string, deadline time.Time, check func(last bool) (bool, error)) error {
+	l, err := s.bell.Listen(ctx, topic)
 	if err != nil {
 		// Without a doorbell the call still answers correctly, just late.
-		s.log.Warn("doorbell listen failed", "err", err)
+		s.log.Warn("doorbell listen failed", "topic", topic, "err", err)
 		l = nil
 	}
 	if l != nil {
 		defer l.Close()
 	}
 	for {
-		ans, ready, err := s.read(ctx, run, coordinator, true)
-		if err != nil || ready {
-			return ans, err
-		}
-		if !s.clock.Now().Before(deadline) {
-			ans, _, err := s.read(ctx, run, coordinator, false)
-			return ans, err
+		last := !s.clock.Now().Before(deadline)
+		if done, err := check(last); err != nil || done {
+			return err
 		}
 		wctx, cancel := context.WithDeadline(ctx, deadline)
 		if l != nil {
@@ -94,7 +106,7 @@ func (s *Service) Await(ctx context.Context, run, coordinator string, wait time.
 		}
 		cancel()
 		if err := ctx.Err(); err != nil {
-			return protocol.MailboxAnswer{}, galleyerr.E(galleyerr.Unavailable, "await abandoned", err)
+			return galleyerr.E(galleyerr.Unavailable, "wait abandoned", err)
 		}
 	}
 }

@@ -129,31 +129,14 @@ func (s *Service) settle(ctx context.Context, handle, outcome string, exited boo
 // holding up to wait for one. A retried effect may have appended an item
 // twice; only the first item of each key is answered.
 func (s *Service) WorkerInbox(ctx context.Context, handle string, after int64, wait time.Duration) (workerapi.InboxAnswer, error) {
+	var ans workerapi.InboxAnswer
 	deadline := s.clock.Now().Add(min(max(wait, 0), MaxInboxWait))
-	l, err := s.bell.Listen(ctx, inboxTopic(handle))
-	if err != nil {
-		s.log.Warn("doorbell listen failed", "err", err)
-		l = nil
-	}
-	if l != nil {
-		defer l.Close()
-	}
-	for {
-		ans, err := s.inbox(ctx, handle, after)
-		if err != nil || len(ans.Items) > 0 || ans.Settled || !s.clock.Now().Before(deadline) {
-			return ans, err
-		}
-		wctx, cancel := context.WithDeadline(ctx, deadline)
-		if l != nil {
-			_ = l.Wait(wctx)
-		} else {
-			<-wctx.Done()
-		}
-		cancel()
-		if err := ctx.Err(); err != nil {
-			return workerapi.InboxAnswer{}, galleyerr.E(galleyerr.Unavailable, "inbox wait abandoned", err)
-		}
-	}
+	err := s.waitFor(ctx, inboxTopic(handle), deadline, func(last bool) (bool, error) {
+		var err error
+		ans, err = s.inbox(ctx, handle, after)
+		return last || len(ans.Items) > 0 || ans.Settled, err
+	})
+	return ans, err
 }
 
 func (s *Service) inbox(ctx context.Context, handle string, after int64) (workerapi.InboxAnswer, error) {
