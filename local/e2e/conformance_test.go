@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
 	"testing"
 	"time"
 
@@ -31,4 +34,46 @@ func TestConformanceAgainstServe(t *testing.T) {
 	if len(rep.Results) < 19 {
 		t.Fatalf("only %d checks ran", len(rep.Results))
 	}
+}
+
+// TestConformanceAgainstServeOnDynamoDBAndSQS runs the same suite with the
+// store in DynamoDB Local and the doorbell on fauxqs.
+func TestConformanceAgainstServeOnDynamoDBAndSQS(t *testing.T) {
+	requireStandins(t)
+	s := startServer(t, t.TempDir(), "--store", "dynamodb", "--doorbell", "sqs",
+		"--table", "galley-e2e-"+randomSuffix(), "--queue-prefix", "galley-e2e-"+randomSuffix())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep := conformance.Run(ctx, conformance.Config{
+		Endpoint: s.Endpoint, Token: s.Token, House: "origin89", Backend: "galley", Credential: "galley-token",
+		Wait: 60 * time.Second,
+	})
+	if rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	for _, r := range rep.Results {
+		t.Log(r.String())
+		if r.Status != conformance.Pass {
+			t.Errorf("check %s: %s %s", r.Name, r.Status, r.Reason)
+		}
+	}
+}
+
+// requireStandins skips a test that needs DynamoDB Local and fauxqs when
+// their endpoints are not set, and fails it when make test asked for them.
+func requireStandins(t *testing.T) {
+	t.Helper()
+	if os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" && os.Getenv("AWS_ENDPOINT_URL_SQS") != "" {
+		return
+	}
+	if os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
+		t.Fatal("GALLEY_REQUIRE_STANDINS=1 but AWS_ENDPOINT_URL_DYNAMODB or AWS_ENDPOINT_URL_SQS is unset")
+	}
+	t.Skip("stand-ins not running (scripts/standins.sh start)")
+}
+
+func randomSuffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -15,7 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
 	"github.com/galley-run/galley/pkg/localserver"
+	"github.com/galley-run/galley/pkg/store/dynamostore"
 )
 
 func main() {
@@ -52,6 +54,44 @@ commands:
 `)
 }
 
+// awsBackends opens the DynamoDB store and the SQS doorbell when asked,
+// from the AWS SDK's standard variables.
+func awsBackends(ctx context.Context, o *localserver.Options, storeKind, bellKind, table, prefix string) error {
+	house := o.House
+	if house == "" {
+		house = "local"
+	}
+	switch storeKind {
+	case "bolt":
+	case "dynamodb":
+		if table == "" {
+			table = "galley-" + house
+		}
+		st, err := dynamostore.Open(ctx, table)
+		if err != nil {
+			return fmt.Errorf("dynamodb store (table %s): %w", table, err)
+		}
+		o.Store = st
+	default:
+		return fmt.Errorf("--store must be bolt or dynamodb")
+	}
+	switch bellKind {
+	case "local":
+	case "sqs":
+		if prefix == "" {
+			prefix = "galley-" + house
+		}
+		bell, err := sqsbell.Open(ctx, prefix)
+		if err != nil {
+			return fmt.Errorf("sqs doorbell (prefix %s): %w", prefix, err)
+		}
+		o.Doorbell = bell
+	default:
+		return fmt.Errorf("--doorbell must be local or sqs")
+	}
+	return nil
+}
+
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("galley serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -69,7 +109,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.WorkerBin, "worker-bin", "", "the galley-worker binary (default: beside galley, or on PATH)")
 	fs.DurationVar(&o.AwaitCap, "await-cap", 25*time.Second, "longest hold of deliveries/await")
 	fs.IntVar(&o.MaxWorkers, "max-workers", 0, "most unsettled workers; 0 for no bound")
+	storeKind := fs.String("store", "bolt", "record store: bolt (embedded, under --data) or dynamodb (AWS_ENDPOINT_URL_DYNAMODB, AWS_REGION, ...)")
+	bellKind := fs.String("doorbell", "local", "await doorbell: local (in-process) or sqs (AWS_ENDPOINT_URL_SQS, AWS_REGION, ...)")
+	table := fs.String("table", "", "DynamoDB table with --store dynamodb, created when missing (default galley-<house>)")
+	queuePrefix := fs.String("queue-prefix", "", "SQS queue name prefix with --doorbell sqs (default galley-<house>)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := awsBackends(ctx, &o, *storeKind, *bellKind, *table, *queuePrefix); err != nil {
+		fmt.Fprintf(stderr, "galley serve: %v\n", err)
 		return 2
 	}
 	switch o.DefaultAgent {
