@@ -1,0 +1,305 @@
+// Package reconcile settles workers from ECS "Task State Change" events,
+// as EventBridge delivers them to the reconciler function: a worker whose
+// task stopped without a report settles failed, and its coordinator gets a
+// worker-done row saying why; a task that still runs for a worker that
+// already settled (a cancel that raced the launch) is stopped.
+//
+// Events arrive late, twice, concurrently and out of order. The reconciler
+// is safe under all of that because it acts on facts that never revert: a
+// STOPPED task never runs again, and a settled worker never changes (the
+// service refuses to move it). Only a STOPPED event can settle; an earlier
+// status arriving after it is stale by its version and changes nothing. Two
+// copies of the STOPPED event race for one claim record in the store, so
+// the worker-done row is posted once.
+package reconcile
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/runtime/ecsrt"
+	"github.com/galley-run/galley/pkg/store"
+)
+
+// Settler settles a worker whose compute ended without a report: it posts
+// the worker-done row (outcome failed, with the reason) and settles the
+// worker, unless it settled already. *service.Service implements it.
+type Settler interface {
+	WorkerExited(ctx context.Context, handle string, code int, reason string) error
+}
+
+// Store is what the reconciler reads and claims in.
+type Store interface {
+	GetResource(ctx context.Context, kind, handle string) (store.Resource, store.Version, error)
+	GetEffect(ctx context.Context, key string) (store.Effect, store.Version, error)
+	PutEffect(ctx context.Context, e store.Effect, prev store.Version) (store.Version, error)
+}
+
+// Stopper stops one task by its ARN; stopping a stopped task succeeds.
+// *ecsrt.Runtime implements it.
+type Stopper interface {
+	StopTask(ctx context.Context, taskARN string) error
+}
+
+// Outcome says what one event did.
+type Outcome string
+
+const (
+	Ignored        Outcome = "ignored"         // not a galley worker's task, or no record of it
+	Live           Outcome = "live"            // the task runs (or is on its way); nothing to do
+	Stale          Outcome = "stale"           // older than a change already applied
+	Settled        Outcome = "settled-failed"  // the worker settled failed, its coordinator told
+	AlreadySettled Outcome = "already-settled" // the worker had settled; at most marked exited
+	OrphanStopped  Outcome = "orphan-stopped"  // a task of a settled worker was stopped
+)
+
+// DefaultLease bounds how long one invocation holds a worker's claim
+// before a retry may take it over (the reconciler function's timeout is
+// 30 s).
+const DefaultLease = 20 * time.Second
+
+// Reconciler applies task state changes to workers.
+type Reconciler struct {
+	svc       Settler
+	st        Store
+	stop      Stopper
+	container string
+	lease     time.Duration
+	now       func() time.Time
+	log       *slog.Logger
+}
+
+// Option configures a Reconciler.
+type Option func(*Reconciler)
+
+// WithStopper lets the reconciler stop a task that runs for a settled
+// worker; without it such a task is only logged.
+func WithStopper(s Stopper) Option { return func(r *Reconciler) { r.stop = s } }
+
+// WithContainer names the worker container whose exit code the report
+// gives (default "worker").
+func WithContainer(name string) Option { return func(r *Reconciler) { r.container = name } }
+
+// WithLease sets the claim's lease.
+func WithLease(d time.Duration) Option { return func(r *Reconciler) { r.lease = d } }
+
+// WithClock sets the clock.
+func WithClock(now func() time.Time) Option { return func(r *Reconciler) { r.now = now } }
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(r *Reconciler) { r.log = l } }
+
+// New returns a Reconciler settling through svc and claiming in st.
+func New(svc Settler, st Store, opts ...Option) *Reconciler {
+	r := &Reconciler{svc: svc, st: st, container: "worker", lease: DefaultLease, now: time.Now,
+		log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// HandleEvent is the reconciler function's handler: one EventBridge event.
+// An event that is not a task state change, or cannot be read, is logged
+// and dropped (a retry could not make it readable); an error asks
+// EventBridge to deliver the event again later.
+func (r *Reconciler) HandleEvent(ctx context.Context, event json.RawMessage) error {
+	c, err := ecsrt.ParseTaskStateChange(event)
+	if err != nil {
+		r.log.Warn("event dropped", "err", err.Error())
+		return nil
+	}
+	out, err := r.Apply(ctx, c)
+	attrs := []any{"event", c.EventID, "task", c.TaskARN, "worker", c.Handle, "lastStatus", c.LastStatus,
+		"version", c.Version, "outcome", string(out)}
+	if err != nil {
+		r.log.Error("task state change not applied", append(attrs, "err", err.Error())...)
+		return err
+	}
+	r.log.Info("task state change", attrs...)
+	return nil
+}
+
+// claimKey names a worker's reconcile claim among the effect records. The
+// space keeps it apart from every client key: keys are printable ASCII
+// without spaces.
+func claimKey(handle string) string { return "reconcile " + handle }
+
+// claimPlan is what the claim records: the stop it settled the worker for.
+type claimPlan struct {
+	Task    string `json:"task"`
+	Version int64  `json:"version"`
+}
+
+// Apply applies one task state change.
+func (r *Reconciler) Apply(ctx context.Context, c ecsrt.TaskChange) (Outcome, error) {
+	if c.Handle == "" {
+		return Ignored, nil
+	}
+	res, _, err := r.st.GetResource(ctx, protocol.KindWorker, c.Handle)
+	if galleyerr.Is(galleyerr.NotFound, err) || (err == nil && res.Worker == nil) {
+		// Another deployment's task on a shared cluster, or a record that
+		// is gone: nothing galley may act on.
+		return Ignored, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	w := res.Worker
+	settled := res.Released || w.State == protocol.StateSettled
+	if !c.Stopped() {
+		if !settled {
+			return Live, nil
+		}
+		if r.stale(ctx, c) {
+			return Stale, nil
+		}
+		if c.DesiredStatus == ecsrt.StatusStopped {
+			return AlreadySettled, nil // already on its way down
+		}
+		// A task runs for a worker that settled (a cancel that raced the
+		// launch, whose stop found no task yet): stop it.
+		if r.stop == nil {
+			r.log.Warn("a settled worker's task runs and this reconciler cannot stop it", "task", c.TaskARN, "worker", c.Handle)
+			return AlreadySettled, nil
+		}
+		if err := r.stop.StopTask(ctx, c.TaskARN); err != nil {
+			return "", err
+		}
+		return OrphanStopped, nil
+	}
+	if res.Released {
+		return AlreadySettled, nil
+	}
+	if w.State == protocol.StateSettled {
+		if !w.Exited {
+			// Record that the compute ended; a settled worker keeps its
+			// state and outcome, and no row is posted.
+			if err := r.svc.WorkerExited(ctx, c.Handle, exitCode(c, r.container), ""); err != nil && !gone(err) {
+				return "", err
+			}
+		}
+		return AlreadySettled, nil
+	}
+	return r.settle(ctx, c)
+}
+
+// stale reports whether a settling stop of a later version was applied.
+func (r *Reconciler) stale(ctx context.Context, c ecsrt.TaskChange) bool {
+	rec, _, err := r.st.GetEffect(ctx, claimKey(c.Handle))
+	if err != nil || rec.State != store.EffectApplied {
+		return false
+	}
+	var p claimPlan
+	return json.Unmarshal(rec.Plan, &p) == nil && p.Task == c.TaskARN && !c.Supersedes(p.Version)
+}
+
+// settle claims the worker's reconcile record, settles the worker failed
+// with the stop's reason, and completes the claim. A concurrent copy of the
+// event finds the claim held and is retried later, when the worker has
+// settled.
+func (r *Reconciler) settle(ctx context.Context, c ecsrt.TaskChange) (Outcome, error) {
+	key := claimKey(c.Handle)
+	plan, _ := json.Marshal(claimPlan{Task: c.TaskARN, Version: c.Version})
+	var (
+		rec store.Effect
+		ver store.Version
+	)
+	for attempt := 0; ; attempt++ {
+		if attempt == 8 {
+			return "", galleyerr.Errorf(galleyerr.InFlight, "the reconcile claim of %s is contended", c.Handle)
+		}
+		cur, cv, err := r.st.GetEffect(ctx, key)
+		now := r.now()
+		switch {
+		case galleyerr.Is(galleyerr.NotFound, err):
+			cur, cv = store.Effect{Key: key, Fingerprint: "reconcile", Operation: "reconcile"}, store.NoVersion
+		case err != nil:
+			return "", err
+		case cur.State == store.EffectApplied:
+			return AlreadySettled, nil
+		case cur.State == store.EffectInFlight && now.Before(cur.LeaseExpires):
+			return "", galleyerr.Errorf(galleyerr.InFlight, "another invocation is settling %s", c.Handle)
+		}
+		cur.State, cur.Lease, cur.LeaseExpires, cur.Plan, cur.Updated = store.EffectInFlight, newLease(), now.Add(r.lease), plan, now
+		nv, err := r.st.PutEffect(ctx, cur, cv)
+		if galleyerr.Is(galleyerr.Conflict, err) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		rec, ver = cur, nv
+		break
+	}
+
+	if err := r.svc.WorkerExited(ctx, c.Handle, exitCode(c, r.container), stopReason(c, r.container)); err != nil && !gone(err) {
+		// Let a retry take over at once.
+		rec.LeaseExpires = r.now()
+		if _, perr := r.st.PutEffect(context.WithoutCancel(ctx), rec, ver); perr != nil {
+			r.log.Warn("could not release the reconcile claim", "worker", c.Handle, "err", perr.Error())
+		}
+		return "", err
+	}
+	rec.State, rec.Lease, rec.LeaseExpires, rec.Updated = store.EffectApplied, "", time.Time{}, r.now()
+	rec.Receipt = json.RawMessage(plan)
+	if _, err := r.st.PutEffect(ctx, rec, ver); err != nil && !galleyerr.Is(galleyerr.Conflict, err) {
+		// The worker settled; a retry finds it settled and posts nothing.
+		r.log.Warn("could not complete the reconcile claim", "worker", c.Handle, "err", err.Error())
+	}
+	return Settled, nil
+}
+
+// gone reports an error the service gives for a worker that no longer
+// exists or was released: nothing to settle.
+func gone(err error) bool {
+	return galleyerr.Is(galleyerr.NotFound, err) || galleyerr.Is(galleyerr.Invalid, err)
+}
+
+// exitCode is the worker container's exit code, or -1 when ECS cannot tell
+// (the task never started it).
+func exitCode(c ecsrt.TaskChange, container string) int {
+	if ct, ok := c.Container(container); ok && ct.ExitCode != nil {
+		return *ct.ExitCode
+	}
+	return -1
+}
+
+// stopReason says why the task stopped, from what ECS reported: the stop
+// code, the stopped reason and the container's reason, for the coordinator
+// and the operator.
+func stopReason(c ecsrt.TaskChange, container string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "its ECS task %s stopped", taskID(c.TaskARN))
+	if c.StopCode != "" {
+		fmt.Fprintf(&b, " (%s)", c.StopCode)
+	}
+	if c.StoppedReason != "" {
+		fmt.Fprintf(&b, ": %s", c.StoppedReason)
+	}
+	if ct, ok := c.Container(container); ok && ct.Reason != "" {
+		fmt.Fprintf(&b, "; container %s: %s", container, ct.Reason)
+	}
+	return b.String()
+}
+
+func taskID(arn string) string {
+	if i := strings.LastIndexByte(arn, '/'); i >= 0 {
+		return arn[i+1:]
+	}
+	return arn
+}
+
+func newLease() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
