@@ -84,3 +84,22 @@ func TestCloseUnblocksWait(t *testing.T) {
 		t.Fatalf("Wait after Close = %v, want a closed error", err)
 	}
 }
+
+// BenchmarkWake measures a ring's way to a waiting listener.
+func BenchmarkWake(b *testing.B) {
+	bell := localbell.New()
+	ctx := b.Context()
+	l, err := bell.Listen(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	for b.Loop() {
+		done := make(chan error, 1)
+		go func() { done <- l.Wait(ctx) }()
+		bell.Ring(ctx, "bench")
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	}
+}

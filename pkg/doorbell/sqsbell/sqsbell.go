@@ -1,0 +1,418 @@
+// Package sqsbell is the doorbell of galley on AWS: a ring is an SQS
+// message on the topic's queue, and a waiter long-polls that queue. It
+// implements service.Doorbell; doorbelltest checks it on fauxqs.
+//
+// SQS only wakes: it cannot fence and has no peek, so a ring carries
+// nothing and the store stays the truth. A lost ring costs latency (the
+// waiter re-reads the store at its deadline), a duplicated or stale ring a
+// spurious wake (the waiter re-reads and waits again).
+//
+// Each topic (a run's mailbox, a worker's inbox) has one standard queue,
+// named <prefix>-<32 hex digits of the topic's SHA-256>, created on the
+// first Listen or Ring, holding rings for 60 seconds (SQS's minimum). A
+// listener touches its queue's galley-last-listen tag at most once an hour
+// per process, and Sweep deletes the queues of the prefix idle for longer
+// than a given age. docs/storage.md gives the costs and limits.
+package sqsbell
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/service"
+)
+
+// SQSAPI is the part of the SQS client the doorbell uses; the SDK's
+// *sqs.Client and awsfault's decorator implement it.
+type SQSAPI interface {
+	CreateQueue(context.Context, *sqs.CreateQueueInput, ...func(*sqs.Options)) (*sqs.CreateQueueOutput, error)
+	SendMessage(context.Context, *sqs.SendMessageInput, ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+	ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	DeleteMessageBatch(context.Context, *sqs.DeleteMessageBatchInput, ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
+	TagQueue(context.Context, *sqs.TagQueueInput, ...func(*sqs.Options)) (*sqs.TagQueueOutput, error)
+
+	// For Sweep only.
+	ListQueues(context.Context, *sqs.ListQueuesInput, ...func(*sqs.Options)) (*sqs.ListQueuesOutput, error)
+	ListQueueTags(context.Context, *sqs.ListQueueTagsInput, ...func(*sqs.Options)) (*sqs.ListQueueTagsOutput, error)
+	DeleteQueue(context.Context, *sqs.DeleteQueueInput, ...func(*sqs.Options)) (*sqs.DeleteQueueOutput, error)
+}
+
+const (
+	// maxReceiveWait is SQS's longest long poll.
+	maxReceiveWait = 20 * time.Second
+	// retention: a ring older than a minute woke nobody who still waits.
+	retentionSeconds = "60"
+	// visibilitySeconds: a ring received by a receive whose answer was
+	// lost (or whose waiter died before deleting it) is seen again this
+	// soon by the next receive.
+	visibilitySeconds = "2"
+	// staleSlack: rings sent this long before Listen are dropped without a
+	// wake (the caller's store check after Listen saw their cause); the
+	// slack covers clock skew between SQS and this host.
+	staleSlack = 2 * time.Second
+	// TagLastListen holds the Unix time a listener last used the queue.
+	TagLastListen = "galley-last-listen"
+	// TagTopicPrefix marks the queue as a doorbell of this prefix.
+	TagPrefix = "galley-doorbell"
+	maxCached = 10000
+)
+
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,46}$`)
+
+// Bell is an SQS doorbell.
+type Bell struct {
+	sqs        SQSAPI
+	prefix     string
+	now        func() time.Time
+	touchEvery time.Duration
+	maxBackoff time.Duration
+
+	mu      sync.Mutex
+	urls    map[string]string    // topic → queue URL
+	touched map[string]time.Time // queue URL → when this process last tagged it
+}
+
+var _ service.Doorbell = (*Bell)(nil)
+
+// Option configures a Bell.
+type Option func(*Bell)
+
+// WithClock sets the clock (tests).
+func WithClock(now func() time.Time) Option { return func(b *Bell) { b.now = now } }
+
+// WithTouchEvery sets how often a process refreshes a queue's
+// galley-last-listen tag while it listens (default one hour). Sweep's idle
+// age must exceed it with room to spare.
+func WithTouchEvery(d time.Duration) Option { return func(b *Bell) { b.touchEvery = d } }
+
+// WithMaxBackoff bounds the pause after a failed receive before Wait
+// returns as if rung (default 5s).
+func WithMaxBackoff(d time.Duration) Option { return func(b *Bell) { b.maxBackoff = d } }
+
+// New returns a doorbell whose queues are named <prefix>-<hash>. prefix is
+// 1 to 46 letters, digits, '-' or '_' (queue names stop at 80), and should
+// name the deployment, as two deployments sharing one must not share rings.
+func New(client SQSAPI, prefix string, opts ...Option) (*Bell, error) {
+	if !prefixRE.MatchString(prefix) {
+		return nil, galleyerr.Errorf(galleyerr.Invalid, "sqsbell: queue prefix %q must be 1 to 46 letters, digits, '-' or '_'", prefix)
+	}
+	b := &Bell{
+		sqs: client, prefix: prefix, now: time.Now, touchEvery: time.Hour, maxBackoff: 5 * time.Second,
+		urls: map[string]string{}, touched: map[string]time.Time{},
+	}
+	for _, o := range opts {
+		o(b)
+	}
+	return b, nil
+}
+
+// NewClientFromEnv builds an SQS client from the standard variables:
+// AWS_REGION, the credential chain, and AWS_ENDPOINT_URL_SQS (or
+// AWS_ENDPOINT_URL) for a stand-in such as fauxqs or LocalStack.
+func NewClientFromEnv(ctx context.Context) (*sqs.Client, error) {
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, galleyerr.E(galleyerr.Op("sqsbell.NewClientFromEnv"), galleyerr.Other, err)
+	}
+	return sqs.NewFromConfig(cfg), nil
+}
+
+// Open is the one call a server makes: a client from the environment and a
+// doorbell on it. Queues are created as topics are first used.
+func Open(ctx context.Context, prefix string, opts ...Option) (*Bell, error) {
+	c, err := NewClientFromEnv(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return New(c, prefix, opts...)
+}
+
+// QueueName is the queue of topic.
+func (b *Bell) QueueName(topic string) string {
+	h := sha256.Sum256([]byte(topic))
+	return b.prefix + "-" + hex.EncodeToString(h[:16])
+}
+
+// queue returns topic's queue URL, creating the queue when this process
+// has not seen it. CreateQueue is idempotent for identical attributes.
+func (b *Bell) queue(ctx context.Context, topic string) (string, error) {
+	b.mu.Lock()
+	url, ok := b.urls[topic]
+	b.mu.Unlock()
+	if ok {
+		return url, nil
+	}
+	now := b.now()
+	out, err := b.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{
+		QueueName: aws.String(b.QueueName(topic)),
+		Attributes: map[string]string{
+			string(types.QueueAttributeNameMessageRetentionPeriod): retentionSeconds,
+			string(types.QueueAttributeNameVisibilityTimeout):      visibilitySeconds,
+		},
+		Tags: map[string]string{TagPrefix: b.prefix, TagLastListen: strconv.FormatInt(now.Unix(), 10)},
+	})
+	if err != nil {
+		return "", err
+	}
+	url = aws.ToString(out.QueueUrl)
+	b.mu.Lock()
+	if len(b.urls) >= maxCached {
+		clear(b.urls)
+	}
+	b.urls[topic] = url
+	b.mu.Unlock()
+	return url, nil
+}
+
+func (b *Bell) forget(topic, url string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.urls[topic] == url {
+		delete(b.urls, topic)
+	}
+	delete(b.touched, url)
+}
+
+// touch refreshes the queue's last-listen tag when this process has not
+// done so for touchEvery. Failing is harmless: at worst Sweep removes a
+// queue in use, and the next Listen or Ring creates it again.
+func (b *Bell) touch(ctx context.Context, url string) {
+	now := b.now()
+	b.mu.Lock()
+	last, ok := b.touched[url]
+	if ok && now.Sub(last) < b.touchEvery {
+		b.mu.Unlock()
+		return
+	}
+	if len(b.touched) >= maxCached {
+		clear(b.touched)
+	}
+	b.touched[url] = now
+	b.mu.Unlock()
+	b.sqs.TagQueue(ctx, &sqs.TagQueueInput{QueueUrl: aws.String(url), Tags: map[string]string{TagLastListen: strconv.FormatInt(now.Unix(), 10)}})
+}
+
+// Ring sends one ring to topic's queue. An error means the ring may be
+// lost; the store stays the truth, so a caller may log it and go on.
+func (b *Bell) Ring(ctx context.Context, topic string) error {
+	const op = galleyerr.Op("sqsbell.Ring")
+	for try := 0; ; try++ {
+		url, err := b.queue(ctx, topic)
+		if err == nil {
+			_, err = b.sqs.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String("ring")})
+			if err == nil {
+				return nil
+			}
+			if isMissing(err) && try == 0 {
+				b.forget(topic, url) // swept: create it again
+				continue
+			}
+		}
+		return galleyerr.E(op, galleyerr.Unavailable, "the ring may be lost", err)
+	}
+}
+
+// Listen makes sure topic's queue exists, so that every ring from now on
+// is kept for the listener, and returns the listener.
+func (b *Bell) Listen(ctx context.Context, topic string) (service.Listener, error) {
+	const op = galleyerr.Op("sqsbell.Listen")
+	since := b.now()
+	url, err := b.queue(ctx, topic)
+	if err != nil {
+		return nil, galleyerr.E(op, galleyerr.Unavailable, "cannot create the doorbell queue", err)
+	}
+	b.touch(ctx, url)
+	lctx, cancel := context.WithCancel(context.Background())
+	return &listener{bell: b, topic: topic, url: url, since: since, closed: lctx, close: cancel}, nil
+}
+
+type listener struct {
+	bell   *Bell
+	topic  string
+	url    string
+	since  time.Time
+	closed context.Context
+	close  context.CancelFunc
+	fails  int
+}
+
+var errClosed = galleyerr.E(galleyerr.Op("sqsbell.Wait"), galleyerr.Other, "listener closed")
+
+// Wait long-polls the queue, 20 seconds at most per receive and only in
+// whole seconds that end before ctx's deadline, until a ring or ctx's end. When SQS fails it pauses (up to the bell's maximum backoff)
+// and returns nil as if rung, so that the waiter re-reads the store: a
+// broken doorbell degrades to polling, never to a missed message.
+func (l *listener) Wait(ctx context.Context) error {
+	if l.closed.Err() != nil {
+		return errClosed
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(l.closed, stop)()
+	b := l.bell
+	for {
+		secs := int32(maxReceiveWait / time.Second)
+		if d, ok := ctx.Deadline(); ok {
+			secs = int32(min(time.Until(d), maxReceiveWait) / time.Second)
+		}
+		if secs < 1 {
+			// Long polls count whole seconds, and one cut short by the
+			// deadline can take a ring with it to the abandoned request
+			// (invisible for the visibility timeout). Wait out the
+			// remainder instead: a ring now stays queued, and the waiter
+			// re-reads the store at its deadline anyway.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-l.closed.Done():
+				return errClosed
+			}
+		}
+		out, err := b.sqs.ReceiveMessage(wctx, &sqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(l.url),
+			MaxNumberOfMessages:         10,
+			WaitTimeSeconds:             secs,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameSentTimestamp},
+		})
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case l.closed.Err() != nil:
+			return errClosed
+		case err != nil:
+			if isMissing(err) {
+				// Swept while we listened: create it again, below.
+				b.forget(l.topic, l.url)
+				if url, qerr := b.queue(wctx, l.topic); qerr == nil {
+					l.url = url
+				}
+			}
+			l.fails++
+			backoff := min(b.maxBackoff, 100*time.Millisecond<<min(l.fails, 8))
+			select {
+			case <-time.After(backoff):
+				return nil // as if rung: the waiter re-reads the store
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-l.closed.Done():
+				return errClosed
+			}
+		}
+		l.fails = 0
+		if len(out.Messages) == 0 {
+			b.touch(wctx, l.url)
+			continue
+		}
+		l.delete(wctx, out.Messages)
+		if l.fresh(out.Messages) {
+			return nil
+		}
+	}
+}
+
+// fresh reports whether any ring was sent after Listen (less the slack).
+func (l *listener) fresh(ms []types.Message) bool {
+	cut := l.since.Add(-staleSlack).UnixMilli()
+	for _, m := range ms {
+		sent, err := strconv.ParseInt(m.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64)
+		if err != nil || sent >= cut {
+			return true
+		}
+	}
+	return false
+}
+
+// delete removes received rings. A failure leaves them to reappear after
+// the visibility timeout as one spurious wake: harmless.
+func (l *listener) delete(ctx context.Context, ms []types.Message) {
+	entries := make([]types.DeleteMessageBatchRequestEntry, 0, len(ms))
+	for i, m := range ms {
+		entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+	}
+	l.bell.sqs.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(l.url), Entries: entries})
+}
+
+// Close ends the listener; a Wait in progress returns. The queue stays for
+// other listeners and rings until Sweep finds it idle.
+func (l *listener) Close() error {
+	l.close()
+	return nil
+}
+
+// Sweep deletes the doorbell queues of this prefix whose last listen is
+// older than idle (at least twice the touch interval, so that a queue in
+// use is never taken), and returns how many it deleted. Run it from time to
+// time (a scheduled function, or the local server's housekeeping). A queue
+// deleted under a late listener or ring is created again on its next use;
+// SQS refuses the same name for 60 seconds after a deletion, during which
+// the listener polls the store instead.
+func (b *Bell) Sweep(ctx context.Context, idle time.Duration) (int, error) {
+	const op = galleyerr.Op("sqsbell.Sweep")
+	if idle < 2*b.touchEvery {
+		return 0, galleyerr.E(op, galleyerr.Invalid, fmt.Sprintf("idle age %v is under twice the touch interval %v", idle, b.touchEvery))
+	}
+	cut := b.now().Add(-idle).Unix()
+	deleted := 0
+	in := &sqs.ListQueuesInput{QueueNamePrefix: aws.String(b.prefix + "-"), MaxResults: aws.Int32(1000)}
+	for {
+		out, err := b.sqs.ListQueues(ctx, in)
+		if err != nil {
+			return deleted, galleyerr.E(op, galleyerr.Unavailable, err)
+		}
+		for _, url := range out.QueueUrls {
+			tags, err := b.sqs.ListQueueTags(ctx, &sqs.ListQueueTagsInput{QueueUrl: aws.String(url)})
+			if err != nil {
+				if isMissing(err) {
+					continue
+				}
+				return deleted, galleyerr.E(op, galleyerr.Unavailable, err)
+			}
+			if tags.Tags[TagPrefix] != b.prefix {
+				continue // a queue of a longer prefix that starts with ours
+			}
+			last, err := strconv.ParseInt(tags.Tags[TagLastListen], 10, 64)
+			if err != nil || last >= cut {
+				continue
+			}
+			if _, err := b.sqs.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(url)}); err != nil && !isMissing(err) {
+				return deleted, galleyerr.E(op, galleyerr.Unavailable, err)
+			}
+			b.mu.Lock()
+			for topic, u := range b.urls {
+				if u == url {
+					delete(b.urls, topic)
+				}
+			}
+			delete(b.touched, url)
+			b.mu.Unlock()
+			deleted++
+		}
+		if out.NextToken == nil {
+			return deleted, nil
+		}
+		in.NextToken = out.NextToken
+	}
+}
+
+func isMissing(err error) bool {
+	var dne *types.QueueDoesNotExist
+	if errors.As(err, &dne) {
+		return true
+	}
+	var api smithy.APIError
+	return errors.As(err, &api) && (api.ErrorCode() == "AWS.SimpleQueueService.NonExistentQueue" || api.ErrorCode() == "QueueDoesNotExist")
+}

@@ -1,0 +1,375 @@
+package sqsbell_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/galley-run/galley/pkg/awsfault"
+	"github.com/galley-run/galley/pkg/doorbell/doorbelltest"
+	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/service"
+)
+
+// client returns a client of fauxqs (or whatever AWS_ENDPOINT_URL_SQS
+// names). It skips when the variable is unset and fails instead when
+// GALLEY_REQUIRE_STANDINS=1, so that CI never passes by running nothing.
+func client(t *testing.T) *sqs.Client {
+	t.Helper()
+	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" {
+		if os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
+			t.Fatal("GALLEY_REQUIRE_STANDINS=1 but AWS_ENDPOINT_URL_SQS is unset: run scripts/standins.sh start")
+		}
+		t.Skip("AWS_ENDPOINT_URL_SQS unset: no SQS stand-in (scripts/standins.sh start)")
+	}
+	c, err := sqsbell.NewClientFromEnv(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// prefix returns a fresh queue prefix and deletes its queues after the
+// test.
+func prefix(t *testing.T, c *sqs.Client) string {
+	var b [5]byte
+	rand.Read(b[:])
+	p := "galleytest-" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx := context.Background()
+		out, err := c.ListQueues(ctx, &sqs.ListQueuesInput{QueueNamePrefix: aws.String(p)})
+		if err != nil {
+			return
+		}
+		for _, u := range out.QueueUrls {
+			c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(u)})
+		}
+	})
+	return p
+}
+
+func newBell(t *testing.T, c sqsbell.SQSAPI, p string, opts ...sqsbell.Option) *sqsbell.Bell {
+	t.Helper()
+	b, err := sqsbell.New(c, p, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestConformance(t *testing.T) {
+	c := client(t)
+	p := prefix(t, c)
+	// One bell per subtest, as separate processes would have, on shared
+	// queues (the suite's topics are unique per subtest).
+	doorbelltest.Run(t, func(t *testing.T) service.Doorbell { return newBell(t, c, p) })
+}
+
+func waitFor(t *testing.T, l service.Listener, d time.Duration) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	return l.Wait(ctx)
+}
+
+func listen(t *testing.T, b *sqsbell.Bell, topic string) service.Listener {
+	t.Helper()
+	l, err := b.Listen(t.Context(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func mustWake(t *testing.T, l service.Listener) {
+	t.Helper()
+	if err := waitFor(t, l, 15*time.Second); err != nil {
+		t.Fatalf("Wait = %v, want a wake", err)
+	}
+}
+
+func mustStayQuiet(t *testing.T, l service.Listener) {
+	t.Helper()
+	if err := waitFor(t, l, doorbelltest.Quiet); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait = %v, want DeadlineExceeded", err)
+	}
+}
+
+// The queue is created with a short retention and visibility timeout, is
+// tagged, and is named from the prefix and a hash of the topic.
+func TestQueueShape(t *testing.T) {
+	c := client(t)
+	p := prefix(t, c)
+	b := newBell(t, c, p)
+	ctx := t.Context()
+	topic := "mailbox/run-1"
+	if err := b.Ring(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	name := b.QueueName(topic)
+	if len(name) != len(p)+33 || name[:len(p)+1] != p+"-" {
+		t.Errorf("queue name %q", name)
+	}
+	if b.QueueName("mailbox/run-2") == name {
+		t.Error("two topics share a queue")
+	}
+	url, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
+	if err != nil {
+		t.Fatalf("Ring did not create the queue: %v", err)
+	}
+	attrs, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: url.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := attrs.Attributes["MessageRetentionPeriod"]; got != "60" {
+		t.Errorf("retention %s, want 60", got)
+	}
+	if got := attrs.Attributes["VisibilityTimeout"]; got != "2" {
+		t.Errorf("visibility timeout %s, want 2", got)
+	}
+	tags, err := c.ListQueueTags(ctx, &sqs.ListQueueTagsInput{QueueUrl: url.QueueUrl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tags.Tags[sqsbell.TagPrefix] != p || tags.Tags[sqsbell.TagLastListen] == "" {
+		t.Errorf("tags %v", tags.Tags)
+	}
+	if _, err := sqsbell.New(c, "bad prefix!"); !galleyerr.Is(galleyerr.Invalid, err) {
+		t.Errorf("bad prefix: %v", err)
+	}
+}
+
+// clock is a settable clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// Rings sent before Listen (less a slack for clock skew) are dropped
+// without a wake: the caller's store check after Listen saw their cause.
+func TestStaleRingsDropped(t *testing.T) {
+	c := client(t)
+	clk := &clock{now: time.Now()}
+	b := newBell(t, c, prefix(t, c), sqsbell.WithClock(clk.Now))
+	ctx := t.Context()
+	if err := b.Ring(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Minute) // Listen "a minute later"
+	l := listen(t, b, "t")
+	mustStayQuiet(t, l)
+	// A ring after Listen still wakes (its SentTimestamp is real time,
+	// behind the fake clock, so stamp the listener back to now).
+	clk.Add(-time.Minute)
+	l2 := listen(t, b, "t")
+	b.Ring(ctx, "t")
+	mustWake(t, l2)
+}
+
+// Sweep deletes queues idle beyond the age and keeps the ones a listener
+// touched; a swept topic works again on its next use.
+func TestSweep(t *testing.T) {
+	c := client(t)
+	p := prefix(t, c)
+	clk := &clock{now: time.Now()}
+	b := newBell(t, c, p, sqsbell.WithClock(clk.Now), sqsbell.WithTouchEvery(time.Hour))
+	ctx := t.Context()
+	listen(t, b, "idle")
+	listen(t, b, "busy")
+	if _, err := b.Sweep(ctx, time.Hour); !galleyerr.Is(galleyerr.Invalid, err) {
+		t.Errorf("Sweep with an idle age under twice the touch interval: %v", err)
+	}
+	n, err := b.Sweep(ctx, 3*time.Hour)
+	if err != nil || n != 0 {
+		t.Fatalf("Sweep of fresh queues deleted %d: %v", n, err)
+	}
+	clk.Add(2 * time.Hour)
+	listen(t, b, "busy") // touches: the last touch is older than an hour
+	clk.Add(2 * time.Hour)
+	n, err = b.Sweep(ctx, 3*time.Hour)
+	if err != nil || n != 1 {
+		t.Fatalf("Sweep deleted %d (%v), want 1", n, err)
+	}
+	if _, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(b.QueueName("idle"))}); err == nil {
+		t.Error("the idle queue survived")
+	}
+	if _, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(b.QueueName("busy"))}); err != nil {
+		t.Errorf("the busy queue was deleted: %v", err)
+	}
+	// The swept topic is used again: the queue comes back. (The clock goes
+	// back to real time, since rings carry SQS's timestamps.)
+	clk.Add(-4 * time.Hour)
+	l := listen(t, b, "idle")
+	if err := b.Ring(ctx, "idle"); err != nil {
+		t.Fatal(err)
+	}
+	mustWake(t, l)
+}
+
+// A queue deleted under a waiting listener: Wait returns as if rung (the
+// waiter re-reads the store), the queue is created again, and the next
+// ring wakes.
+func TestQueueDeletedUnderListener(t *testing.T) {
+	c := client(t)
+	p := prefix(t, c)
+	b := newBell(t, c, p, sqsbell.WithMaxBackoff(10*time.Millisecond))
+	ctx := t.Context()
+	l := listen(t, b, "t")
+	url, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(b.QueueName("t"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: url.QueueUrl}); err != nil {
+		t.Fatal(err)
+	}
+	mustWake(t, l)            // degraded: a wake without a ring
+	other := newBell(t, c, p) // another process
+	if err := other.Ring(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	mustWake(t, l)
+}
+
+// Faults injected into the SQS client: a receive whose answer was lost
+// loses no ring (it reappears after the visibility timeout); a throttled
+// send is reported and sends nothing; a send whose answer was lost is
+// reported uncertain but still wakes; a receive that keeps failing makes
+// Wait poll (return as if rung) instead of sleeping to its deadline.
+func TestFaults(t *testing.T) {
+	c := client(t)
+	p := prefix(t, c)
+	ctx := t.Context()
+
+	t.Run("LostReceive", func(t *testing.T) {
+		inj := awsfault.New()
+		b := newBell(t, &awsfault.SQS{Client: c, Faults: inj}, p, sqsbell.WithMaxBackoff(10*time.Millisecond))
+		l := listen(t, b, "lost-receive")
+		if err := b.Ring(ctx, "lost-receive"); err != nil {
+			t.Fatal(err)
+		}
+		inj.Script(awsfault.Step{Op: "ReceiveMessage", Fault: awsfault.LostResponse})
+		mustWake(t, l) // degraded wake after the failed receive
+		mustWake(t, l) // the ring itself, visible again
+		if inj.Injected("ReceiveMessage", awsfault.LostResponse) != 1 {
+			t.Fatal("no lost receive injected")
+		}
+		mustStayQuiet(t, l)
+	})
+
+	t.Run("ThrottledRing", func(t *testing.T) {
+		inj := awsfault.New()
+		b := newBell(t, &awsfault.SQS{Client: c, Faults: inj}, p)
+		l := listen(t, b, "throttled")
+		inj.Script(awsfault.Step{Op: "SendMessage", Fault: awsfault.Throttle})
+		if err := b.Ring(ctx, "throttled"); !galleyerr.Is(galleyerr.Unavailable, err) {
+			t.Fatalf("throttled Ring = %v, want Unavailable", err)
+		}
+		mustStayQuiet(t, l)
+		b.Ring(ctx, "throttled")
+		mustWake(t, l)
+	})
+
+	t.Run("LostSend", func(t *testing.T) {
+		inj := awsfault.New()
+		b := newBell(t, &awsfault.SQS{Client: c, Faults: inj}, p)
+		l := listen(t, b, "lost-send")
+		inj.Script(awsfault.Step{Op: "SendMessage", Fault: awsfault.LostResponse})
+		if err := b.Ring(ctx, "lost-send"); !galleyerr.Is(galleyerr.Unavailable, err) {
+			t.Fatalf("Ring with a lost answer = %v, want Unavailable", err)
+		}
+		mustWake(t, l)
+	})
+
+	t.Run("ReceiveKeepsFailing", func(t *testing.T) {
+		inj := awsfault.New()
+		inj.SetRates(1, map[awsfault.Fault]float64{awsfault.Throttle: 1}, "ReceiveMessage")
+		b := newBell(t, &awsfault.SQS{Client: c, Faults: inj}, p, sqsbell.WithMaxBackoff(20*time.Millisecond))
+		l := listen(t, b, "failing")
+		for range 3 {
+			mustWake(t, l)
+		}
+		if n := inj.Injected("ReceiveMessage", awsfault.Throttle); n != 3 {
+			t.Errorf("%d throttled receives, want 3", n)
+		}
+	})
+}
+
+// Close unblocks a Wait in a long poll.
+func TestCloseUnblocksWait(t *testing.T) {
+	c := client(t)
+	b := newBell(t, c, prefix(t, c))
+	l := listen(t, b, "t")
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(context.Background()) }()
+	time.Sleep(100 * time.Millisecond) // into the receive
+	l.Close()
+	if err := <-done; err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait after Close = %v, want the closed error", err)
+	}
+}
+
+// BenchmarkWake measures a ring's way to a waiting listener: SendMessage,
+// the long poll's answer, the delete.
+func BenchmarkWake(b *testing.B) {
+	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" {
+		b.Skip("AWS_ENDPOINT_URL_SQS unset")
+	}
+	c, err := sqsbell.NewClientFromEnv(b.Context())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var r [4]byte
+	rand.Read(r[:])
+	p := "galleybench-" + hex.EncodeToString(r[:])
+	bell, err := sqsbell.New(c, p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := b.Context()
+	l, err := bell.Listen(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	defer c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(queueURL(b, c, bell.QueueName("bench")))})
+	for b.Loop() {
+		done := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			done <- l.Wait(wctx)
+		}()
+		if err := bell.Ring(ctx, "bench"); err != nil {
+			b.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func queueURL(b *testing.B, c *sqs.Client, name string) string {
+	out, err := c.GetQueueUrl(b.Context(), &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return aws.ToString(out.QueueUrl)
+}
