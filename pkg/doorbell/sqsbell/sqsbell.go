@@ -12,7 +12,8 @@
 // first Listen or Ring, holding rings for 60 seconds (SQS's minimum). A
 // listener touches its queue's galley-last-listen tag at most once an hour
 // per process, and Sweep deletes the queues of the prefix idle for longer
-// than a given age. docs/storage.md gives the costs and limits.
+// than a given age. docs/storage.md gives the costs, the limits and the
+// permissions each role needs.
 package sqsbell
 
 import (
@@ -23,6 +24,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -104,9 +106,11 @@ func WithTouchEvery(d time.Duration) Option { return func(b *Bell) { b.touchEver
 func WithMaxBackoff(d time.Duration) Option { return func(b *Bell) { b.maxBackoff = d } }
 
 // New returns a doorbell whose queues are named <prefix>-<hash>. prefix is
-// 1 to 46 letters, digits, '-' or '_' (queue names stop at 80), and should
-// name the deployment, as two deployments sharing one must not share rings.
+// 1 to 46 letters, digits, '-' or '_' (queue names stop at 80), less one
+// trailing '-', and should name the deployment, as two deployments sharing
+// one must not share rings.
 func New(client SQSAPI, prefix string, opts ...Option) (*Bell, error) {
+	prefix = strings.TrimSuffix(prefix, "-") // "galley-house-" names the same queues
 	if !prefixRE.MatchString(prefix) {
 		return nil, galleyerr.Errorf(galleyerr.Invalid, "sqsbell: queue prefix %q must be 1 to 46 letters, digits, '-' or '_'", prefix)
 	}
@@ -156,14 +160,15 @@ func (b *Bell) queue(ctx context.Context, topic string) (string, error) {
 	if ok {
 		return url, nil
 	}
-	now := b.now()
 	out, err := b.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{
 		QueueName: aws.String(b.QueueName(topic)),
 		Attributes: map[string]string{
 			string(types.QueueAttributeNameMessageRetentionPeriod): retentionSeconds,
 			string(types.QueueAttributeNameVisibilityTimeout):      visibilitySeconds,
 		},
-		Tags: map[string]string{TagPrefix: b.prefix, TagLastListen: strconv.FormatInt(now.Unix(), 10)},
+		// A constant tag only: CreateQueue of an existing queue must repeat
+		// the same request to be idempotent.
+		Tags: map[string]string{TagPrefix: b.prefix},
 	})
 	if err != nil {
 		return "", err
@@ -175,6 +180,7 @@ func (b *Bell) queue(ctx context.Context, topic string) (string, error) {
 	}
 	b.urls[topic] = url
 	b.mu.Unlock()
+	b.touch(ctx, url) // a queue this process just made or met counts as used now
 	return url, nil
 }
 
@@ -217,9 +223,15 @@ func (b *Bell) Ring(ctx context.Context, topic string) error {
 			if err == nil {
 				return nil
 			}
-			if isMissing(err) && try == 0 {
-				b.forget(topic, url) // swept: create it again
-				continue
+			// Swept (create it again), or created less than a second ago
+			// (SQS needs that long before a new queue takes messages).
+			if isMissing(err) && try < 3 {
+				b.forget(topic, url)
+				select {
+				case <-time.After(250 * time.Millisecond << try):
+					continue
+				case <-ctx.Done():
+				}
 			}
 		}
 		return galleyerr.E(op, galleyerr.Unavailable, "the ring may be lost", err)
@@ -235,7 +247,7 @@ func (b *Bell) Listen(ctx context.Context, topic string) (service.Listener, erro
 	if err != nil {
 		return nil, galleyerr.E(op, galleyerr.Unavailable, "cannot create the doorbell queue", err)
 	}
-	b.touch(ctx, url)
+	b.touch(ctx, url) // when due: a long-lived topic's queue stays
 	lctx, cancel := context.WithCancel(context.Background())
 	return &listener{bell: b, topic: topic, url: url, since: since, closed: lctx, close: cancel}, nil
 }
@@ -384,8 +396,10 @@ func (b *Bell) Sweep(ctx context.Context, idle time.Duration) (int, error) {
 			if tags.Tags[TagPrefix] != b.prefix {
 				continue // a queue of a longer prefix that starts with ours
 			}
+			// No (or no readable) last-listen tag: made by a process that
+			// failed to tag it, so nobody listens through it.
 			last, err := strconv.ParseInt(tags.Tags[TagLastListen], 10, 64)
-			if err != nil || last >= cut {
+			if err == nil && last >= cut {
 				continue
 			}
 			if _, err := b.sqs.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(url)}); err != nil && !isMissing(err) {

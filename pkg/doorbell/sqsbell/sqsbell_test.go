@@ -204,9 +204,14 @@ func TestSweep(t *testing.T) {
 	clk.Add(2 * time.Hour)
 	listen(t, b, "busy") // touches: the last touch is older than an hour
 	clk.Add(2 * time.Hour)
+	// A queue whose maker failed to tag it is nobody's: swept at once.
+	_, err = c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(p + "-untagged"), Tags: map[string]string{sqsbell.TagPrefix: p}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	n, err = b.Sweep(ctx, 3*time.Hour)
-	if err != nil || n != 1 {
-		t.Fatalf("Sweep deleted %d (%v), want 1", n, err)
+	if err != nil || n != 2 {
+		t.Fatalf("Sweep deleted %d (%v), want 2", n, err)
 	}
 	if _, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(b.QueueName("idle"))}); err == nil {
 		t.Error("the idle queue survived")

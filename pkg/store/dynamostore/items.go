@@ -20,18 +20,18 @@ import (
 
 // Attribute names. Short, because DynamoDB bills names with values.
 const (
-	attrPK       = "pk"  // partition key (S)
-	attrSK       = "sk"  // sort key (S)
-	attrType     = "t"   // item type, for operators reading the table (S)
-	attrVersion  = "v"   // record version (N)
-	attrWriter   = "w"   // random id of the write that made this version (S)
-	attrDoc      = "d"   // the record as JSON (S) ...
-	attrDocZ     = "z"   // ... or gzipped JSON (B) when large
-	attrReceipt  = "rc"  // an effect's receipt, byte for byte (B)
-	attrPlan     = "pl"  // an effect's plan, byte for byte (B)
-	attrOrdinal  = "o"   // a resource's creation ordinal (N)
-	attrCounter  = "n"   // a sequence counter's last value (N)
-	attrExpires  = "exp" // TTL: epoch seconds after which the item is gone (N)
+	attrPK       = "pk"      // partition key (S)
+	attrSK       = "sk"      // sort key (S)
+	attrType     = "t"       // item type, for operators reading the table (S)
+	attrVersion  = "v"       // record version (N)
+	attrWriter   = "w"       // random id of the write that made this version (S)
+	attrDoc      = "d"       // the record as JSON (S) ...
+	attrDocZ     = "z"       // ... or gzipped JSON (B) when large
+	attrReceipt  = "rc"      // an effect's receipt, byte for byte (B)
+	attrPlan     = "pl"      // an effect's plan, byte for byte (B)
+	attrOrdinal  = "o"       // a resource's creation ordinal (N)
+	attrCounter  = "n"       // a sequence counter's last value (N)
+	attrExpires  = "expires" // TTL: epoch seconds after which the item is gone (N)
 	counterSK    = "#seq"
 	headSK       = "H"
 	effectSK     = "E"

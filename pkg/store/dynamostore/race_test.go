@@ -147,8 +147,8 @@ func TestRetention(t *testing.T) {
 
 	ttl, err := c.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(s.Table())})
 	mustOK(t, "describe TTL", err)
-	if d := ttl.TimeToLiveDescription; d == nil || d.TimeToLiveStatus != types.TimeToLiveStatusEnabled || aws.ToString(d.AttributeName) != "exp" {
-		t.Errorf("TTL not enabled on exp: %+v", d)
+	if d := ttl.TimeToLiveDescription; d == nil || d.TimeToLiveStatus != types.TimeToLiveStatusEnabled || aws.ToString(d.AttributeName) != "expires" {
+		t.Errorf("TTL not enabled on expires: %+v", d)
 	}
 
 	_, err = s.AppendMessage(ctx, "run", msg("old"))

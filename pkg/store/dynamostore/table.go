@@ -14,7 +14,7 @@ import (
 )
 
 // EnsureTable creates the store's table when it is missing (on-demand
-// capacity, keys pk and sk) and turns on TTL on attribute exp, then waits
+// capacity, keys pk and sk) and turns on TTL on attribute expires, then waits
 // until the table is active. It is safe to run concurrently and on every
 // start; a table that exists is left as it is apart from enabling TTL.
 func (s *Store) EnsureTable(ctx context.Context) error {
