@@ -132,8 +132,9 @@ func FromContext(get Context) (Config, error) {
 
 var identifier = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// Agent families the harness can run.
-var agentFamilies = map[string]bool{"claude": true, "codex": true, "script": true}
+// Agent families a deployment may allow (the functions accept these two;
+// the scripted agent is for tests and the local stacks).
+var agentFamilies = map[string]bool{"claude": true, "codex": true}
 
 // fargateMemory lists the memory sizes (MiB) Fargate allows per CPU size.
 func fargateMemory(cpu int) (min, max, step int, ok bool) {
@@ -176,11 +177,11 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Sprintf("repository %q: want an https:// URL (the git credential is a token)", c.Repository))
 	}
 	if len(c.AgentFamilies) == 0 {
-		errs = append(errs, "agentFamilies: want at least one of claude, codex, script")
+		errs = append(errs, "agentFamilies: want at least one of claude, codex")
 	}
 	for _, f := range c.AgentFamilies {
 		if !agentFamilies[f] {
-			errs = append(errs, fmt.Sprintf("agentFamilies: unknown family %q (want claude, codex or script)", f))
+			errs = append(errs, fmt.Sprintf("agentFamilies: unknown family %q (want claude or codex)", f))
 		}
 	}
 	if min, max, step, ok := fargateMemory(c.WorkerCPU); !ok {

@@ -27,6 +27,9 @@ const (
 	// only, so a task without one cannot reach anything).
 	EnvWorkerContainer = "GALLEY_WORKER_CONTAINER"
 	EnvAssignPublicIP  = "GALLEY_ASSIGN_PUBLIC_IP"
+	// The secret that signs worker credentials: effects signs, the worker
+	// API verifies; nothing else reads it (pkg/lambdaapp).
+	EnvWorkerSecretArn = "GALLEY_WORKER_SECRET_ARN"
 )
 
 // Environment of the worker task's container (set in the task definition;

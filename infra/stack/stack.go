@@ -75,6 +75,7 @@ const (
 	SecretOpenAI      = "openai"
 	SecretGit         = "git-credential"
 	SecretBearerToken = "bearer-token"
+	SecretWorkerKey   = "worker-signing-key"
 )
 
 // fnSpec is one function's size and bound. The mailbox function outlives
@@ -103,6 +104,7 @@ type Galley struct {
 	API            awsapigatewayv2.HttpApi
 	AccessLogs     awslogs.LogGroup
 	Functions      map[string]awslambda.Function
+	FunctionLogs   map[string]awslogs.LogGroup
 	Roles          map[string]awsiam.Role
 	Vpc            awsec2.Vpc
 	WorkerSG       awsec2.SecurityGroup
@@ -111,6 +113,9 @@ type Galley struct {
 	TaskRole       awsiam.Role
 	ExecutionRole  awsiam.Role
 	TokenSecret    awssecretsmanager.Secret
+	// WorkerSecret signs the workers' own credentials (effects signs, the
+	// worker API verifies); no worker task can read it.
+	WorkerSecret awssecretsmanager.Secret
 	// ProviderSecrets by short name (anthropic, openai, git-credential).
 	ProviderSecrets map[string]awssecretsmanager.Secret
 	TaskStateRule   awsevents.Rule
@@ -138,12 +143,18 @@ func NewGalleyStack(scope constructs.Construct, id string, cfg Config, props *aw
 		Stack:           s,
 		Config:          cfg,
 		Functions:       map[string]awslambda.Function{},
+		FunctionLogs:    map[string]awslogs.LogGroup{},
 		Roles:           map[string]awsiam.Role{},
 		ProviderSecrets: map[string]awssecretsmanager.Secret{},
 		Alarms:          map[string]awscloudwatch.Alarm{},
 	}
 	awscdk.Tags_Of(s).Add(jsii.String("galley:house"), jsii.String(cfg.House), nil)
 	awscdk.Tags_Of(s).Add(jsii.String("galley:backend"), jsii.String(cfg.Backend), nil)
+	if cfg.Repository == "" {
+		awscdk.Annotations_Of(s).AddWarningV2(jsii.String("galley:repository"), jsii.String(
+			"context repository is not set: this synthesizes, but the deployed functions refuse to start without "+
+				"GALLEY_REPOSITORY; deploy with -c repository=https://... (make deploy REPOSITORY=...)"), nil)
+	}
 
 	g.addTable()
 	g.addSecrets()
@@ -218,6 +229,15 @@ func (g *Galley) addSecrets() {
 		Description: jsii.String("kitchn's bearer token for galley house " + g.Config.House + "; rotate with put-secret-value"),
 		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
 			PasswordLength:     jsii.Number(48),
+			ExcludePunctuation: jsii.Bool(true),
+			IncludeSpace:       jsii.Bool(false),
+		},
+	})
+	g.WorkerSecret = awssecretsmanager.NewSecret(g.Stack, jsii.String("WorkerSigningKey"), &awssecretsmanager.SecretProps{
+		SecretName:  jsii.String(g.Config.SecretPrefix() + SecretWorkerKey),
+		Description: jsii.String("key that signs galley worker credentials for house " + g.Config.House),
+		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
+			PasswordLength:     jsii.Number(64),
 			ExcludePunctuation: jsii.Bool(true),
 			IncludeSpace:       jsii.Bool(false),
 		},
@@ -474,6 +494,9 @@ func (g *Galley) addFunctions() {
 			// Launch creates the worker's branch in the house repository.
 			fenv[EnvSecretGit] = g.ProviderSecrets[SecretGit].SecretArn()
 		}
+		if name == FnEffects || name == FnWorkerAPI {
+			fenv[EnvWorkerSecretArn] = g.WorkerSecret.SecretArn()
+		}
 		fn := awslambda.NewFunction(g.Stack, jsii.String(id), &awslambda.FunctionProps{
 			Description:   jsii.String(spec.desc),
 			Runtime:       awslambda.Runtime_PROVIDED_AL2023(),
@@ -488,6 +511,7 @@ func (g *Galley) addFunctions() {
 			LoggingFormat: awslambda.LoggingFormat_JSON,
 		})
 		g.Functions[name] = fn
+		g.FunctionLogs[name] = logs
 		g.Roles[name] = role
 	}
 	g.grantFunctions()
@@ -511,11 +535,19 @@ func (g *Galley) grantFunctions() {
 	queues := []*string{g.queueArnPattern()}
 	tasks := []*string{g.taskArnPattern()}
 	token := []*string{g.TokenSecret.SecretArn()}
+	workerKey := []*string{g.WorkerSecret.SecretArn()}
+	// ListTasks (finding a worker's task by startedBy) has no task resource
+	// to name: AWS requires Resource "*"; the condition keeps it to the
+	// worker cluster.
+	listTasks := func(role awsiam.Role) {
+		stmt(role, "ListWorkerTasks", []string{"ecs:ListTasks"}, []*string{jsii.String("*")}, inCluster)
+	}
 
 	effects := g.Roles[FnEffects]
 	g.Table.GrantReadWriteData(effects)
 	stmt(effects, "RunWorkerTasks", []string{"ecs:RunTask"}, []*string{g.TaskDefinition.TaskDefinitionArn()}, inCluster)
 	stmt(effects, "StopAndDescribeWorkerTasks", []string{"ecs:StopTask", "ecs:DescribeTasks"}, tasks, inCluster)
+	listTasks(effects)
 	// RunTask's tags (house, run, worker, key) need TagResource on create.
 	stmt(effects, "TagWorkerTasksOnRun", []string{"ecs:TagResource"}, tasks,
 		map[string]any{"StringEquals": map[string]any{"ecs:CreateAction": "RunTask"}})
@@ -526,10 +558,12 @@ func (g *Galley) grantFunctions() {
 	stmt(effects, "ReadBearerToken", []string{"secretsmanager:GetSecretValue"}, token, nil)
 	stmt(effects, "ReadGitCredential", []string{"secretsmanager:GetSecretValue"},
 		[]*string{g.ProviderSecrets[SecretGit].SecretArn()}, nil)
+	stmt(effects, "ReadWorkerSigningKey", []string{"secretsmanager:GetSecretValue"}, workerKey, nil)
 
 	reads := g.Roles[FnReads]
 	g.Table.GrantReadData(reads)
 	stmt(reads, "DescribeWorkerTasks", []string{"ecs:DescribeTasks"}, tasks, inCluster)
+	listTasks(reads)
 	stmt(reads, "ReadBearerToken", []string{"secretsmanager:GetSecretValue"}, token, nil)
 
 	listen := []string{"sqs:CreateQueue", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:DeleteMessage"}
@@ -544,6 +578,7 @@ func (g *Galley) grantFunctions() {
 	worker := g.Roles[FnWorkerAPI]
 	g.Table.GrantReadWriteData(worker)
 	stmt(worker, "RingAndListenOnDoorbells", append([]string{"sqs:SendMessage"}, listen...), queues, tls)
+	stmt(worker, "ReadWorkerSigningKey", []string{"secretsmanager:GetSecretValue"}, workerKey, nil)
 
 	// The reconciler settles workers; a settled worker's report rings the
 	// coordinator's doorbell so a waiting await wakes at once.

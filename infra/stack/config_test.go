@@ -1,0 +1,72 @@
+package stack_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/galley-run/galley/infra/stack"
+)
+
+func TestFromContext(t *testing.T) {
+	tests := []struct {
+		name    string
+		ctx     map[string]any
+		wantErr string // substring; empty: valid
+		check   func(t *testing.T, c stack.Config)
+	}{
+		{name: "defaults", check: func(t *testing.T, c stack.Config) {
+			if c.House != "main" || c.Backend != "galley" || c.Credential != "galley-token" || c.AwaitCapMs != 25000 ||
+				c.MaxWorkers != 10 || c.WorkerCPU != 1024 || c.WorkerMemory != 4096 || strings.Join(c.AgentFamilies, ",") != "claude,codex" {
+				t.Errorf("defaults %+v", c)
+			}
+			if c.QueuePrefix() != "galley-main-" || c.SecretPrefix() != "galley/main/" || c.StackName() != "galley-main" {
+				t.Errorf("names %s %s %s", c.QueuePrefix(), c.SecretPrefix(), c.StackName())
+			}
+		}},
+		{name: "strings from -c", ctx: map[string]any{"workerCpu": "2048", "workerMemory": "8192", "maxWorkers": "50", "agentFamilies": "codex, claude"},
+			check: func(t *testing.T, c stack.Config) {
+				if c.WorkerCPU != 2048 || c.WorkerMemory != 8192 || c.MaxWorkers != 50 || strings.Join(c.AgentFamilies, ",") != "codex,claude" {
+					t.Errorf("%+v", c)
+				}
+			}},
+		{name: "json values from cdk.json", ctx: map[string]any{"maxWorkers": 200.0, "agentFamilies": []any{"claude"}},
+			check: func(t *testing.T, c stack.Config) {
+				if c.MaxWorkers != 200 || strings.Join(c.AgentFamilies, ",") != "claude" {
+					t.Errorf("%+v", c)
+				}
+			}},
+		{name: "underscore house", ctx: map[string]any{"house": "a_b"}, check: func(t *testing.T, c stack.Config) {
+			if c.StackName() != "galley-a-b" {
+				t.Errorf("stack name %s", c.StackName())
+			}
+		}},
+		{name: "bad house", ctx: map[string]any{"house": "a b"}, wantErr: "house"},
+		{name: "long house", ctx: map[string]any{"house": strings.Repeat("h", 33)}, wantErr: "at most 32"},
+		{name: "bad number", ctx: map[string]any{"maxWorkers": "many"}, wantErr: "maxWorkers"},
+		{name: "zero workers", ctx: map[string]any{"maxWorkers": 0}, wantErr: "maxWorkers"},
+		{name: "cap beyond gateway", ctx: map[string]any{"awaitCapMs": 29000}, wantErr: "awaitCapMs"},
+		{name: "fargate size", ctx: map[string]any{"workerCpu": 1024, "workerMemory": 1024}, wantErr: "workerMemory"},
+		{name: "smallest fargate", ctx: map[string]any{"workerCpu": 256, "workerMemory": 1536}, wantErr: "workerMemory"},
+		{name: "cpu", ctx: map[string]any{"workerCpu": 3000}, wantErr: "workerCpu"},
+		{name: "family", ctx: map[string]any{"agentFamilies": "claude,gpt"}, wantErr: `"gpt"`},
+		{name: "script is local only", ctx: map[string]any{"agentFamilies": "script"}, wantErr: `"script"`},
+		{name: "domain without certificate", ctx: map[string]any{"domainName": "g.example.com"}, wantErr: "both or neither"},
+		{name: "ssh repository", ctx: map[string]any{"repository": "git@example.com:h.git"}, wantErr: "https://"},
+		{name: "retention", ctx: map[string]any{"logRetentionDays": 31}, wantErr: "logRetentionDays"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := stack.FromContext(func(k string) any { return tt.ctx[k] })
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err %v, want one naming %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}

@@ -1,0 +1,907 @@
+package stack_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+
+	"github.com/galley-run/galley/infra/stack"
+)
+
+// repoRoot is the repository root, two levels above this package.
+var repoRoot = filepath.Join("..", "..")
+
+// synthed is one synthesized deployment and its template as JSON.
+type synthed struct {
+	g    *stack.Galley
+	tmpl assertions.Template
+	json map[string]any
+}
+
+var (
+	defaultOnce sync.Once
+	defaultApp  *synthed
+	defaultErr  error
+)
+
+// deployment synthesizes the default deployment once per test binary (a
+// synth takes seconds; every read-only test shares it).
+func deployment(t *testing.T) *synthed {
+	t.Helper()
+	defaultOnce.Do(func() {
+		defaultApp, defaultErr = synth(map[string]any{
+			"house":      "kitchen_1",
+			"repository": "https://git.example.com/house.git",
+		})
+	})
+	if defaultErr != nil {
+		t.Fatal(defaultErr)
+	}
+	return defaultApp
+}
+
+// synth builds the app the way infra's main does, with cdk.json's feature
+// flags, a throwaway asset dir holding a dummy bootstrap per function (so
+// the tests need no function build) and a throwaway build context holding
+// the real worker/Dockerfile and worker/.dockerignore.
+func synth(extra map[string]any) (s *synthed, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("synth panicked: %v", r)
+		}
+	}()
+	root, err := os.MkdirTemp("", "galley-infra-")
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range stack.FunctionNames {
+		dir := filepath.Join(root, "bin", "lambda", name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "bootstrap"), []byte("dummy "+name), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, "worker"), 0o755); err != nil {
+		return nil, err
+	}
+	for _, f := range []string{"Dockerfile", ".dockerignore"} {
+		b, err := os.ReadFile(filepath.Join(repoRoot, "worker", f))
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(root, "worker", f), b, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	ctx, err := cdkContext()
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range extra {
+		ctx[k] = v
+	}
+	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx, Outdir: jsii.String(filepath.Join(root, "cdk.out"))})
+	g, err := stack.Build(app, root)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := assertions.Template_FromStack(g.Stack, nil)
+	raw, err := json.Marshal(tmpl.ToJSON())
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	return &synthed{g: g, tmpl: tmpl, json: m}, nil
+}
+
+// cdkContext reads the feature flags from the root cdk.json, so the tests
+// synthesize what `cdk synth` does.
+func cdkContext() (map[string]any, error) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "cdk.json"))
+	if err != nil {
+		return nil, err
+	}
+	var c struct {
+		Context map[string]any `json:"context"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, err
+	}
+	return c.Context, nil
+}
+
+// check runs a CDK assertions call: a failing one panics, which would end
+// every other test of the package; turn it into this test's failure.
+func check(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("%s: %v", what, r)
+		}
+	}()
+	f()
+}
+
+func (s *synthed) resources(typ string) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for id, r := range s.json["Resources"].(map[string]any) {
+		r := r.(map[string]any)
+		if r["Type"] == typ {
+			out[id] = r
+		}
+	}
+	return out
+}
+
+func props(r map[string]any) map[string]any {
+	p, _ := r["Properties"].(map[string]any)
+	return p
+}
+
+// id is a construct's logical ID in the template.
+func (s *synthed) id(c constructs.IConstruct) string {
+	return *s.g.Stack.GetLogicalId(c.Node().DefaultChild().(awscdk.CfnElement))
+}
+
+func ref(id string) map[string]any    { return map[string]any{"Ref": id} }
+func getArn(id string) map[string]any { return map[string]any{"Fn::GetAtt": []any{id, "Arn"}} }
+
+// jsonEq compares two JSON values structurally.
+func jsonEq(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+func list(v any) []any {
+	switch v := v.(type) {
+	case nil:
+		return nil
+	case []any:
+		return v
+	}
+	return []any{v}
+}
+
+// statement is one IAM policy statement, actions and resources as lists.
+type statement struct {
+	Sid        string
+	Effect     string
+	Actions    []string
+	Resources  []any
+	Conditions map[string]any
+}
+
+// statements are every statement of every policy attached to the role.
+func (s *synthed) statements(roleID string) []statement {
+	var out []statement
+	add := func(doc map[string]any) {
+		for _, st := range list(doc["Statement"]) {
+			st := st.(map[string]any)
+			x := statement{Effect: fmt.Sprint(st["Effect"]), Resources: list(st["Resource"])}
+			x.Sid, _ = st["Sid"].(string)
+			for _, a := range list(st["Action"]) {
+				x.Actions = append(x.Actions, a.(string))
+			}
+			x.Conditions, _ = st["Condition"].(map[string]any)
+			out = append(out, x)
+		}
+	}
+	for _, p := range s.resources("AWS::IAM::Policy") {
+		for _, r := range list(props(p)["Roles"]) {
+			if jsonEq(r, ref(roleID)) {
+				add(props(p)["PolicyDocument"].(map[string]any))
+			}
+		}
+	}
+	role := s.resources("AWS::IAM::Role")[roleID]
+	for _, p := range list(props(role)["Policies"]) {
+		add(p.(map[string]any)["PolicyDocument"].(map[string]any))
+	}
+	if len(list(props(role)["ManagedPolicyArns"])) > 0 {
+		panic("role " + roleID + " has managed policies: the tests cannot see their statements")
+	}
+	return out
+}
+
+func actionMatches(pattern, action string) bool {
+	re := "^" + strings.ReplaceAll(regexp.QuoteMeta(strings.ToLower(pattern)), `\*`, ".*") + "$"
+	return regexp.MustCompile(re).MatchString(strings.ToLower(action))
+}
+
+// allows reports whether any Allow statement grants action on the resource
+// (a Ref/GetAtt value as in the template) or on "*".
+func allows(sts []statement, action string, resource any) bool {
+	for _, st := range sts {
+		if st.Effect != "Allow" || !slices.ContainsFunc(st.Actions, func(a string) bool { return actionMatches(a, action) }) {
+			continue
+		}
+		for _, r := range st.Resources {
+			if r == "*" || jsonEq(r, resource) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func actionsOf(sts []statement) []string {
+	var out []string
+	for _, st := range sts {
+		out = append(out, st.Actions...)
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+func TestEachRouteReachesItsFunction(t *testing.T) {
+	s := deployment(t)
+	routes := s.resources("AWS::ApiGatewayV2::Route")
+	if len(routes) != len(stack.Routes) {
+		t.Errorf("template has %d routes, want exactly the %d of stack.Routes", len(routes), len(stack.Routes))
+	}
+	integrations := s.resources("AWS::ApiGatewayV2::Integration")
+	for _, want := range stack.Routes {
+		t.Run(want.Key(), func(t *testing.T) {
+			var route map[string]any
+			for _, r := range routes {
+				if props(r)["RouteKey"] == want.Key() {
+					route = props(r)
+				}
+			}
+			if route == nil {
+				t.Fatalf("no route %q", want.Key())
+			}
+			// Target is "integrations/<integration id>".
+			parts := route["Target"].(map[string]any)["Fn::Join"].([]any)[1].([]any)
+			if parts[0] != "integrations/" {
+				t.Fatalf("target %v", parts)
+			}
+			integ := props(integrations[parts[1].(map[string]any)["Ref"].(string)])
+			if integ["IntegrationType"] != "AWS_PROXY" || integ["PayloadFormatVersion"] != "2.0" {
+				t.Errorf("integration type %v payload %v, want AWS_PROXY 2.0", integ["IntegrationType"], integ["PayloadFormatVersion"])
+			}
+			fnID := s.id(s.g.Functions[want.Function])
+			if !jsonEq(integ["IntegrationUri"], getArn(fnID)) {
+				t.Errorf("route %s reaches %v, want function %s (%s)", want.Key(), integ["IntegrationUri"], want.Function, fnID)
+			}
+			if auth := route["AuthorizationType"]; auth != nil && auth != "NONE" {
+				t.Errorf("authorization %v: the functions authenticate", auth)
+			}
+		})
+	}
+	// Each route may invoke its function: API Gateway has a permission.
+	perms := 0
+	for _, p := range s.resources("AWS::Lambda::Permission") {
+		if props(p)["Principal"] == "apigateway.amazonaws.com" {
+			perms++
+		}
+	}
+	if perms != len(stack.Routes) {
+		t.Errorf("%d API Gateway invoke permissions, want one per route (%d)", perms, len(stack.Routes))
+	}
+}
+
+func TestFunctionsRunGoOnArm(t *testing.T) {
+	s := deployment(t)
+	for _, name := range stack.FunctionNames {
+		p := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[name])])
+		if p["Runtime"] != "provided.al2023" || !jsonEq(p["Architectures"], []any{"arm64"}) || p["Handler"] != "bootstrap" {
+			t.Errorf("%s: runtime %v arch %v handler %v, want provided.al2023 arm64 bootstrap", name, p["Runtime"], p["Architectures"], p["Handler"])
+		}
+		if !jsonEq(p["Role"], getArn(s.id(s.g.Roles[name]))) {
+			t.Errorf("%s: role %v, want its own", name, p["Role"])
+		}
+		timeout := p["Timeout"].(float64)
+		switch name {
+		case stack.FnMailbox:
+			// Long enough for the await cap, short of the gateway's 30 s.
+			if timeout < 29 || timeout >= 30 {
+				t.Errorf("mailbox timeout %v s, want 29 <= t < 30", timeout)
+			}
+		default:
+			if timeout > 30 {
+				t.Errorf("%s timeout %v s", name, timeout)
+			}
+		}
+		if lc, _ := p["LoggingConfig"].(map[string]any); lc["LogFormat"] != "JSON" || lc["LogGroup"] == nil {
+			t.Errorf("%s: logging %v, want JSON to its own log group", name, lc)
+		}
+	}
+	// Roles are not shared.
+	seen := map[string]string{}
+	for _, name := range stack.FunctionNames {
+		id := s.id(s.g.Roles[name])
+		if other, ok := seen[id]; ok {
+			t.Errorf("%s and %s share role %s", name, other, id)
+		}
+		seen[id] = name
+	}
+}
+
+func TestFunctionEnvironment(t *testing.T) {
+	s := deployment(t)
+	common := []string{stack.EnvTable, stack.EnvHouse, stack.EnvBackend, stack.EnvCredential, stack.EnvQueuePrefix,
+		stack.EnvCluster, stack.EnvTaskDefinition, stack.EnvSubnets, stack.EnvSecurityGroup, stack.EnvAwaitCapMs,
+		stack.EnvMaxWorkers, stack.EnvAgentFamilies, stack.EnvRepository, stack.EnvWorkerEndpoint}
+	tests := []struct {
+		fn                 string
+		token, worker, git bool
+	}{
+		{stack.FnEffects, true, true, true},
+		{stack.FnReads, true, false, false},
+		{stack.FnMailbox, true, false, false},
+		{stack.FnWorkerAPI, false, true, false},
+		{stack.FnReconciler, false, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.fn, func(t *testing.T) {
+			p := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[tt.fn])])
+			env := p["Environment"].(map[string]any)["Variables"].(map[string]any)
+			for _, k := range common {
+				if _, ok := env[k]; !ok {
+					t.Errorf("missing %s", k)
+				}
+			}
+			if env[stack.EnvHouse] != "kitchen_1" || env[stack.EnvQueuePrefix] != "galley-kitchen_1-" || env[stack.EnvAwaitCapMs] != "25000" {
+				t.Errorf("house %v prefix %v cap %v", env[stack.EnvHouse], env[stack.EnvQueuePrefix], env[stack.EnvAwaitCapMs])
+			}
+			for _, c := range []struct {
+				name  string
+				want  bool
+				value any
+			}{
+				{stack.EnvTokenSecretArn, tt.token, ref(s.id(s.g.TokenSecret))},
+				{stack.EnvWorkerSecretArn, tt.worker, ref(s.id(s.g.WorkerSecret))},
+				{stack.EnvSecretGit, tt.git, ref(s.id(s.g.ProviderSecrets[stack.SecretGit]))},
+			} {
+				v, ok := env[c.name]
+				if ok != c.want || (ok && !jsonEq(v, c.value)) {
+					t.Errorf("%s = %v (set %v), want set %v", c.name, v, ok, c.want)
+				}
+			}
+			// Only references to secrets, never a resolved value.
+			raw, _ := json.Marshal(env)
+			if strings.Contains(string(raw), "resolve:secretsmanager") {
+				t.Errorf("environment resolves a secret value: %s", raw)
+			}
+		})
+	}
+}
+
+func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
+	s := deployment(t)
+	dynamoRead := []string{"dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem", "dynamodb:DescribeTable",
+		"dynamodb:GetItem", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:Query", "dynamodb:Scan"}
+	dynamoWrite := append(slices.Clone(dynamoRead), "dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
+	logs := []string{"logs:CreateLogStream", "logs:PutLogEvents"}
+	listen := []string{"sqs:CreateQueue", "sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"}
+	ring := []string{"sqs:GetQueueUrl", "sqs:SendMessage"}
+	secret := []string{"secretsmanager:GetSecretValue"}
+	join := func(parts ...[]string) []string {
+		var out []string
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		sort.Strings(out)
+		return slices.Compact(out)
+	}
+	tests := []struct {
+		fn      string
+		actions []string
+	}{
+		{stack.FnEffects, join(logs, dynamoWrite, ring, secret, []string{
+			"ecs:RunTask", "ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks", "ecs:TagResource", "iam:PassRole"})},
+		{stack.FnReads, join(logs, dynamoRead, secret, []string{"ecs:DescribeTasks", "ecs:ListTasks"})},
+		{stack.FnMailbox, join(logs, dynamoWrite, listen, secret)},
+		{stack.FnWorkerAPI, join(logs, dynamoWrite, listen, ring, secret)},
+		{stack.FnReconciler, join(logs, dynamoWrite, ring)},
+	}
+	table := s.id(s.g.Table)
+	cluster := getArn(s.id(s.g.Cluster))
+	for _, tt := range tests {
+		t.Run(tt.fn, func(t *testing.T) {
+			sts := s.statements(s.id(s.g.Roles[tt.fn]))
+			if got := actionsOf(sts); !slices.Equal(got, tt.actions) {
+				t.Errorf("actions\n got %v\nwant %v", got, tt.actions)
+			}
+			for _, st := range sts {
+				if st.Effect != "Allow" {
+					continue
+				}
+				for _, a := range st.Actions {
+					if strings.Contains(a, "*") {
+						t.Errorf("wildcard action %s", a)
+					}
+				}
+				raw, _ := json.Marshal(st.Resources)
+				switch {
+				case slices.Contains(st.Resources, any("*")):
+					// Only ListTasks, which names no resource, and only
+					// within the worker cluster.
+					if !slices.Equal(st.Actions, []string{"ecs:ListTasks"}) || !jsonEq(st.Conditions, map[string]any{"ArnEquals": map[string]any{"ecs:cluster": cluster}}) {
+						t.Errorf("Resource * for %v with %v", st.Actions, st.Conditions)
+					}
+				case strings.HasPrefix(st.Actions[0], "dynamodb:"):
+					if !jsonEq(st.Resources, []any{getArn(table), map[string]any{"Fn::Join": []any{"", []any{getArn(table), "/index/*"}}}}) {
+						t.Errorf("dynamodb on %s, want the table and its indexes", raw)
+					}
+				case strings.HasPrefix(st.Actions[0], "sqs:"):
+					if !strings.Contains(string(raw), `":galley-kitchen_1-*"`) || strings.Count(string(raw), "*") != 1 {
+						t.Errorf("sqs on %s, want only queues named galley-kitchen_1-*", raw)
+					}
+					if !jsonEq(st.Conditions, map[string]any{"Bool": map[string]any{"aws:SecureTransport": "true"}}) {
+						t.Errorf("sqs without aws:SecureTransport: %v", st.Conditions)
+					}
+				case strings.HasPrefix(st.Actions[0], "ecs:"):
+					if st.Conditions == nil {
+						t.Errorf("ecs %v without a condition", st.Actions)
+					}
+					if strings.Contains(string(raw), "*") && (!strings.Contains(string(raw), `":task/",`) || !strings.HasSuffix(string(raw), `"/*"]]}]`)) {
+						t.Errorf("ecs on %s", raw)
+					}
+				case st.Actions[0] == "iam:PassRole":
+					want := []any{getArn(s.id(s.g.ExecutionRole)), getArn(s.id(s.g.TaskRole))}
+					if !jsonEq(st.Resources, want) {
+						t.Errorf("PassRole on %s, want only the worker task and execution roles", raw)
+					}
+					if !jsonEq(st.Conditions, map[string]any{"StringEquals": map[string]any{"iam:PassedToService": "ecs-tasks.amazonaws.com"}}) {
+						t.Errorf("PassRole condition %v", st.Conditions)
+					}
+				case strings.HasPrefix(st.Actions[0], "logs:"):
+					if !jsonEq(st.Resources, []any{getArn(s.id(s.g.FunctionLogs[tt.fn]))}) {
+						t.Errorf("logs on %s, want the function's own log group", raw)
+					}
+				case strings.HasPrefix(st.Actions[0], "secretsmanager:"):
+					for _, r := range st.Resources {
+						if _, ok := r.(map[string]any)["Ref"]; !ok {
+							t.Errorf("secret %v, want a named secret", r)
+						}
+					}
+				default:
+					t.Errorf("unexpected statement %+v", st)
+				}
+			}
+			if tt.fn == stack.FnEffects {
+				if !allows(sts, "ecs:RunTask", ref(s.id(s.g.TaskDefinition))) {
+					t.Error("effects cannot run the worker task definition")
+				}
+			}
+		})
+	}
+}
+
+// TestSecretsReadOnlyByTheirUsers: who can read which secret. In
+// particular, no worker task and no worker-facing function can read
+// kitchn's bearer token, and no worker task the worker signing key.
+func TestSecretsReadOnlyByTheirUsers(t *testing.T) {
+	s := deployment(t)
+	g := s.g
+	secrets := map[string]awssecretsmanager.Secret{
+		"token":     g.TokenSecret,
+		"workerKey": g.WorkerSecret,
+		"anthropic": g.ProviderSecrets[stack.SecretAnthropic],
+		"openai":    g.ProviderSecrets[stack.SecretOpenAI],
+		"git":       g.ProviderSecrets[stack.SecretGit],
+	}
+	tests := []struct {
+		who   string
+		role  constructs.IConstruct
+		reads []string
+	}{
+		{"worker task role", g.TaskRole, []string{"anthropic", "git", "openai"}},
+		{"worker execution role", g.ExecutionRole, nil},
+		{"effects", g.Roles[stack.FnEffects], []string{"git", "token", "workerKey"}},
+		{"reads", g.Roles[stack.FnReads], []string{"token"}},
+		{"mailbox", g.Roles[stack.FnMailbox], []string{"token"}},
+		{"workerapi", g.Roles[stack.FnWorkerAPI], []string{"workerKey"}},
+		{"reconciler", g.Roles[stack.FnReconciler], nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.who, func(t *testing.T) {
+			sts := s.statements(s.id(tt.role))
+			var got []string
+			for _, name := range []string{"anthropic", "git", "openai", "token", "workerKey"} {
+				secretRef := ref(s.id(secrets[name]))
+				for _, action := range []string{"secretsmanager:GetSecretValue", "secretsmanager:BatchGetSecretValue"} {
+					if allows(sts, action, secretRef) {
+						got = append(got, name)
+						break
+					}
+				}
+			}
+			if !slices.Equal(got, tt.reads) {
+				t.Errorf("can read %v, want %v", got, tt.reads)
+			}
+		})
+	}
+}
+
+func TestTableHasPITRTTLAndProtection(t *testing.T) {
+	s := deployment(t)
+	check(t, "table", func() {
+		s.tmpl.HasResource(jsii.String("AWS::DynamoDB::Table"), map[string]any{
+			"DeletionPolicy":      "Retain",
+			"UpdateReplacePolicy": "Retain",
+			"Properties": map[string]any{
+				"BillingMode": "PAY_PER_REQUEST",
+				"KeySchema": []any{
+					map[string]any{"AttributeName": "pk", "KeyType": "HASH"},
+					map[string]any{"AttributeName": "sk", "KeyType": "RANGE"},
+				},
+				"PointInTimeRecoverySpecification": map[string]any{"PointInTimeRecoveryEnabled": true},
+				"TimeToLiveSpecification":          map[string]any{"AttributeName": "expires", "Enabled": true},
+				"DeletionProtectionEnabled":        true,
+				"SSESpecification":                 map[string]any{"SSEEnabled": true},
+				"GlobalSecondaryIndexes": []any{map[string]any{
+					"IndexName": "gsi1",
+					"KeySchema": []any{
+						map[string]any{"AttributeName": "gsi1pk", "KeyType": "HASH"},
+						map[string]any{"AttributeName": "gsi1sk", "KeyType": "RANGE"},
+					},
+					"Projection": map[string]any{"ProjectionType": "ALL"},
+				}},
+			},
+		})
+	})
+	check(t, "one table", func() { s.tmpl.ResourceCountIs(jsii.String("AWS::DynamoDB::Table"), jsii.Number(1)) })
+}
+
+func TestTaskDefinitionHoldsNoSecret(t *testing.T) {
+	s := deployment(t)
+	td := props(s.resources("AWS::ECS::TaskDefinition")[s.id(s.g.TaskDefinition)])
+	if !jsonEq(td["RuntimePlatform"], map[string]any{"CpuArchitecture": "ARM64", "OperatingSystemFamily": "LINUX"}) {
+		t.Errorf("runtime platform %v, want ARM64 Linux", td["RuntimePlatform"])
+	}
+	if td["Cpu"] != "1024" || td["Memory"] != "4096" || !jsonEq(td["RequiresCompatibilities"], []any{"FARGATE"}) {
+		t.Errorf("cpu %v memory %v compat %v", td["Cpu"], td["Memory"], td["RequiresCompatibilities"])
+	}
+	if !jsonEq(td["TaskRoleArn"], getArn(s.id(s.g.TaskRole))) || !jsonEq(td["ExecutionRoleArn"], getArn(s.id(s.g.ExecutionRole))) {
+		t.Errorf("roles %v %v", td["TaskRoleArn"], td["ExecutionRoleArn"])
+	}
+	containers := td["ContainerDefinitions"].([]any)
+	if len(containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(containers))
+	}
+	c := containers[0].(map[string]any)
+	if c["Name"] != stack.WorkerContainerName {
+		t.Errorf("container %v, want %s", c["Name"], stack.WorkerContainerName)
+	}
+	if _, ok := c["Secrets"]; ok {
+		t.Errorf("container injects secrets %v: the harness reads them itself", c["Secrets"])
+	}
+	raw, _ := json.Marshal(td)
+	if strings.Contains(string(raw), "resolve:secretsmanager") || strings.Contains(string(raw), "SecretString") {
+		t.Errorf("task definition resolves a secret value")
+	}
+	// Every variable is plain configuration or the ARN of a secret the
+	// task may read; never kitchn's token or the worker signing key.
+	allowedSecretRefs := map[string]bool{
+		s.id(s.g.ProviderSecrets[stack.SecretAnthropic]): true,
+		s.id(s.g.ProviderSecrets[stack.SecretOpenAI]):    true,
+		s.id(s.g.ProviderSecrets[stack.SecretGit]):       true,
+	}
+	secretIDs := map[string]bool{}
+	for id := range s.resources("AWS::SecretsManager::Secret") {
+		secretIDs[id] = true
+	}
+	names := map[string]bool{}
+	for _, e := range c["Environment"].([]any) {
+		e := e.(map[string]any)
+		name := e["Name"].(string)
+		names[name] = true
+		if regexp.MustCompile(`(?i)token|password|api_?key`).MatchString(name) {
+			t.Errorf("variable %s looks like a credential", name)
+		}
+		if r, ok := e["Value"].(map[string]any); ok {
+			if id, ok := r["Ref"].(string); ok && secretIDs[id] && !allowedSecretRefs[id] {
+				t.Errorf("variable %s names secret %s, which the task must not know", name, id)
+			}
+		}
+	}
+	for _, want := range []string{stack.EnvWorkerEndpoint, stack.EnvSecretAnthropic, stack.EnvSecretOpenAI, stack.EnvSecretGit, stack.EnvWorkspace} {
+		if !names[want] {
+			t.Errorf("missing %s", want)
+		}
+	}
+	lp := c["LinuxParameters"].(map[string]any)
+	if lp["InitProcessEnabled"] != true || !jsonEq(lp["Capabilities"], map[string]any{"Drop": []any{"ALL"}}) {
+		t.Errorf("linux parameters %v", lp)
+	}
+	if lc := c["LogConfiguration"].(map[string]any); lc["LogDriver"] != "awslogs" {
+		t.Errorf("log driver %v", lc["LogDriver"])
+	}
+}
+
+func TestWorkersNetworkAndCluster(t *testing.T) {
+	s := deployment(t)
+	check(t, "no NAT", func() { s.tmpl.ResourceCountIs(jsii.String("AWS::EC2::NatGateway"), jsii.Number(0)) })
+	check(t, "two subnets", func() { s.tmpl.ResourceCountIs(jsii.String("AWS::EC2::Subnet"), jsii.Number(2)) })
+	check(t, "flow log", func() { s.tmpl.ResourceCountIs(jsii.String("AWS::EC2::FlowLog"), jsii.Number(1)) })
+	sg := props(s.resources("AWS::EC2::SecurityGroup")[s.id(s.g.WorkerSG)])
+	if _, ok := sg["SecurityGroupIngress"]; ok {
+		t.Errorf("worker security group admits %v", sg["SecurityGroupIngress"])
+	}
+	egress := sg["SecurityGroupEgress"].([]any)
+	if len(egress) != 1 || egress[0].(map[string]any)["FromPort"] != 443.0 || egress[0].(map[string]any)["ToPort"] != 443.0 {
+		t.Errorf("egress %v, want HTTPS only", egress)
+	}
+	check(t, "container insights", func() {
+		s.tmpl.HasResourceProperties(jsii.String("AWS::ECS::Cluster"), map[string]any{
+			"ClusterSettings": []any{map[string]any{"Name": "containerInsights", "Value": "enabled"}},
+		})
+	})
+}
+
+func TestEventRuleTargetsReconciler(t *testing.T) {
+	s := deployment(t)
+	rules := s.resources("AWS::Events::Rule")
+	rule := props(rules[s.id(s.g.TaskStateRule)])
+	if len(rules) != 1 {
+		t.Errorf("%d rules, want 1", len(rules))
+	}
+	wantPattern := map[string]any{
+		"detail":      map[string]any{"clusterArn": []any{getArn(s.id(s.g.Cluster))}},
+		"detail-type": []any{"ECS Task State Change"},
+		"source":      []any{"aws.ecs"},
+	}
+	if !jsonEq(rule["EventPattern"], wantPattern) {
+		t.Errorf("pattern %v, want %v", rule["EventPattern"], wantPattern)
+	}
+	targets := rule["Targets"].([]any)
+	if len(targets) != 1 {
+		t.Fatalf("%d targets", len(targets))
+	}
+	target := targets[0].(map[string]any)
+	if !jsonEq(target["Arn"], getArn(s.id(s.g.Functions[stack.FnReconciler]))) {
+		t.Errorf("target %v, want the reconciler", target["Arn"])
+	}
+	if !jsonEq(target["DeadLetterConfig"], map[string]any{"Arn": getArn(s.id(s.g.ReconcilerDLQ))}) {
+		t.Errorf("dead letters %v", target["DeadLetterConfig"])
+	}
+	check(t, "events may invoke the reconciler", func() {
+		s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), map[string]any{
+			"Action":       "lambda:InvokeFunction",
+			"FunctionName": getArn(s.id(s.g.Functions[stack.FnReconciler])),
+			"Principal":    "events.amazonaws.com",
+			"SourceArn":    getArn(s.id(s.g.TaskStateRule)),
+		})
+	})
+	// The dead-letter queue refuses plain HTTP.
+	check(t, "queue policy enforces TLS", func() {
+		s.tmpl.HasResourceProperties(jsii.String("AWS::SQS::QueuePolicy"), map[string]any{
+			"PolicyDocument": map[string]any{"Statement": assertions.Match_ArrayWith(&[]any{map[string]any{
+				"Action":    "sqs:*",
+				"Condition": map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}},
+				"Effect":    "Deny",
+				"Principal": map[string]any{"AWS": "*"},
+				"Resource":  getArn(s.id(s.g.ReconcilerDLQ)),
+			}})},
+		})
+	})
+}
+
+func TestApiStageLogsAndThrottles(t *testing.T) {
+	s := deployment(t)
+	stages := s.resources("AWS::ApiGatewayV2::Stage")
+	if len(stages) != 1 {
+		t.Fatalf("%d stages", len(stages))
+	}
+	for _, st := range stages {
+		p := props(st)
+		if p["StageName"] != "$default" || p["AutoDeploy"] != true {
+			t.Errorf("stage %v autodeploy %v", p["StageName"], p["AutoDeploy"])
+		}
+		thr := p["DefaultRouteSettings"].(map[string]any)
+		if thr["ThrottlingRateLimit"] != 50.0 || thr["ThrottlingBurstLimit"] != 100.0 {
+			t.Errorf("throttling %v", thr)
+		}
+		als := p["AccessLogSettings"].(map[string]any)
+		if !jsonEq(als["DestinationArn"], getArn(s.id(s.g.AccessLogs))) {
+			t.Errorf("access logs go to %v", als["DestinationArn"])
+		}
+		// The format is JSON once API Gateway fills in numbers.
+		format := strings.NewReplacer("$context.status", "200").Replace(als["Format"].(string))
+		var line map[string]any
+		if err := json.Unmarshal([]byte(format), &line); err != nil {
+			t.Fatalf("access log format is not JSON: %v", err)
+		}
+		if line["house"] != "kitchen_1" || line["routeKey"] != "$context.routeKey" {
+			t.Errorf("format %v", line)
+		}
+		if strings.Contains(strings.ToLower(als["Format"].(string)), "authorization") {
+			t.Error("access logs carry the Authorization header")
+		}
+	}
+	for id, lg := range s.resources("AWS::Logs::LogGroup") {
+		if props(lg)["RetentionInDays"] != 30.0 {
+			t.Errorf("log group %s retention %v, want 30 days", id, props(lg)["RetentionInDays"])
+		}
+	}
+}
+
+func TestAlarmsAndDashboardExist(t *testing.T) {
+	s := deployment(t)
+	byName := map[string]map[string]any{}
+	for _, a := range s.resources("AWS::CloudWatch::Alarm") {
+		byName[props(a)["AlarmName"].(string)] = props(a)
+	}
+	want := []string{stack.AlarmAPI5xx, stack.AlarmAwaitFailures, stack.AlarmStuckWorkers, stack.AlarmWorkersOverCap, stack.AlarmReconcilerDLQ}
+	for _, fn := range stack.FunctionNames {
+		want = append(want, fn+"-errors", fn+"-throttles")
+	}
+	for _, name := range want {
+		if _, ok := byName["galley-kitchen_1-"+name]; !ok {
+			t.Errorf("no alarm galley-kitchen_1-%s", name)
+		}
+	}
+	if len(byName) != len(want) {
+		t.Errorf("%d alarms, want %d", len(byName), len(want))
+	}
+	stuck := byName["galley-kitchen_1-"+stack.AlarmStuckWorkers]
+	if stuck["Namespace"] != "galley" || stuck["MetricName"] != "StuckWorkers" ||
+		!jsonEq(stuck["Dimensions"], []any{map[string]any{"Name": "House", "Value": "kitchen_1"}}) {
+		t.Errorf("stuck workers alarm watches %v/%v %v", stuck["Namespace"], stuck["MetricName"], stuck["Dimensions"])
+	}
+	mailboxErrors := byName["galley-kitchen_1-mailbox-errors"]
+	if mailboxErrors["MetricName"] != "Errors" || !jsonEq(mailboxErrors["Dimensions"], []any{map[string]any{"Name": "FunctionName", "Value": ref(s.id(s.g.Functions[stack.FnMailbox]))}}) {
+		t.Errorf("mailbox errors alarm %v", mailboxErrors)
+	}
+	check(t, "await failures filter", func() {
+		s.tmpl.HasResourceProperties(jsii.String("AWS::Logs::MetricFilter"), map[string]any{
+			"LogGroupName":  ref(s.id(s.g.AccessLogs)),
+			"FilterPattern": `{ ($.routeKey = "POST /v1/deliveries/await") && ($.status >= 500) }`,
+			"MetricTransformations": []any{map[string]any{
+				"MetricName": "AwaitFailures", "MetricNamespace": "galley", "MetricValue": "1", "Unit": "Count",
+				"Dimensions": []any{map[string]any{"Key": "House", "Value": "$.house"}},
+			}},
+		})
+	})
+	check(t, "dashboard", func() {
+		s.tmpl.HasResourceProperties(jsii.String("AWS::CloudWatch::Dashboard"), map[string]any{"DashboardName": "galley-kitchen_1"})
+	})
+}
+
+func TestOutputs(t *testing.T) {
+	s := deployment(t)
+	outs := s.json["Outputs"].(map[string]any)
+	for _, name := range []string{"Endpoint", "KitchnBinding", "TokenSecretArn", "ReadTokenCommand",
+		"AnthropicKeySecretArn", "OpenAIKeySecretArn", "GitCredentialSecretArn"} {
+		if _, ok := outs[name]; !ok {
+			t.Errorf("no output %s", name)
+		}
+	}
+	value := func(name string) string {
+		raw, _ := json.Marshal(outs[name].(map[string]any)["Value"])
+		return string(raw)
+	}
+	tokenRef, _ := json.Marshal(ref(s.id(s.g.TokenSecret)))
+	if v := value("TokenSecretArn"); v != string(tokenRef) {
+		t.Errorf("TokenSecretArn = %s", v)
+	}
+	if v := value("ReadTokenCommand"); !strings.Contains(v, "aws secretsmanager get-secret-value --region ") ||
+		!strings.Contains(v, string(tokenRef)) || !strings.Contains(v, "--query SecretString --output text") {
+		t.Errorf("ReadTokenCommand = %s", v)
+	}
+	apiEndpoint := map[string]any{"Fn::GetAtt": []any{s.id(s.g.API), "ApiEndpoint"}}
+	if v := outs["Endpoint"].(map[string]any)["Value"]; !jsonEq(v, apiEndpoint) {
+		t.Errorf("Endpoint = %v, want the API's endpoint", v)
+	}
+	// The binding is JSON once CloudFormation fills in the endpoint.
+	parts := outs["KitchnBinding"].(map[string]any)["Value"].(map[string]any)["Fn::Join"].([]any)[1].([]any)
+	var text strings.Builder
+	for _, p := range parts {
+		if jsonEq(p, apiEndpoint) {
+			text.WriteString("https://abc.execute-api.us-east-1.amazonaws.com")
+			continue
+		}
+		text.WriteString(p.(string))
+	}
+	var binding map[string]map[string]string
+	if err := json.Unmarshal([]byte(text.String()), &binding); err != nil {
+		t.Fatalf("binding %q: %v", text.String(), err)
+	}
+	want := map[string]string{"kind": "http", "backend": "galley", "credential": "galley-token", "endpoint": "https://abc.execute-api.us-east-1.amazonaws.com"}
+	if !jsonEq(binding, map[string]any{"backend": want}) {
+		t.Errorf("binding %v, want %v", binding, want)
+	}
+}
+
+func TestCustomDomain(t *testing.T) {
+	s, err := synth(map[string]any{
+		"house":          "dom",
+		"repository":     "https://git.example.com/house.git",
+		"domainName":     "galley.example.com",
+		"certificateArn": "arn:aws:acm:us-east-1:111111111111:certificate/abc",
+		"awaitCapMs":     "20000",
+		"maxWorkers":     3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, "domain", func() {
+		s.tmpl.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::DomainName"), map[string]any{
+			"DomainName": "galley.example.com",
+			"DomainNameConfigurations": []any{map[string]any{
+				"CertificateArn": "arn:aws:acm:us-east-1:111111111111:certificate/abc", "EndpointType": "REGIONAL",
+			}},
+		})
+	})
+	check(t, "mapping", func() { s.tmpl.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::ApiMapping"), jsii.Number(1)) })
+	check(t, "execute-api endpoint off", func() {
+		s.tmpl.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Api"), map[string]any{"DisableExecuteApiEndpoint": true})
+	})
+	outs := s.json["Outputs"].(map[string]any)
+	if v := outs["Endpoint"].(map[string]any)["Value"]; v != "https://galley.example.com" {
+		t.Errorf("Endpoint = %v", v)
+	}
+	env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[stack.FnEffects])])["Environment"].(map[string]any)["Variables"].(map[string]any)
+	if env[stack.EnvWorkerEndpoint] != "https://galley.example.com" || env[stack.EnvAwaitCapMs] != "20000" || env[stack.EnvMaxWorkers] != "3" {
+		t.Errorf("env %v %v %v", env[stack.EnvWorkerEndpoint], env[stack.EnvAwaitCapMs], env[stack.EnvMaxWorkers])
+	}
+	if _, ok := outs["CustomDomainTarget"]; !ok {
+		t.Error("no CustomDomainTarget output")
+	}
+}
+
+// TestNagHasNoUnsuppressedErrors: the app with cdk-nag's AwsSolutions
+// checks synthesizes with no error left. The control shows the checks run
+// in this harness: the same pack flags a secret left unsuppressed.
+func TestNagHasNoUnsuppressedErrors(t *testing.T) {
+	s := deployment(t)
+	var errs []string
+	check(t, "annotations", func() {
+		for _, m := range *assertions.Annotations_FromStack(s.g.Stack).FindError(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String(".*"))) {
+			raw, _ := json.Marshal(m.Entry.Data)
+			errs = append(errs, *m.Id+": "+string(raw))
+		}
+	})
+	if len(errs) > 0 {
+		t.Errorf("%d unsuppressed errors:\n%s", len(errs), strings.Join(errs, "\n"))
+	}
+	// Every suppression has a written reason.
+	for id, r := range s.json["Resources"].(map[string]any) {
+		meta, _ := r.(map[string]any)["Metadata"].(map[string]any)
+		nag, _ := meta["cdk_nag"].(map[string]any)
+		for _, rule := range list(nag["rules_to_suppress"]) {
+			rule := rule.(map[string]any)
+			if reason, _ := rule["reason"].(string); len(reason) < 40 {
+				t.Errorf("%s: suppression %v has no real reason", id, rule["id"])
+			}
+		}
+	}
+
+	t.Run("control", func(t *testing.T) {
+		var found int
+		check(t, "control synth", func() {
+			app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(t.TempDir())})
+			st := awscdk.NewStack(app, jsii.String("control"), nil)
+			awssecretsmanager.NewSecret(st, jsii.String("Unrotated"), nil)
+			awscdk.Aspects_Of(app).Add(cdknag.NewAwsSolutionsChecks(nil), nil)
+			found = len(*assertions.Annotations_FromStack(st).FindError(jsii.String("*"),
+				assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-SMG4"))))
+		})
+		if found != 1 {
+			t.Errorf("control: %d SMG4 errors, want 1", found)
+		}
+	})
+}
