@@ -1,0 +1,42 @@
+// Package bootstrap derives the one-time code an ECS worker task receives in
+// place of its credential. The code travels in RunTask's container overrides,
+// which ECS shows to anyone who may describe the task and CloudTrail records,
+// so it is not the credential: it is a MAC keyed by the worker's token, which
+// reveals nothing of the token, and galley exchanges it for the token once,
+// for the first claimant only, and only shortly after the launch (see
+// docs/runtime-ecs.md). Both the ECS runtime (which writes the code) and the
+// worker API (which checks it) use this package; it depends on nothing but
+// the standard library.
+package bootstrap
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"strings"
+)
+
+// Prefix marks a bootstrap code, so that it is never mistaken for a token.
+const Prefix = "gb1."
+
+// label separates this use of the worker token as a MAC key from any other.
+const label = "galley-worker-bootstrap\x00"
+
+// Code returns the bootstrap code for the worker handle whose credential is
+// token. It is deterministic, so that every retried RunTask of one launch
+// sends the same overrides (ECS refuses a reused clientToken whose
+// parameters changed).
+func Code(token, handle string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte(label + handle))
+	return Prefix + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// Valid reports, in constant time, whether code is the bootstrap code of
+// handle under its credential token.
+func Valid(token, handle, code string) bool {
+	if !strings.HasPrefix(code, Prefix) {
+		return false
+	}
+	return hmac.Equal([]byte(code), []byte(Code(token, handle)))
+}
