@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -86,6 +87,8 @@ func awsBackends(ctx context.Context, o *localserver.Options, storeKind, bellKin
 			return fmt.Errorf("sqs doorbell (prefix %s): %w", prefix, err)
 		}
 		o.Doorbell = bell
+		// Queues of runs nobody waits on any more are removed after a day.
+		go bell.SweepEvery(ctx, time.Hour, 24*time.Hour, slog.Default())
 	default:
 		return fmt.Errorf("--doorbell must be local or sqs")
 	}

@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strconv"
 	"strings"
@@ -429,4 +430,24 @@ func isMissing(err error) bool {
 	}
 	var api smithy.APIError
 	return errors.As(err, &api) && (api.ErrorCode() == "AWS.SimpleQueueService.NonExistentQueue" || api.ErrorCode() == "QueueDoesNotExist")
+}
+
+// SweepEvery runs Sweep every interval until ctx ends, logging what it
+// removed; the local server runs it beside --doorbell sqs.
+func (b *Bell) SweepEvery(ctx context.Context, every, idle time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n, err := b.Sweep(ctx, idle)
+			if err != nil {
+				log.Warn("doorbell sweep", "err", err)
+			} else if n > 0 {
+				log.Info("doorbell sweep removed idle queues", "queues", n)
+			}
+		}
+	}
 }
