@@ -229,7 +229,8 @@ func (c Config) Validate() error {
 // Prefix names the deployment's own resources: "galley-<house>".
 func (c Config) Prefix() string { return "galley-" + c.House }
 
-// QueuePrefix is the name prefix of every doorbell queue the functions make.
+// QueuePrefix is the name prefix of every doorbell queue the functions make
+// ("<prefix>-<hash of the topic>", pkg/doorbell/sqsbell).
 func (c Config) QueuePrefix() string { return c.Prefix() + "-" }
 
 // SecretPrefix is the name prefix of the deployment's secrets.

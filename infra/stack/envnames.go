@@ -11,7 +11,7 @@ const (
 	EnvBackend        = "GALLEY_BACKEND"          // backend namespace
 	EnvCredential     = "GALLEY_CREDENTIAL"       // credential name kitchn's requests name
 	EnvTokenSecretArn = "GALLEY_TOKEN_SECRET_ARN" // bearer token secret (not on workerapi, reconciler)
-	EnvQueuePrefix    = "GALLEY_QUEUE_PREFIX"     // doorbell queue name prefix, "galley-<house>-"
+	EnvQueuePrefix    = "GALLEY_QUEUE_PREFIX"     // doorbell queue prefix "galley-<house>": queues are "<prefix>-<hash>"
 	EnvCluster        = "GALLEY_CLUSTER"          // ECS cluster ARN
 	EnvTaskDefinition = "GALLEY_TASK_DEFINITION"  // worker task definition ARN
 	EnvSubnets        = "GALLEY_SUBNETS"          // comma-separated subnet ids for RunTask

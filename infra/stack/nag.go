@@ -45,10 +45,10 @@ func (g *Galley) addNagSuppressions() {
 	for _, name := range []string{FnEffects, FnMailbox, FnWorkerAPI, FnReconciler} {
 		suppress(g.Roles[name], "AwsSolutions-IAM5", whyQueues, queues)
 	}
-	for _, name := range []string{FnEffects, FnReads} {
+	for _, name := range []string{FnEffects, FnReads, FnReconciler} {
 		suppress(g.Roles[name], "AwsSolutions-IAM5", whyTasks, regex(nagClusterTasks))
 	}
-	for _, name := range []string{FnEffects, FnReads} {
+	for _, name := range []string{FnEffects, FnReads, FnReconciler} {
 		suppress(g.Roles[name], "AwsSolutions-IAM5",
 			"ecs:ListTasks names no task (it lists a cluster's tasks by startedBy), so AWS requires Resource *; "+
 				"the statement's ecs:cluster condition keeps it to the worker cluster.", "Resource::*")

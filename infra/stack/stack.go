@@ -460,7 +460,7 @@ func (g *Galley) addFunctions() {
 		EnvHouse:           jsii.String(cfg.House),
 		EnvBackend:         jsii.String(cfg.Backend),
 		EnvCredential:      jsii.String(cfg.Credential),
-		EnvQueuePrefix:     jsii.String(cfg.QueuePrefix()),
+		EnvQueuePrefix:     jsii.String(cfg.Prefix()),
 		EnvCluster:         g.Cluster.ClusterArn(),
 		EnvTaskDefinition:  g.TaskDefinition.TaskDefinitionArn(),
 		EnvSubnets:         g.subnetIDs(),
@@ -535,6 +535,11 @@ func (g *Galley) grantFunctions() {
 	queues := []*string{g.queueArnPattern()}
 	tasks := []*string{g.taskArnPattern()}
 	token := []*string{g.TokenSecret.SecretArn()}
+	// The doorbell (pkg/doorbell/sqsbell) makes a topic's queue on first
+	// use, tagged (tagging on create needs TagQueue); it never calls
+	// GetQueueUrl. DeleteMessage also authorizes DeleteMessageBatch.
+	ring := []string{"sqs:CreateQueue", "sqs:TagQueue", "sqs:SendMessage"}
+	listen := []string{"sqs:CreateQueue", "sqs:TagQueue", "sqs:ReceiveMessage", "sqs:DeleteMessage"}
 	workerKey := []*string{g.WorkerSecret.SecretArn()}
 	// ListTasks (finding a worker's task by startedBy) has no task resource
 	// to name: AWS requires Resource "*"; the condition keeps it to the
@@ -554,7 +559,7 @@ func (g *Galley) grantFunctions() {
 	stmt(effects, "PassWorkerRolesToEcsTasks", []string{"iam:PassRole"},
 		[]*string{g.TaskRole.RoleArn(), g.ExecutionRole.RoleArn()},
 		map[string]any{"StringEquals": map[string]any{"iam:PassedToService": "ecs-tasks.amazonaws.com"}})
-	stmt(effects, "RingDoorbells", []string{"sqs:SendMessage", "sqs:GetQueueUrl"}, queues, tls)
+	stmt(effects, "RingDoorbells", ring, queues, tls)
 	stmt(effects, "ReadBearerToken", []string{"secretsmanager:GetSecretValue"}, token, nil)
 	stmt(effects, "ReadGitCredential", []string{"secretsmanager:GetSecretValue"},
 		[]*string{g.ProviderSecrets[SecretGit].SecretArn()}, nil)
@@ -566,7 +571,6 @@ func (g *Galley) grantFunctions() {
 	listTasks(reads)
 	stmt(reads, "ReadBearerToken", []string{"secretsmanager:GetSecretValue"}, token, nil)
 
-	listen := []string{"sqs:CreateQueue", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:DeleteMessage"}
 	mailbox := g.Roles[FnMailbox]
 	g.Table.GrantReadWriteData(mailbox)
 	stmt(mailbox, "ListenOnDoorbells", listen, queues, tls)
@@ -577,14 +581,17 @@ func (g *Galley) grantFunctions() {
 	// kitchn's token: workers authenticate with their own.
 	worker := g.Roles[FnWorkerAPI]
 	g.Table.GrantReadWriteData(worker)
-	stmt(worker, "RingAndListenOnDoorbells", append([]string{"sqs:SendMessage"}, listen...), queues, tls)
+	stmt(worker, "RingAndListenOnDoorbells", []string{"sqs:CreateQueue", "sqs:TagQueue", "sqs:SendMessage", "sqs:ReceiveMessage", "sqs:DeleteMessage"}, queues, tls)
 	stmt(worker, "ReadWorkerSigningKey", []string{"secretsmanager:GetSecretValue"}, workerKey, nil)
 
 	// The reconciler settles workers; a settled worker's report rings the
-	// coordinator's doorbell so a waiting await wakes at once.
+	// coordinator's doorbell so a waiting await wakes at once. It also
+	// stops a task that outlives its settled worker (found by startedBy).
 	reconciler := g.Roles[FnReconciler]
 	g.Table.GrantReadWriteData(reconciler)
-	stmt(reconciler, "RingDoorbells", []string{"sqs:SendMessage", "sqs:GetQueueUrl"}, queues, tls)
+	stmt(reconciler, "RingDoorbells", ring, queues, tls)
+	stmt(reconciler, "StopStrayWorkerTasks", []string{"ecs:StopTask"}, tasks, inCluster)
+	listTasks(reconciler)
 }
 
 func titled(name string) string {

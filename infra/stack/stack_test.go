@@ -362,7 +362,7 @@ func TestFunctionEnvironment(t *testing.T) {
 					t.Errorf("missing %s", k)
 				}
 			}
-			if env[stack.EnvHouse] != "kitchen_1" || env[stack.EnvQueuePrefix] != "galley-kitchen_1-" || env[stack.EnvAwaitCapMs] != "25000" {
+			if env[stack.EnvHouse] != "kitchen_1" || env[stack.EnvQueuePrefix] != "galley-kitchen_1" || env[stack.EnvAwaitCapMs] != "25000" {
 				t.Errorf("house %v prefix %v cap %v", env[stack.EnvHouse], env[stack.EnvQueuePrefix], env[stack.EnvAwaitCapMs])
 			}
 			for _, c := range []struct {
@@ -394,8 +394,8 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 		"dynamodb:GetItem", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:Query", "dynamodb:Scan"}
 	dynamoWrite := append(slices.Clone(dynamoRead), "dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
 	logs := []string{"logs:CreateLogStream", "logs:PutLogEvents"}
-	listen := []string{"sqs:CreateQueue", "sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"}
-	ring := []string{"sqs:GetQueueUrl", "sqs:SendMessage"}
+	listen := []string{"sqs:CreateQueue", "sqs:DeleteMessage", "sqs:ReceiveMessage", "sqs:TagQueue"}
+	ring := []string{"sqs:CreateQueue", "sqs:SendMessage", "sqs:TagQueue"}
 	secret := []string{"secretsmanager:GetSecretValue"}
 	join := func(parts ...[]string) []string {
 		var out []string
@@ -414,7 +414,7 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 		{stack.FnReads, join(logs, dynamoRead, secret, []string{"ecs:DescribeTasks", "ecs:ListTasks"})},
 		{stack.FnMailbox, join(logs, dynamoWrite, listen, secret)},
 		{stack.FnWorkerAPI, join(logs, dynamoWrite, listen, ring, secret)},
-		{stack.FnReconciler, join(logs, dynamoWrite, ring)},
+		{stack.FnReconciler, join(logs, dynamoWrite, ring, []string{"ecs:StopTask", "ecs:ListTasks"})},
 	}
 	table := s.id(s.g.Table)
 	cluster := getArn(s.id(s.g.Cluster))
