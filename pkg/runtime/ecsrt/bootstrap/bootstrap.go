@@ -14,10 +14,16 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"strings"
+	"time"
 )
 
 // Prefix marks a bootstrap code, so that it is never mistaken for a token.
 const Prefix = "gb1."
+
+// DefaultTTL is how long after a worker's creation galley should still
+// exchange its code: enough for Fargate to pull the image and start the
+// task, short enough that a code read from the overrides later is dead.
+const DefaultTTL = 15 * time.Minute
 
 // label separates this use of the worker token as a MAC key from any other.
 const label = "galley-worker-bootstrap\x00"
