@@ -1,0 +1,274 @@
+package agents
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// MCPServerName is the name galley's MCP server has in each CLI's
+// configuration: claude calls its tools mcp__galley__<tool>.
+const MCPServerName = "galley"
+
+type eventKind int
+
+const (
+	evOther   eventKind = iota
+	evInit              // the CLI runs: claude system/init, codex thread.started
+	evTool              // a tool call
+	evTurnEnd           // the turn is over: claude result, codex turn.completed or turn.failed
+	evError             // an error the CLI reports outside a turn's end (codex "error")
+)
+
+// streamEvent is what one line of a CLI's JSON stream tells.
+type streamEvent struct {
+	Kind    eventKind
+	Type    string // the line's type (and subtype), for logs
+	Session string // claude session_id, codex thread_id
+	Model   string // the model the CLI reports, if any
+	// MCP is galley's MCP server status at init: "connected" when it is
+	// usable. codex starts a thread only once a required server is up.
+	MCP string
+	// Tool is a tool call's name; ToolServer its MCP server, if any.
+	Tool, ToolServer string
+	// Err is set on a turn end that failed, or an error event.
+	Err string
+	// Totals are the running usage totals a turn end carries.
+	Totals *totals
+}
+
+// totals are running usage counts as a CLI reports them; nil is unknown.
+type totals struct {
+	Input, Output, CacheRead, CacheWrite *int64
+	CostUSD                              *float64 // the CLI's own cost estimate
+	Model                                string   // the one model the counts are for, if only one
+}
+
+var errNotJSON = errors.New("not a JSON object")
+
+// parseLine parses one line of family's stream.
+func parseLine(family string, line []byte) (streamEvent, error) {
+	switch family {
+	case FamilyClaude:
+		return parseClaude(line)
+	case FamilyCodex:
+		return parseCodex(line)
+	}
+	return streamEvent{}, fmt.Errorf("no parser for family %q", family)
+}
+
+// claudeLine holds the fields galley reads of `claude -p --output-format
+// stream-json --verbose` lines (see testdata/claude-*.jsonl).
+type claudeLine struct {
+	Type       string `json:"type"`
+	Subtype    string `json:"subtype"`
+	SessionID  string `json:"session_id"`
+	Model      string `json:"model"`
+	MCPServers []struct {
+		Name   string `json:"name"`
+		Status string `json:"status"`
+	} `json:"mcp_servers"`
+	Message *struct {
+		Content []struct {
+			Type string `json:"type"`
+			Name string `json:"name"`
+		} `json:"content"`
+	} `json:"message"`
+	IsError      bool     `json:"is_error"`
+	Result       string   `json:"result"`
+	Errors       []string `json:"errors"`
+	TotalCostUSD *float64 `json:"total_cost_usd"`
+	Usage        *struct {
+		Input      *int64 `json:"input_tokens"`
+		Output     *int64 `json:"output_tokens"`
+		CacheRead  *int64 `json:"cache_read_input_tokens"`
+		CacheWrite *int64 `json:"cache_creation_input_tokens"`
+	} `json:"usage"`
+	ModelUsage map[string]struct {
+		Input      int64 `json:"inputTokens"`
+		Output     int64 `json:"outputTokens"`
+		CacheRead  int64 `json:"cacheReadInputTokens"`
+		CacheWrite int64 `json:"cacheCreationInputTokens"`
+	} `json:"modelUsage"`
+}
+
+func parseClaude(line []byte) (streamEvent, error) {
+	var l claudeLine
+	if err := unmarshalObject(line, &l); err != nil {
+		return streamEvent{}, err
+	}
+	e := streamEvent{Type: l.Type, Session: l.SessionID}
+	if l.Subtype != "" {
+		e.Type += "/" + l.Subtype
+	}
+	switch {
+	case l.Type == "system" && l.Subtype == "init":
+		e.Kind, e.Model, e.MCP = evInit, l.Model, "absent"
+		for _, s := range l.MCPServers {
+			if s.Name == MCPServerName {
+				e.MCP = s.Status
+			}
+		}
+	case l.Type == "assistant" && l.Message != nil:
+		for _, c := range l.Message.Content {
+			if c.Type == "tool_use" {
+				e.Kind, e.Tool = evTool, c.Name
+				if server, tool, ok := splitClaudeTool(c.Name); ok {
+					e.ToolServer, e.Tool = server, tool
+				}
+			}
+		}
+	case l.Type == "result":
+		e.Kind = evTurnEnd
+		if l.IsError || l.Subtype != "success" {
+			e.Err = "claude result " + l.Subtype
+			if len(l.Errors) > 0 {
+				e.Err += ": " + l.Errors[0]
+			} else if l.IsError && l.Result != "" {
+				e.Err += ": " + l.Result
+			}
+		}
+		e.Totals = claudeTotals(l)
+	}
+	return e, nil
+}
+
+// claudeTotals reads a result's running totals: modelUsage (summed over
+// models; it covers every call of the session, subagents included, and a
+// resumed session continues from the saved totals) and total_cost_usd
+// (the same calls). Without modelUsage, older CLIs' usage is used.
+func claudeTotals(l claudeLine) *totals {
+	t := &totals{CostUSD: l.TotalCostUSD}
+	switch {
+	case len(l.ModelUsage) > 0:
+		var in, out, cr, cw int64
+		models := make([]string, 0, len(l.ModelUsage))
+		for m, u := range l.ModelUsage {
+			in, out, cr, cw = in+u.Input, out+u.Output, cr+u.CacheRead, cw+u.CacheWrite
+			models = append(models, m)
+		}
+		t.Input, t.Output, t.CacheRead, t.CacheWrite = &in, &out, &cr, &cw
+		if len(models) == 1 {
+			t.Model = models[0]
+		}
+	case l.Usage != nil:
+		t.Input, t.Output, t.CacheRead, t.CacheWrite = l.Usage.Input, l.Usage.Output, l.Usage.CacheRead, l.Usage.CacheWrite
+	}
+	if t.CostUSD != nil && (math.IsNaN(*t.CostUSD) || *t.CostUSD < 0) {
+		t.CostUSD = nil
+	}
+	return t
+}
+
+// splitClaudeTool splits "mcp__<server>__<tool>".
+func splitClaudeTool(name string) (server, tool string, ok bool) {
+	const p = "mcp__"
+	if len(name) <= len(p) || name[:len(p)] != p {
+		return "", "", false
+	}
+	rest := name[len(p):]
+	for i := 0; i+1 < len(rest); i++ {
+		if rest[i] == '_' && rest[i+1] == '_' {
+			return rest[:i], rest[i+2:], true
+		}
+	}
+	return "", "", false
+}
+
+// codexLine holds the fields galley reads of `codex exec --json` lines
+// (see testdata/codex-*.jsonl).
+type codexLine struct {
+	Type     string `json:"type"`
+	ThreadID string `json:"thread_id"`
+	Message  string `json:"message"`
+	Error    *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+	Item *struct {
+		Type   string `json:"type"`
+		Server string `json:"server"`
+		Tool   string `json:"tool"`
+	} `json:"item"`
+	Usage *struct {
+		Input      *int64 `json:"input_tokens"`
+		Cached     *int64 `json:"cached_input_tokens"`
+		CacheWrite *int64 `json:"cache_write_input_tokens"`
+		Output     *int64 `json:"output_tokens"`
+	} `json:"usage"`
+}
+
+func parseCodex(line []byte) (streamEvent, error) {
+	var l codexLine
+	if err := unmarshalObject(line, &l); err != nil {
+		return streamEvent{}, err
+	}
+	e := streamEvent{Type: l.Type, Session: l.ThreadID}
+	switch l.Type {
+	case "thread.started":
+		// With the galley server marked required, codex starts no thread
+		// unless the server initialised.
+		e.Kind, e.MCP = evInit, "connected"
+	case "item.started":
+		if l.Item != nil && l.Item.Type == "mcp_tool_call" {
+			e.Kind, e.Tool, e.ToolServer = evTool, l.Item.Tool, l.Item.Server
+		} else if l.Item != nil && l.Item.Type == "command_execution" {
+			e.Kind, e.Tool = evTool, "command_execution"
+		}
+		if l.Item != nil {
+			e.Type += "/" + l.Item.Type
+		}
+	case "item.completed", "item.updated":
+		if l.Item != nil {
+			e.Type += "/" + l.Item.Type
+		}
+	case "turn.completed":
+		e.Kind = evTurnEnd
+		e.Totals = codexTotals(l)
+	case "turn.failed":
+		e.Kind, e.Err = evTurnEnd, "codex turn failed"
+		if l.Error != nil && l.Error.Message != "" {
+			e.Err += ": " + l.Error.Message
+		}
+	case "error":
+		e.Kind, e.Err = evError, "codex error: "+l.Message
+	}
+	return e, nil
+}
+
+// codexTotals reads turn.completed usage, the thread's running totals (a
+// resumed thread continues from them). OpenAI counts cached input (and
+// cache writes) inside input_tokens; galley's input is the rest, so that
+// input, cacheRead and cacheWrite never overlap, as in claude's counts.
+func codexTotals(l codexLine) *totals {
+	u := l.Usage
+	if u == nil {
+		return nil
+	}
+	t := &totals{Output: u.Output, CacheRead: u.Cached, CacheWrite: u.CacheWrite}
+	if u.Input != nil {
+		in := *u.Input
+		for _, part := range []*int64{u.Cached, u.CacheWrite} {
+			if part != nil {
+				in = max(in-*part, 0)
+			}
+		}
+		t.Input = &in
+	}
+	return t
+}
+
+// unmarshalObject accepts exactly one JSON object.
+func unmarshalObject(line []byte, v any) error {
+	i := 0
+	for i < len(line) && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r') {
+		i++
+	}
+	if i == len(line) || line[i] != '{' {
+		return errNotJSON
+	}
+	if err := json.Unmarshal(line, v); err != nil {
+		return fmt.Errorf("%w: %v", errNotJSON, err)
+	}
+	return nil
+}
