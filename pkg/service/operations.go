@@ -141,6 +141,12 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 		Run: call.Run, Task: req.Task, Key: req.Key,
 	}
 	if err := s.runtime.Start(ctx, spec); err != nil {
+		if galleyerr.Is(galleyerr.RateLimited, err) && fresh {
+			// No compute could be had (ECS capacity, throttling) and no
+			// earlier attempt may have started any: undo what this launch
+			// made, so that its not-applied answer is true.
+			return nil, s.undoLaunch(ctx, c, plan, branch, created, err)
+		}
 		return nil, err
 	}
 
@@ -155,6 +161,42 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 		r.Created = append(r.Created, s.resource(protocol.KindWorktree, plan.Worktree))
 	}
 	return protocol.EncodeReceipt(r)
+}
+
+// undoLaunch removes what a fresh launch made before its runtime refused
+// for capacity, then answers cause as a refusal. If anything cannot be
+// undone, the answer stays uncertain.
+func (s *Service) undoLaunch(ctx context.Context, c *claim, plan launchPlan, branch string, branchCreated bool, cause error) error {
+	ctx = context.WithoutCancel(ctx)
+	uncertain := func(err error) error {
+		return galleyerr.E(galleyerr.Unavailable, "could not undo a launch the runtime refused", err)
+	}
+	if err := s.markReleasedIfExists(ctx, protocol.KindWorker, plan.Worker); err != nil {
+		return uncertain(err)
+	}
+	if !plan.Existing {
+		if err := s.markReleasedIfExists(ctx, protocol.KindWorktree, plan.Worktree); err != nil {
+			return uncertain(err)
+		}
+	}
+	if branchCreated {
+		if err := s.git.DeleteBranch(ctx, branch); err != nil {
+			return uncertain(err)
+		}
+		if err := s.markReleasedIfExists(ctx, protocol.KindBranch, branch); err != nil {
+			return uncertain(err)
+		}
+	}
+	c.acted = false
+	return cause
+}
+
+func (s *Service) markReleasedIfExists(ctx context.Context, kind, handle string) error {
+	err := s.markReleased(ctx, kind, handle)
+	if galleyerr.Is(galleyerr.NotFound, err) {
+		return nil
+	}
+	return err
 }
 
 // usableWorktree returns a worktree galley made that is not released and
@@ -336,7 +378,7 @@ func (s *Service) settleCancelled(ctx context.Context, handle string) error {
 
 func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
 	r := *eff.Resource
-	res, ver, err := s.store.GetResource(ctx, r.Kind, r.Handle)
+	res, _, err := s.store.GetResource(ctx, r.Kind, r.Handle)
 	if galleyerr.Is(galleyerr.NotFound, err) || (err == nil && res.Released) {
 		return nil, galleyerr.Errorf(galleyerr.Invalid, "%s %s does not exist", r.Kind, quoteShort(r.Handle))
 	}
@@ -371,13 +413,13 @@ func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffe
 	default:
 		return nil, galleyerr.Errorf(galleyerr.Invalid, "%s resources cannot be released here", r.Kind)
 	}
-	if err := s.markReleased(ctx, r.Kind, r.Handle, ver); err != nil {
+	if err := s.markReleased(ctx, r.Kind, r.Handle); err != nil {
 		return nil, err
 	}
 	return s.touchedReceipt(c, s.resource(r.Kind, r.Handle))
 }
 
-func (s *Service) markReleased(ctx context.Context, kind, handle string, ver store.Version) error {
+func (s *Service) markReleased(ctx context.Context, kind, handle string) error {
 	for range claimAttempts {
 		res, v, err := s.store.GetResource(ctx, kind, handle)
 		if err != nil {

@@ -496,3 +496,33 @@ func TestFailureAfterActingIsUncertain(t *testing.T) {
 		t.Fatalf("retry did not converge: %s, %d starts", raw, rt.StartCount())
 	}
 }
+
+// capacityRuntime refuses for capacity, as ECS does when no Fargate
+// capacity can be had.
+type capacityRuntime struct{ *servicetest.Runtime }
+
+func (capacityRuntime) Start(context.Context, service.WorkerSpec) error {
+	return &galleyerr.Error{Kind: galleyerr.RateLimited, RetryAfterSeconds: 30, Msg: "no capacity"}
+}
+
+// TestCapacityRefusalLeavesNothing: a fresh launch whose runtime has no
+// capacity answers rate-limited and leaves no branch, record or worker.
+func TestCapacityRefusalLeavesNothing(t *testing.T) {
+	te := servicetest.New(t, nil, service.WithRuntime(capacityRuntime{servicetest.NewRuntime()}))
+	ctx := context.Background()
+	c := call("run-1", "k-cap", launchBody("cap/branch"))
+	_, err := te.Service.Apply(ctx, c, time.Now())
+	if e := galleyerr.As(err); e == nil || e.Kind != galleyerr.RateLimited || e.RetryAfterSeconds != 30 {
+		t.Fatalf("launch without capacity: %v", err)
+	}
+	if _, exists, _ := te.Git.BranchHead(ctx, "cap/branch"); exists {
+		t.Fatal("the refused launch left its branch")
+	}
+	inv, _ := te.Service.Inventory(ctx)
+	if len(inv.Resources) != 0 {
+		t.Fatalf("the refused launch left %+v", inv.Resources)
+	}
+	if ans, _, _ := te.Service.Lookup(ctx, c); ans.Status != "absent" {
+		t.Fatalf("lookup = %s", ans.Status)
+	}
+}
