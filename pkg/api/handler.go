@@ -55,6 +55,7 @@ type Workers interface {
 	WorkerInbox(ctx context.Context, handle string, after int64, wait time.Duration) (workerapi.InboxAnswer, error)
 	WorkerUsage(ctx context.Context, handle string, report protocol.UsageReport) error
 	WorkerExited(ctx context.Context, handle string, code int, reason string) error
+	ExchangeBootstrap(ctx context.Context, handle, code, claim string) (string, error)
 }
 
 // Authenticator checks kitchn's bearer token.

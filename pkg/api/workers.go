@@ -15,6 +15,7 @@ import (
 // worker's own credential, which names the worker: a worker can act only as
 // itself, and kitchn's token is not accepted here.
 func (h *Handler) workerRoutes(ws Workers) {
+	h.mux.HandleFunc("POST "+workerapi.PathCredential, h.credential(ws))
 	h.mux.HandleFunc("POST "+workerapi.PathSelf, h.worker(ws, func(ctx context.Context, id string, _ []byte) (any, error) {
 		return ws.WorkerSelf(ctx, id)
 	}))
@@ -53,6 +54,29 @@ func (h *Handler) workerRoutes(ws Workers) {
 		}
 		return workerapi.Ack{}, ws.WorkerExited(ctx, id, req.Code, req.Reason)
 	}))
+}
+
+// credential exchanges a bootstrap code; the code, not a bearer token, is
+// the proof, and every refusal looks the same.
+func (h *Handler) credential(ws Workers) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := readBody(r)
+		if err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		var req workerapi.CredentialRequest
+		if err := decodeStrict(body, &req); err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		token, err := ws.ExchangeBootstrap(r.Context(), req.Handle, req.Code, req.Claim)
+		if err != nil {
+			h.fail(w, r, err, readAnswer)
+			return
+		}
+		writeJSON(w, http.StatusOK, workerapi.CredentialAnswer{Token: token})
+	}
 }
 
 func (h *Handler) worker(ws Workers, call func(ctx context.Context, handle string, body []byte) (any, error)) http.HandlerFunc {

@@ -17,12 +17,16 @@ import (
 
 // Environment variables the harness reads.
 const (
-	EnvEndpoint    = "GALLEY_WORKER_ENDPOINT"
-	EnvTokenFile   = "GALLEY_WORKER_TOKEN_FILE" // preferred: a file of mode 600
-	EnvToken       = "GALLEY_WORKER_TOKEN"
+	EnvEndpoint  = "GALLEY_WORKER_ENDPOINT"
+	EnvTokenFile = "GALLEY_WORKER_TOKEN_FILE" // preferred: a file of mode 600
+	EnvToken     = "GALLEY_WORKER_TOKEN"
+	// EnvBootstrap carries a one-time code the harness exchanges for its
+	// token (ECS workers, whose overrides must hold no secret).
+	EnvBootstrap   = "GALLEY_WORKER_BOOTSTRAP"
 	EnvWorkspace   = "GALLEY_WORKSPACE"
 	EnvRepository  = "GALLEY_REPOSITORY"
 	EnvBranch      = "GALLEY_BRANCH"
+	EnvHandle      = "GALLEY_WORKER_HANDLE"
 	EnvAgentBinDir = "GALLEY_AGENT_BIN_DIR"
 	// EnvHeartbeat overrides the heartbeat interval (Go duration).
 	EnvHeartbeat = "GALLEY_HEARTBEAT_INTERVAL"
@@ -50,7 +54,11 @@ type Config struct {
 	// Token is the worker's own credential for the worker API. It goes only
 	// into the client's Authorization header: never into a log line, an
 	// error or the agent's environment.
-	Token       string
+	Token string
+	// Bootstrap, when Token is empty, is exchanged for it at start; Handle
+	// names the worker the code belongs to.
+	Bootstrap   string
+	Handle      string
 	Workspace   string
 	Repository  string
 	Branch      string // empty: the branch galley names in Self
@@ -95,8 +103,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		cfg.Token = tok
 	case getenv(EnvToken) != "":
 		cfg.Token = string(bytes.TrimSpace([]byte(getenv(EnvToken))))
+	case getenv(EnvBootstrap) != "":
+		cfg.Bootstrap, cfg.Handle = getenv(EnvBootstrap), getenv(EnvHandle)
+		if cfg.Handle == "" {
+			return cfg, galleyerr.E(op, galleyerr.Invalid, EnvBootstrap+" needs "+EnvHandle)
+		}
 	default:
-		return cfg, galleyerr.E(op, galleyerr.Invalid, "set "+EnvTokenFile+" or "+EnvToken)
+		return cfg, galleyerr.E(op, galleyerr.Invalid, "set "+EnvTokenFile+", "+EnvToken+" or "+EnvBootstrap)
 	}
 	if cfg.Workspace == "" {
 		return cfg, galleyerr.E(op, galleyerr.Invalid, EnvWorkspace+" is required")

@@ -13,6 +13,8 @@ package harness
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +59,18 @@ type harness struct {
 // not do its job.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.setDefaults()
+	if cfg.Token == "" && cfg.Bootstrap != "" {
+		// The claim is drawn once and repeated on every retry of the
+		// exchange, so a lost answer can be retried.
+		var b [32]byte
+		_, _ = crand.Read(b[:])
+		claim := base64.RawURLEncoding.EncodeToString(b[:])
+		tok, err := client.ExchangeBootstrap(ctx, cfg.Endpoint, cfg.Handle, cfg.Bootstrap, claim, cfg.ClientOptions...)
+		if err != nil {
+			return galleyerr.E(galleyerr.Op("harness.credential"), "could not exchange the bootstrap code", err)
+		}
+		cfg.Token, cfg.Bootstrap = tok, ""
+	}
 	h := &harness{
 		cfg:     cfg,
 		api:     client.New(cfg.Endpoint, cfg.Token, cfg.ClientOptions...),

@@ -82,6 +82,9 @@ type Worker struct {
 	// unanswered.
 	Questions map[string]string     `json:"questions,omitempty"`
 	Usage     *protocol.UsageReport `json:"usage,omitempty"`
+	// CredentialClaim is the hex SHA-256 of the claim that exchanged the
+	// worker's bootstrap code; no other claim is ever answered.
+	CredentialClaim string `json:"credentialClaim,omitempty"`
 	// Exited is set once the runtime saw the process or task end.
 	Exited  bool      `json:"exited,omitempty"`
 	Updated time.Time `json:"updated"`

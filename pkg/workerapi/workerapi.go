@@ -15,7 +15,25 @@ const (
 	PathInbox  = "/worker/v1/inbox"    // InboxRequest -> InboxAnswer (long poll)
 	PathUsage  = "/worker/v1/usage"    // UsageRequest -> Ack
 	PathExited = "/worker/v1/exited"   // ExitedRequest -> Ack
+	// PathCredential exchanges a one-time bootstrap code for the worker's
+	// credential; it is the one call without a bearer token (the code is
+	// the proof). ECS workers receive only the code (docs/runtime-ecs.md).
+	PathCredential = "/worker/v1/credential" // CredentialRequest -> CredentialAnswer
 )
+
+// CredentialRequest presents a bootstrap code. Claim is random, drawn once
+// per harness and repeated on retries: the first claim of a code is the
+// only one ever answered.
+type CredentialRequest struct {
+	Handle string `json:"handle"`
+	Code   string `json:"code"`
+	Claim  string `json:"claim"`
+}
+
+// CredentialAnswer carries the worker's credential.
+type CredentialAnswer struct {
+	Token string `json:"token"`
+}
 
 // TokenHandle returns the handle part of a worker token "<handle>.<secret>".
 // The secret part is random; galley keeps only its hash.

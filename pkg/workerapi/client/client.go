@@ -140,6 +140,22 @@ func (c *Client) Post(ctx context.Context, req workerapi.PostRequest) (workerapi
 	return out, err
 }
 
+// ExchangeBootstrap trades a one-time bootstrap code for the worker's
+// credential (the client needs no token for this call). claim must be the
+// same on every retry.
+func ExchangeBootstrap(ctx context.Context, endpoint, handle, code, claim string, opts ...Option) (string, error) {
+	c := New(endpoint, "", opts...)
+	var out workerapi.CredentialAnswer
+	req := workerapi.CredentialRequest{Handle: handle, Code: code, Claim: claim}
+	if err := c.call(ctx, workerapi.PathCredential, req, &out, 0, retryAlways); err != nil {
+		return "", err
+	}
+	if out.Token == "" {
+		return "", galleyerr.Errorf(galleyerr.Other, "galley answered no credential")
+	}
+	return out.Token, nil
+}
+
 func newClientID() string {
 	var b [12]byte
 	_, _ = crand.Read(b[:])
@@ -223,7 +239,9 @@ func (c *Client) attempt(ctx context.Context, path string, body []byte, out any,
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		// The error names the URL and the cause, never headers.

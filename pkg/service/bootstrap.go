@@ -1,0 +1,57 @@
+package service
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/runtime/ecsrt/bootstrap"
+	"github.com/galley-run/galley/pkg/store"
+)
+
+// ExchangeBootstrap answers a worker's credential for its one-time
+// bootstrap code: only while the code is young, only for a worker that has
+// not settled, and only to the first claim (a second claimant, say one who
+// read the code from the task's overrides, is refused and logged). Every
+// refusal is the same Unauthorized error, so a caller learns nothing of why.
+func (s *Service) ExchangeBootstrap(ctx context.Context, handle, code, claim string) (string, error) {
+	refused := galleyerr.Errorf(galleyerr.Unauthorized, "bootstrap code refused")
+	if handle == "" || len(claim) < 16 || len(claim) > 256 {
+		return "", refused
+	}
+	token := s.workerToken(handle)
+	if !bootstrap.Valid(token, handle, code) {
+		return "", refused
+	}
+	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
+	if galleyerr.Is(galleyerr.NotFound, err) {
+		return "", refused
+	}
+	if err != nil {
+		return "", err
+	}
+	if res.Released || res.Worker == nil || res.Worker.State == protocol.StateSettled ||
+		s.clock.Now().After(res.Created.Add(bootstrap.DefaultTTL)) {
+		return "", refused
+	}
+	sum := sha256.Sum256([]byte(claim))
+	want := hex.EncodeToString(sum[:])
+	_, err = s.updateWorker(ctx, handle, func(w *store.Worker) error {
+		switch {
+		case w.CredentialClaim == "":
+			w.CredentialClaim = want
+			return nil
+		case subtle.ConstantTimeCompare([]byte(w.CredentialClaim), []byte(want)) == 1:
+			return errNoChange // a retry of the first claim
+		}
+		s.log.Warn("a second claim presented a worker's bootstrap code", "worker", handle)
+		return refused
+	})
+	if err != nil {
+		return "", err
+	}
+	return token, nil
+}
