@@ -75,9 +75,6 @@ type Worker struct {
 	Agent    *protocol.AgentSelection `json:"agent,omitempty"`
 	State    string                   `json:"state"` // protocol state: starting, ready, awaiting-reply, settled
 	Outcome  string                   `json:"outcome,omitempty"`
-	// TokenHash is the SHA-256 of the worker's own credential; the
-	// credential itself is never stored.
-	TokenHash string `json:"tokenHash"`
 	// Questions maps a question's message id to its answer; "" while
 	// unanswered.
 	Questions map[string]string     `json:"questions,omitempty"`

@@ -62,8 +62,8 @@ func fullResource(kind, handle string) store.Resource {
 			State:    protocol.StateAwaitingReply,
 			Outcome:  protocol.OutcomeSucceeded,
 			// An unanswered question maps to "": the entry must survive.
-			TokenHash: "sha256:fedcba9876543210",
-			Questions: map[string]string{"q-1": "", "q-2": "yes"},
+			CredentialClaim: "sha256:fedcba9876543210",
+			Questions:       map[string]string{"q-1": "", "q-2": "yes"},
 			Usage: &protocol.UsageReport{
 				Source: "agent",
 				Agent:  "claude",
