@@ -1,0 +1,338 @@
+package lambdaapp
+
+import (
+	"context"
+	"crypto/rand"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/awslabs/aws-lambda-go-api-proxy/core"
+
+	"github.com/galley-run/galley/pkg/api"
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/githost"
+	"github.com/galley-run/galley/pkg/runtime/ecsrt"
+	"github.com/galley-run/galley/pkg/service"
+	"github.com/galley-run/galley/pkg/store"
+	"github.com/galley-run/galley/pkg/store/dynamostore"
+)
+
+// Deps are the parts an App is built from. FromEnv builds each from the
+// function's environment and the AWS SDK's default configuration; a test
+// or a stand-in stack may set any of them instead.
+type Deps struct {
+	AWS      *aws.Config // default: config.LoadDefaultConfig
+	Secrets  SecretsAPI
+	Store    store.Store
+	Doorbell service.Doorbell
+	Runtime  service.Runtime
+	GitHost  service.GitHost
+	Auth     api.Authenticator
+	Log      *slog.Logger
+	Clock    service.Clock
+}
+
+// App is one function's wiring: the service with exactly the dependencies
+// its role may use, and the HTTP handler over its route group.
+type App struct {
+	Config  Config
+	Service *service.Service
+	Store   store.Store
+	// Runtime is the worker runtime the service uses (an unwired stub in
+	// functions that may not touch ECS).
+	Runtime service.Runtime
+	Log     *slog.Logger
+
+	auth  api.Authenticator
+	clock service.Clock
+}
+
+// MustFromEnv is FromEnv for a function's main: a configuration error is
+// logged (naming what is missing) and ends the process, which Lambda
+// reports as an init failure.
+func MustFromEnv(fn Function) *App {
+	a, err := FromEnv(context.Background(), fn)
+	if err != nil {
+		NewLogger(os.Stdout, fn, "").Error("function init failed", "err", err.Error())
+		os.Exit(1)
+	}
+	return a
+}
+
+// FromEnv builds fn's App from its environment.
+func FromEnv(ctx context.Context, fn Function) (*App, error) {
+	cfg, err := ConfigFromEnv(fn, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	return New(ctx, cfg, Deps{})
+}
+
+// New builds an App from cfg, making every dependency d leaves unset.
+func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
+	const op = galleyerr.Op("lambdaapp.new")
+	if d.Log == nil {
+		d.Log = NewLogger(os.Stdout, cfg.Function, cfg.LogLevel)
+	}
+	if d.Clock == nil {
+		d.Clock = service.SystemClock
+	}
+	awsCfg := func() (aws.Config, error) {
+		if d.AWS == nil {
+			c, err := config.LoadDefaultConfig(ctx)
+			if err != nil {
+				return aws.Config{}, galleyerr.E(op, galleyerr.Other, "AWS configuration", err)
+			}
+			d.AWS = &c
+		}
+		return *d.AWS, nil
+	}
+	secrets := func() (SecretsAPI, error) {
+		if d.Secrets == nil {
+			c, err := awsCfg()
+			if err != nil {
+				return nil, err
+			}
+			d.Secrets = secretsmanager.NewFromConfig(c)
+		}
+		return d.Secrets, nil
+	}
+	fn := cfg.Function
+
+	if d.Store == nil {
+		c, err := dynamostore.NewClientFromEnv(ctx)
+		if err != nil {
+			return nil, err
+		}
+		d.Store = dynamostore.New(c, cfg.Table)
+	}
+	if d.Doorbell == nil {
+		c, err := awsCfg()
+		if err != nil {
+			return nil, err
+		}
+		if d.Doorbell, err = newDoorbell(ctx, c, cfg.QueuePrefix, d.Log); err != nil {
+			return nil, galleyerr.E(op, err)
+		}
+	}
+	if d.Runtime == nil {
+		// The reconciler stops a settled worker's stray task when it may
+		// (its role allows ecs:StopTask and the cluster is configured).
+		stops := fn == Reconciler && cfg.Cluster != "" && cfg.TaskDefinition != "" && len(cfg.Subnets) > 0 &&
+			cfg.WorkerEndpoint != "" && cfg.Repository != ""
+		if fn.startsTasks() || stops {
+			c, err := awsCfg()
+			if err != nil {
+				return nil, err
+			}
+			rt, err := ecsrt.New(ecs.NewFromConfig(c), ecsrt.Config{
+				Cluster: cfg.Cluster, TaskDefinition: cfg.TaskDefinition, Container: cfg.WorkerContainer,
+				Subnets: cfg.Subnets, SecurityGroups: cfg.SecurityGroups, AssignPublicIP: cfg.AssignPublicIP,
+				Endpoint: cfg.WorkerEndpoint, Repository: cfg.Repository, House: cfg.House,
+			}, ecsrt.WithLogger(d.Log))
+			if err != nil {
+				return nil, err
+			}
+			d.Runtime = rt
+		} else {
+			d.Runtime = unwired{fn}
+		}
+	}
+	if d.GitHost == nil {
+		g, err := gitHost(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		d.GitHost = g
+	}
+
+	// The worker secret: read by the functions that sign or check worker
+	// credentials; the others never use it, and get a random one so that
+	// their roles need no access to it.
+	var workerSecret []byte
+	switch {
+	case fn.signsWorkers() && cfg.WorkerSecretArn != "":
+		sm, err := secrets()
+		if err != nil {
+			return nil, err
+		}
+		if workerSecret, err = ReadSecret(ctx, sm, cfg.WorkerSecretArn); err != nil {
+			return nil, galleyerr.E(op, "worker secret ("+EnvWorkerSecretArn+")", err)
+		}
+	case fn.signsWorkers():
+		b, err := readSecretFile(cfg.WorkerSecretFile)
+		if err != nil {
+			return nil, galleyerr.E(op, "worker secret ("+EnvWorkerSecretFile+")", err)
+		}
+		workerSecret = b
+	default:
+		workerSecret = make([]byte, 32)
+		_, _ = rand.Read(workerSecret)
+	}
+
+	if d.Auth == nil && fn.servesKitchn() {
+		var src TokenSource
+		if cfg.TokenSecretArn != "" {
+			sm, err := secrets()
+			if err != nil {
+				return nil, err
+			}
+			src = SecretTokens(sm, cfg.TokenSecretArn)
+		} else {
+			src = FileTokens(cfg.TokenFile)
+		}
+		ca := NewCachedAuthenticator(src, WithMaxAge(cfg.TokenCache), WithAuthLogger(d.Log),
+			WithAuthClock(d.Clock.Now))
+		// Fetch during init, which Lambda runs before the first request.
+		ca.Authenticate(ctx, "\x00warm")
+		d.Auth = ca
+	}
+
+	svc, err := service.New(service.Config{
+		House: cfg.House, Backend: cfg.Backend, Credential: cfg.Credential,
+		DefaultAgent: cfg.DefaultAgent, Families: cfg.Families, Model: len(cfg.Families) > 0,
+		Effort: "unsupported", AwaitCap: cfg.AwaitCap, ClockSkew: DefaultClockSkew,
+		MaxWorkers: cfg.MaxWorkers, WorkerSecret: workerSecret, WorkspaceRoot: cfg.WorkspaceRoot,
+	}, service.WithStore(d.Store), service.WithRuntime(d.Runtime), service.WithGitHost(d.GitHost),
+		service.WithDoorbell(d.Doorbell), service.WithClock(d.Clock), service.WithLogger(d.Log))
+	if err != nil {
+		return nil, err
+	}
+	return &App{Config: cfg, Service: svc, Store: d.Store, Runtime: d.Runtime, Log: d.Log,
+		auth: d.Auth, clock: d.Clock}, nil
+}
+
+// gitHost returns the house repository's host for the functions that use
+// it: effects creates and deletes branches, reads tells their liveness. A
+// local repository (a path or file:// URL: the aws-local stack) is served
+// by package githost; a remote one is not served yet, and its calls answer
+// Unavailable (a launch naming a branch is then uncertain, never applied;
+// branch liveness reads unverifiable).
+func gitHost(ctx context.Context, cfg Config) (service.GitHost, error) {
+	if cfg.Function != Effects && cfg.Function != Reads {
+		return unwired{cfg.Function}, nil
+	}
+	if _, err := githost.LocalPath(cfg.Repository); err != nil {
+		return remoteUnserved{}, nil
+	}
+	r, err := githost.Open(ctx, cfg.Repository)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Handler serves routes (api.WithEffects(a.Service), say) the way API
+// Gateway invokes a function: arrivals stamped by the gateway's clock,
+// requests logged with the Lambda request id, every call bounded by the
+// invocation's deadline less a margin so the function answers before
+// Lambda ends it.
+func (a *App) Handler(routes ...api.Option) http.Handler {
+	opts := []api.Option{
+		api.WithLogger(a.Log),
+		api.WithArrival(Arrival(a.clock.Now)),
+		api.WithRequestID(func(r *http.Request) string {
+			if id := RequestID(r.Context()); id != "" {
+				return id
+			}
+			if rc, ok := core.GetAPIGatewayV2ContextFromContext(r.Context()); ok {
+				return rc.RequestID
+			}
+			return ""
+		}),
+	}
+	if a.auth != nil {
+		opts = append(opts, api.WithAuthenticator(a.auth))
+	}
+	return Bounded(api.New(append(opts, routes...)...))
+}
+
+// Arrival takes a request's arrival from API Gateway's requestContext.timeEpoch:
+// one clock for every function instance, so that a lookup's promise of
+// absence ("no copy that arrived before now will apply") compares
+// arrivals stamped by one clock with promises stamped by the functions'
+// clocks, which Config.ClockSkew covers. Without a gateway context (a
+// direct invoke) it is now.
+func Arrival(now func() time.Time) func(*http.Request) time.Time {
+	return func(r *http.Request) time.Time {
+		if rc, ok := core.GetAPIGatewayV2ContextFromContext(r.Context()); ok && rc.TimeEpoch > 0 {
+			return time.UnixMilli(rc.TimeEpoch)
+		}
+		return now()
+	}
+}
+
+// Bounded runs h within the invocation's deadline less a margin (a tenth of
+// the time left, at most a second), so a slow dependency ends in an answer
+// the client can read rather than in Lambda's "Task timed out".
+func Bounded(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer setCurrent(r.Context())()
+		ctx := r.Context()
+		if dl, ok := ctx.Deadline(); ok {
+			margin := min(time.Until(dl)/10, time.Second)
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, dl.Add(-margin))
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// Invocation wraps an event handler (the reconciler's) the same way:
+// logs carry the request id, and the work ends before the deadline.
+func Invocation[E any](h func(context.Context, E) error) func(context.Context, E) error {
+	return func(ctx context.Context, ev E) error {
+		defer setCurrent(ctx)()
+		if dl, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, dl.Add(-min(time.Until(dl)/10, time.Second)))
+			defer cancel()
+		}
+		return h(ctx, ev)
+	}
+}
+
+// unwired stands in for the runtime and the git host in functions whose
+// role may not use them: reaching one is a wiring bug, answered as
+// Unavailable (uncertain), never as a refusal.
+type unwired struct{ fn Function }
+
+func (u unwired) err(what string) error {
+	return galleyerr.Errorf(galleyerr.Unavailable, "the %s function has no %s", u.fn, what)
+}
+
+func (u unwired) Start(context.Context, service.WorkerSpec) error { return u.err("worker runtime") }
+func (u unwired) Stop(context.Context, string) error              { return u.err("worker runtime") }
+func (u unwired) Liveness(context.Context, string) (service.Liveness, error) {
+	return service.LivenessUnknown, u.err("worker runtime")
+}
+func (u unwired) RemoveWorkspace(context.Context, string, string) error {
+	return u.err("worker runtime")
+}
+func (u unwired) DefaultHead(context.Context) (string, error) { return "", u.err("git host") }
+func (u unwired) BranchHead(context.Context, string) (string, bool, error) {
+	return "", false, u.err("git host")
+}
+func (u unwired) CreateBranch(context.Context, string, string) error { return u.err("git host") }
+func (u unwired) DeleteBranch(context.Context, string) error         { return u.err("git host") }
+
+// remoteUnserved is the git host for a remote repository until one is
+// built (see docs/architecture.md).
+type remoteUnserved struct{}
+
+var errRemote = galleyerr.Errorf(galleyerr.Unavailable, "remote repositories are not served yet")
+
+func (remoteUnserved) DefaultHead(context.Context) (string, error) { return "", errRemote }
+func (remoteUnserved) BranchHead(context.Context, string) (string, bool, error) {
+	return "", false, errRemote
+}
+func (remoteUnserved) CreateBranch(context.Context, string, string) error { return errRemote }
+func (remoteUnserved) DeleteBranch(context.Context, string) error         { return errRemote }
