@@ -1,0 +1,185 @@
+package awslocal_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/pkg/conformance"
+	"github.com/galley-run/galley/pkg/lambdaapp"
+	"github.com/galley-run/galley/pkg/localserver"
+)
+
+// requireStandins skips a test that needs DynamoDB Local and fauxqs when
+// their endpoints are not set, and fails it when make test asked for them.
+func requireStandins(t *testing.T) {
+	t.Helper()
+	if os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" && os.Getenv("AWS_ENDPOINT_URL_SQS") != "" {
+		return
+	}
+	if os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
+		t.Fatal("GALLEY_REQUIRE_STANDINS=1 but AWS_ENDPOINT_URL_DYNAMODB or AWS_ENDPOINT_URL_SQS is unset")
+	}
+	t.Skip("stand-ins not running (scripts/standins.sh start)")
+}
+
+var (
+	buildOnce sync.Once
+	built     awslocal.Binaries
+	buildErr  error
+	buildLog  bytes.Buffer
+)
+
+// binaries are the stack's programs: GALLEY_AWSLOCAL_BIN when make built
+// them there, else built once per test binary into a temporary folder.
+func binaries(t *testing.T) awslocal.Binaries {
+	t.Helper()
+	if dir := os.Getenv("GALLEY_AWSLOCAL_BIN"); dir != "" {
+		b := awslocal.BinariesIn(dir)
+		if err := b.Check(); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	buildOnce.Do(func() {
+		root, err := moduleRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "galley-awslocal-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		built = awslocal.BinariesIn(dir)
+		// The emulator is a separate module's tool: reuse an installed one.
+		if p := filepath.Join(root, "bin", "aws-lambda-rie"); fileExists(p) {
+			built.RIE = p
+		}
+		buildErr = awslocal.Build(context.Background(), root, built, &buildLog)
+	})
+	if buildErr != nil {
+		t.Fatalf("build: %v\n%s", buildErr, buildLog.String())
+	}
+	return built
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func suffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// startStack starts the aws-local stack for one test on its own table and
+// queues, with the functions' logs in the test's data folder (shown when
+// the test fails).
+func startStack(t *testing.T) (*awslocal.Stack, string) {
+	t.Helper()
+	requireStandins(t)
+	bin := binaries(t)
+	data := t.TempDir()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	out := writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	})
+	s, err := awslocal.Start(context.Background(), awslocal.Config{
+		Options: localserver.Options{Listen: "127.0.0.1:0", House: "origin89", Data: data,
+			Logger: slog.New(slog.NewJSONHandler(out, nil))},
+		Bin: bin, Table: "galley-awslocal-" + suffix(), QueuePrefix: "galley-awslocal-" + suffix(),
+		FunctionOutput: out, WorkerGrace: 3 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		if t.Failed() {
+			mu.Lock()
+			defer mu.Unlock()
+			b := logs.Bytes()
+			if len(b) > 64<<10 {
+				b = b[len(b)-64<<10:]
+			}
+			t.Logf("stack output (tail):\n%s", b)
+		}
+	})
+	tok, err := os.ReadFile(s.TokenFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, strings.TrimSpace(string(tok))
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestConformanceAWSLocal runs the conformance suite, every check, through
+// the aws-local stack: each request passes the local API Gateway, a
+// function under the Lambda emulator, DynamoDB Local, fauxqs and the ECS
+// stand-in, whose workers are real harness processes with the scripted
+// agent, and whose task state changes reach the reconciler function.
+func TestConformanceAWSLocal(t *testing.T) {
+	s, token := startStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	rep := conformance.Run(ctx, conformance.Config{
+		Endpoint: s.Endpoint(), Token: token, House: "origin89", Backend: "galley", Credential: "galley-token",
+		Timeout: 15 * time.Second, Wait: 90 * time.Second,
+	})
+	if rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	for _, r := range rep.Results {
+		t.Log(r.String())
+		if r.Status != conformance.Pass {
+			t.Errorf("check %s: %s %s", r.Name, r.Status, r.Reason)
+		}
+	}
+	if len(rep.Results) < 19 {
+		t.Fatalf("only %d checks ran", len(rep.Results))
+	}
+	// The requests really went where they should.
+	if n := len(s.ECS().Requests("RunTask")); n == 0 {
+		t.Error("no RunTask reached the ECS stand-in")
+	}
+	inst := s.Instances()
+	for _, fn := range []lambdaapp.Function{lambdaapp.Effects, lambdaapp.Reads, lambdaapp.Mailbox, lambdaapp.WorkerAPI} {
+		if inst[fn] == 0 {
+			t.Errorf("function %s never ran", fn)
+		}
+	}
+	// Cancels stop tasks; their state changes reach the reconciler (on
+	// Close at the latest, every remaining task's).
+	if inst[lambdaapp.Reconciler] == 0 && len(s.ECS().Events()) > 0 {
+		t.Log("the reconciler has not run yet; events are delivered in order behind the tasks' changes")
+	}
+	t.Logf("instances per function: %v", inst)
+}
