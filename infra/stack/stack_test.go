@@ -22,6 +22,20 @@ import (
 	"github.com/galley-run/galley/infra/stack"
 )
 
+// tempRoots are the synth folders to remove when the tests end.
+var (
+	tempMu    sync.Mutex
+	tempRoots []string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, dir := range tempRoots {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}
+
 // repoRoot is the repository root, two levels above this package.
 var repoRoot = filepath.Join("..", "..")
 
@@ -68,6 +82,9 @@ func synth(extra map[string]any) (s *synthed, err error) {
 	if err != nil {
 		return nil, err
 	}
+	tempMu.Lock()
+	tempRoots = append(tempRoots, root)
+	tempMu.Unlock()
 	for _, name := range stack.FunctionNames {
 		dir := filepath.Join(root, "bin", "lambda", name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
