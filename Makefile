@@ -10,7 +10,14 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 PKGS := ./pkg/... ./local/... ./worker/... $(wildcard ./functions) $(wildcard ./scripts)
 PKGS := $(patsubst %,%/...,$(filter-out %/...,$(PKGS))) $(filter %/...,$(PKGS))
 
-.PHONY: run build test test-go test-infra vet bench fuzz standins-start standins-stop clean
+.PHONY: run build test test-go test-infra vet bench fuzz standins-start standins-stop clean lambdas synth deploy
+
+FUNCTIONS := effects reads mailbox workerapi reconciler
+CDK := node_modules/.bin/cdk
+HOUSE ?= main
+REPOSITORY ?=
+CDK_ARGS ?=
+CDK_CONTEXT = -c house=$(HOUSE) $(if $(REPOSITORY),-c repository=$(REPOSITORY)) $(CDK_ARGS)
 
 ## run: the local server on 127.0.0.1:8080, state in .galley/, ready for a kitchn binding
 run: build
@@ -37,6 +44,25 @@ test-infra:
 ## bench: per-route latency and await wake-up figures (see docs/BENCHMARKS.md)
 bench: build
 	scripts/standins.sh run -- $(GO) test -run '^$$' -bench . -benchmem -count 5 ./pkg/... | tee bench.out
+
+## lambdas: bin/lambda/<function>/bootstrap for provided.al2023 on arm64
+lambdas:
+	for f in $(FUNCTIONS); do \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' \
+	    -o $(BIN)/lambda/$$f/bootstrap ./functions/$$f; \
+	done
+
+node_modules/.package-lock.json: package-lock.json
+	npm ci
+
+## synth: the stack's template with cdk-nag AwsSolutions (exit 1 on an unsuppressed error)
+synth: lambdas node_modules/.package-lock.json
+	$(CDK) synth -q $(CDK_CONTEXT)
+
+## deploy: cdk deploy (REPOSITORY=https://... required; CDK_ARGS="-c maxWorkers=50 ...")
+deploy: lambdas node_modules/.package-lock.json
+	@test -n "$(REPOSITORY)" || { echo "make deploy needs REPOSITORY=https://..." >&2; exit 2; }
+	$(CDK) deploy $(CDK_CONTEXT)
 
 standins-start:
 	scripts/standins.sh start
