@@ -5,7 +5,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +21,7 @@ import (
 	"github.com/galley-run/galley/pkg/conformance"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/localserver"
+	"github.com/galley-run/galley/pkg/protocol"
 )
 
 // requireStandins skips a test that needs DynamoDB Local and fauxqs when
@@ -97,7 +101,7 @@ func suffix() string {
 // startStack starts the aws-local stack for one test on its own table and
 // queues, with the functions' logs in the test's data folder (shown when
 // the test fails).
-func startStack(t *testing.T) (*awslocal.Stack, string) {
+func startStack(t *testing.T, mods ...func(*awslocal.Config)) (*awslocal.Stack, string) {
 	t.Helper()
 	requireStandins(t)
 	bin := binaries(t)
@@ -109,12 +113,16 @@ func startStack(t *testing.T) (*awslocal.Stack, string) {
 		defer mu.Unlock()
 		return logs.Write(p)
 	})
-	s, err := awslocal.Start(context.Background(), awslocal.Config{
+	cfg := awslocal.Config{
 		Options: localserver.Options{Listen: "127.0.0.1:0", House: "origin89", Data: data,
 			Logger: slog.New(slog.NewJSONHandler(out, nil))},
 		Bin: bin, Table: "galley-awslocal-" + suffix(), QueuePrefix: "galley-awslocal-" + suffix(),
 		FunctionOutput: out, WorkerGrace: 3 * time.Second,
-	})
+	}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	s, err := awslocal.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,4 +190,71 @@ func TestConformanceAWSLocal(t *testing.T) {
 		t.Log("the reconciler has not run yet; events are delivered in order behind the tasks' changes")
 	}
 	t.Logf("instances per function: %v", inst)
+}
+
+// call makes one kitchn call through the stack and decodes a 200 answer.
+func call(t *testing.T, s *awslocal.Stack, token, method, path, body string, out any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, s.Endpoint()+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("%s %s: %v: %s", method, path, err, b)
+	}
+}
+
+// A worker whose task ends without any report (here the container's
+// command fails at once, as an image that cannot start would) is settled
+// failed by the reconciler function from the ECS stand-in's task state
+// change, and its coordinator gets a worker-done row saying why.
+func TestTaskStoppedWithoutReportAWSLocal(t *testing.T) {
+	s, token := startStack(t, func(c *awslocal.Config) { c.WorkerBin = "/bin/false" })
+	launch := `{"run":"run-crash","request":{"house":"origin89","backend":"galley","credential":"galley-token",` +
+		`"task":"t-1","attempt":1,"key":"k-crash-1","effect":{"executor":"worker","effect":` +
+		`{"type":"launch-worker","role":"station-cook","workspace":{"type":"isolated"},"brief":"crash"}}}}`
+	var applied struct {
+		Status  string
+		Receipt protocol.Receipt
+	}
+	call(t, s, token, "POST", "/v1/effects", launch, &applied)
+	if applied.Status != "applied" {
+		t.Fatalf("launch: %+v", applied)
+	}
+	worker := applied.Receipt.Created[0]
+	observe := `{"worker":{"kind":"worker","backend":"galley","handle":"` + worker.Handle + `"}}`
+	deadline := time.Now().Add(60 * time.Second)
+	var obs protocol.Observation
+	for {
+		call(t, s, token, "POST", "/v1/workers/observe", observe, &obs)
+		if obs.State == protocol.StateSettled || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if obs.State != protocol.StateSettled || obs.Outcome != protocol.OutcomeFailed {
+		t.Fatalf("observe: %+v", obs)
+	}
+	var mail protocol.MailboxAnswer
+	call(t, s, token, "POST", "/v1/deliveries/next", `{"run":"run-crash","coordinator":"c-1"}`, &mail)
+	if mail.Delivery == nil || len(mail.Delivery.Messages) != 1 {
+		t.Fatalf("mailbox: %+v", mail)
+	}
+	row := mail.Delivery.Messages[0]
+	if row.Kind != protocol.MsgWorkerDone || row.Outcome != protocol.OutcomeFailed || row.Worker == nil ||
+		row.Worker.Handle != worker.Handle || !strings.Contains(row.Body, "EssentialContainerExited") ||
+		!strings.Contains(row.Body, "code 1") {
+		t.Errorf("row: %+v", row)
+	}
+	if inst := s.Instances(); inst[lambdaapp.Reconciler] != 1 {
+		t.Errorf("reconciler instances: %v", inst)
+	}
 }
