@@ -32,7 +32,7 @@ build:
 test: vet build test-go test-infra
 
 vet:
-	@bad=$$(gofmt -l pkg local worker functions 2>/dev/null); if [ -n "$$bad" ]; then echo "not gofmt-clean: $$bad"; exit 1; fi
+	@bad=$$(gofmt -l $(wildcard pkg local worker functions scripts)); if [ -n "$$bad" ]; then echo "not gofmt-clean: $$bad"; exit 1; fi
 	$(GO) vet $(PKGS)
 
 test-go:
