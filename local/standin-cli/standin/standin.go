@@ -1,0 +1,312 @@
+// Package standin is the shared body of the stand-in `claude` and `codex`
+// programs (local/standin-cli/claude, local/standin-cli/codex): test
+// doubles of the real CLIs that accept the flags galley's drivers pass,
+// write the real CLIs' JSON-lines formats (modelled on the recordings in
+// pkg/agents/testdata), connect to the harness's MCP server over
+// streamable HTTP with the configured bearer header, and do what a script
+// in the prompt says instead of asking a model.
+//
+// A prompt whose first line is "#!standin" is a script. Lines "---" split
+// it into turns: the first turn runs the first part; each resume of the
+// session runs the next (the script and the running usage are kept per
+// session under $HOME/.galley-standin). Directives, one a line:
+//
+//	tool <name> <json arguments>   call a galley tool ($LAST, $PROMPT, $PID substituted)
+//	text <words>                   an assistant message
+//	commit <path> <text>           write, commit and push the file (pkg/workspace)
+//	usage <in> <out> <cacheRead> <cacheWrite> [<costUSD>]   this turn's usage
+//	crash                          exit 3 mid-turn, without the final event
+//	garbage                        write lines that are not JSON and exit 0
+//	hang                           post "hanging pid <pid> child <pid>", start a
+//	                               child process, ignore SIGTERM and block
+//	exit <code>                    exit with the code, without the final event
+//
+// $LAST is the text of the last tool result, $PROMPT this turn's prompt,
+// $PID this process's id; each is JSON-escaped where it stands. A tool
+// error does not stop the script (as a model would read it and go on).
+package standin
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/galley-run/galley/pkg/workspace"
+)
+
+// Shebang starts a script prompt.
+const Shebang = "#!standin"
+
+// Options are what a stand-in's flags said.
+type Options struct {
+	Family   string // "claude" or "codex"
+	Model    string
+	Effort   string
+	Resume   string // session id to resume, or ""
+	MCPURL   string // galley's MCP server
+	MCPAuth  string // the Authorization header value
+	Required bool   // codex: fail to start without the server
+}
+
+// Usage is one turn's (or a session's running) counts.
+type Usage struct {
+	Input, Output, CacheRead, CacheWrite int64
+	CostUSD                              float64
+}
+
+type state struct {
+	Session string   `json:"session"`
+	Turns   []string `json:"turns"` // the script's parts
+	Next    int      `json:"next"`  // the part the next turn runs
+	Total   Usage    `json:"total"`
+}
+
+// Run runs one turn and returns the exit code.
+func Run(opts Options, prompt string, stdout, stderr io.Writer) int {
+	ctx := context.Background()
+	r := &runner{opts: opts, out: stdout, errw: stderr, prompt: prompt}
+	return r.run(ctx)
+}
+
+type runner struct {
+	opts   Options
+	out    io.Writer
+	errw   io.Writer
+	prompt string
+	st     state
+	tools  *mcp.ClientSession
+	last   string
+	turn   Usage
+	seq    int
+}
+
+func (r *runner) emit(v map[string]any) {
+	b, _ := json.Marshal(v)
+	_, _ = r.out.Write(append(b, '\n'))
+}
+
+func (r *runner) fail(format string, args ...any) int {
+	fmt.Fprintf(r.errw, format+"\n", args...)
+	return 1
+}
+
+func stateDir(family string) string {
+	home, _ := os.UserHomeDir()
+	if family == "codex" && os.Getenv("CODEX_HOME") != "" {
+		return filepath.Join(os.Getenv("CODEX_HOME"), "galley-standin")
+	}
+	return filepath.Join(home, ".galley-standin", family)
+}
+
+func (r *runner) loadOrStart() error {
+	dir := stateDir(r.opts.Family)
+	if r.opts.Resume != "" {
+		b, err := os.ReadFile(filepath.Join(dir, r.opts.Resume+".json"))
+		if err != nil {
+			return fmt.Errorf("No conversation found with session ID: %s", r.opts.Resume)
+		}
+		return json.Unmarshal(b, &r.st)
+	}
+	r.st = state{Session: newID()}
+	first, rest, _ := strings.Cut(r.prompt, "\n")
+	if strings.TrimSpace(first) == Shebang {
+		r.st.Turns = strings.Split(rest, "\n---\n")
+	}
+	return nil
+}
+
+func (r *runner) save() {
+	dir := stateDir(r.opts.Family)
+	_ = os.MkdirAll(dir, 0o700)
+	b, _ := json.Marshal(r.st)
+	_ = os.WriteFile(filepath.Join(dir, r.st.Session+".json"), b, 0o600)
+}
+
+func newID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	h := hex.EncodeToString(b)
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+func (r *runner) run(ctx context.Context) int {
+	if err := r.loadOrStart(); err != nil {
+		return r.fail("%v", err)
+	}
+	mcpStatus := "connected"
+	if err := r.connect(ctx); err != nil {
+		if r.opts.Required {
+			return r.fail("Error: required MCP servers failed to initialize: galley: %v", err)
+		}
+		mcpStatus = "failed"
+	}
+	if r.tools != nil {
+		defer r.tools.Close()
+	}
+	r.init(mcpStatus)
+	part := ""
+	if r.st.Next < len(r.st.Turns) {
+		part = r.st.Turns[r.st.Next]
+	}
+	r.st.Next++
+	r.save()
+	r.turn = Usage{Input: 1000, Output: 100, CacheRead: 500, CacheWrite: 200, CostUSD: 0.0123}
+	if part == "" {
+		r.text("Nothing scripted for this turn.")
+	}
+	for _, raw := range strings.Split(part, "\n") {
+		line := strings.TrimSpace(raw)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if code, stop := r.do(ctx, line); stop {
+			return code
+		}
+	}
+	r.st.Total = add(r.st.Total, r.turn)
+	r.save()
+	r.end()
+	return 0
+}
+
+func add(a, b Usage) Usage {
+	return Usage{a.Input + b.Input, a.Output + b.Output, a.CacheRead + b.CacheRead, a.CacheWrite + b.CacheWrite, a.CostUSD + b.CostUSD}
+}
+
+// do runs one directive; stop reports that the process ends with code.
+func (r *runner) do(ctx context.Context, line string) (code int, stop bool) {
+	op, rest, _ := strings.Cut(line, " ")
+	switch op {
+	case "tool":
+		name, args, _ := strings.Cut(rest, " ")
+		r.callTool(ctx, name, r.subst(args))
+	case "text":
+		r.text(rest)
+	case "commit":
+		path, text, _ := strings.Cut(rest, " ")
+		dir, _ := os.Getwd()
+		r.shell("git commit and push " + path)
+		if err := workspace.CommitAndPush(ctx, dir, path, text, "standin: write "+path); err != nil {
+			r.last = "commit failed: " + err.Error()
+		} else {
+			r.last = "committed " + path
+		}
+	case "usage":
+		f := strings.Fields(rest)
+		n := make([]int64, 4)
+		for i := 0; i < 4 && i < len(f); i++ {
+			n[i], _ = strconv.ParseInt(f[i], 10, 64)
+		}
+		r.turn = Usage{Input: n[0], Output: n[1], CacheRead: n[2], CacheWrite: n[3]}
+		if len(f) > 4 {
+			r.turn.CostUSD, _ = strconv.ParseFloat(f[4], 64)
+		}
+	case "crash":
+		r.text("about to crash")
+		fmt.Fprintln(r.errw, "standin: simulated crash")
+		return 3, true
+	case "garbage":
+		fmt.Fprintln(r.out, "this is not JSON")
+		fmt.Fprintln(r.out, "{\"type\": broken")
+		return 0, true
+	case "hang":
+		child := exec.Command("sleep", "3600")
+		_ = child.Start()
+		cpid := 0
+		if child.Process != nil {
+			cpid = child.Process.Pid
+		}
+		r.callTool(ctx, "post_status", fmt.Sprintf(`{"body":"hanging pid %d child %d"}`, os.Getpid(), cpid))
+		signal.Ignore(syscall.SIGTERM)
+		select {}
+	case "exit":
+		c, _ := strconv.Atoi(rest)
+		return c, true
+	default:
+		fmt.Fprintf(r.errw, "standin: unknown directive %q\n", op)
+		return 2, true
+	}
+	return 0, false
+}
+
+// subst replaces $LAST, $PROMPT and $PID inside a JSON text, escaped.
+func (r *runner) subst(s string) string {
+	esc := func(v string) string {
+		b, _ := json.Marshal(v)
+		return string(b[1 : len(b)-1])
+	}
+	s = strings.ReplaceAll(s, "$LAST", esc(r.last))
+	s = strings.ReplaceAll(s, "$PROMPT", esc(strings.TrimSpace(r.prompt)))
+	return strings.ReplaceAll(s, "$PID", strconv.Itoa(os.Getpid()))
+}
+
+type bearer struct {
+	auth string
+	next http.RoundTripper
+}
+
+func (b bearer) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	if b.auth != "" {
+		req.Header.Set("Authorization", b.auth)
+	}
+	return b.next.RoundTrip(req)
+}
+
+func (r *runner) connect(ctx context.Context) error {
+	if r.opts.MCPURL == "" {
+		return errors.New("no MCP server configured")
+	}
+	hc := &http.Client{Transport: bearer{auth: r.opts.MCPAuth, next: http.DefaultTransport}}
+	c := mcp.NewClient(&mcp.Implementation{Name: "standin-" + r.opts.Family, Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: r.opts.MCPURL, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		cs.Close()
+		return err
+	}
+	r.tools = cs
+	return nil
+}
+
+func (r *runner) callTool(ctx context.Context, name, args string) {
+	var in map[string]any
+	if err := json.Unmarshal([]byte(args), &in); err != nil {
+		in = map[string]any{}
+	}
+	r.seq++
+	id := fmt.Sprintf("call_%d", r.seq)
+	r.toolStarted(id, name, in)
+	var texts []string
+	isErr := false
+	if r.tools == nil {
+		texts, isErr = []string{"MCP server galley is not connected"}, true
+	} else if res, err := r.tools.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: in}); err != nil {
+		texts, isErr = []string{err.Error()}, true
+	} else {
+		for _, c := range res.Content {
+			if t, ok := c.(*mcp.TextContent); ok {
+				texts = append(texts, t.Text)
+			}
+		}
+		isErr = res.IsError
+	}
+	r.last = strings.Join(texts, "\n")
+	r.toolDone(id, name, in, texts, isErr)
+}
