@@ -26,7 +26,7 @@ import (
 
 // requireStandins skips a test that needs DynamoDB Local and fauxqs when
 // their endpoints are not set, and fails it when make test asked for them.
-func requireStandins(t *testing.T) {
+func requireStandins(t testing.TB) {
 	t.Helper()
 	if os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" && os.Getenv("AWS_ENDPOINT_URL_SQS") != "" {
 		return
@@ -46,7 +46,7 @@ var (
 
 // binaries are the stack's programs: GALLEY_AWSLOCAL_BIN when make built
 // them there, else built once per test binary into a temporary folder.
-func binaries(t *testing.T) awslocal.Binaries {
+func binaries(t testing.TB) awslocal.Binaries {
 	t.Helper()
 	if dir := os.Getenv("GALLEY_AWSLOCAL_BIN"); dir != "" {
 		b := awslocal.BinariesIn(dir)
@@ -101,7 +101,7 @@ func suffix() string {
 // startStack starts the aws-local stack for one test on its own table and
 // queues, with the functions' logs in the test's data folder (shown when
 // the test fails).
-func startStack(t *testing.T, mods ...func(*awslocal.Config)) (*awslocal.Stack, string) {
+func startStack(t testing.TB, mods ...func(*awslocal.Config)) (*awslocal.Stack, string) {
 	t.Helper()
 	requireStandins(t)
 	bin := binaries(t)

@@ -69,6 +69,7 @@ type Stack struct {
 	ecsSrv     *http.Server
 	ecs        *ecsstandin.Server
 	pools      map[lambdaapp.Function]*gateway.Pool
+	envs       map[lambdaapp.Function]map[string]string
 
 	mu     sync.Mutex
 	procs  []*gateway.EmulatorProcess
@@ -108,7 +109,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if cfg.WorkerGrace <= 0 {
 		cfg.WorkerGrace = 10 * time.Second
 	}
-	s := &Stack{cfg: cfg, pools: map[lambdaapp.Function]*gateway.Pool{}}
+	s := &Stack{cfg: cfg, pools: map[lambdaapp.Function]*gateway.Pool{}, envs: map[lambdaapp.Function]map[string]string{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -241,6 +242,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		p := gateway.NewPool(Functions[fn].MaxInstances, s.spawner(fn, fenv, out))
 		s.mu.Lock()
 		s.pools[fn] = p
+		s.envs[fn] = fenv
 		s.mu.Unlock()
 		invokers[string(fn)] = p
 	}
@@ -289,6 +291,24 @@ func (s *Stack) spawner(fn lambdaapp.Function, env map[string]string, out io.Wri
 		s.procs = append(s.procs, p)
 		return p, nil
 	}
+}
+
+// NewInstance starts one more emulator of fn outside its pool, with fn's
+// environment and its output to out: a fresh instance whose first
+// invocation is a cold start (the benchmarks measure it). The caller
+// closes it; Close closes it too.
+func (s *Stack) NewInstance(ctx context.Context, fn lambdaapp.Function, out io.Writer) (*gateway.EmulatorProcess, error) {
+	s.mu.Lock()
+	env := s.envs[fn]
+	s.mu.Unlock()
+	if env == nil {
+		return nil, fmt.Errorf("no function %q", fn)
+	}
+	inv, err := s.spawner(fn, env, out)(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return inv.(*gateway.EmulatorProcess), nil
 }
 
 func (s *Stack) output(data string, fn lambdaapp.Function) (io.Writer, error) {

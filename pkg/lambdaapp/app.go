@@ -189,8 +189,7 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 		}
 		ca := NewCachedAuthenticator(src, WithMaxAge(cfg.TokenCache), WithAuthLogger(d.Log),
 			WithAuthClock(d.Clock.Now))
-		// Fetch during init, which Lambda runs before the first request.
-		ca.Authenticate(ctx, "\x00warm")
+		ca.Prefetch(ctx)
 		d.Auth = ca
 	}
 

@@ -206,6 +206,14 @@ func (a *CachedAuthenticator) Authenticate(ctx context.Context, token string) bo
 	return false
 }
 
+// Prefetch fetches the tokens now (a function does during its init, which
+// Lambda runs before the first request); a failure is retried on use.
+func (a *CachedAuthenticator) Prefetch(ctx context.Context) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.refresh(ctx, a.now())
+}
+
 // refresh fetches the tokens; it reports whether it got them. Failed
 // attempts are spaced a second apart.
 func (a *CachedAuthenticator) refresh(ctx context.Context, now time.Time) bool {

@@ -1,0 +1,176 @@
+package awslocal_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/galley-run/galley/local/gateway"
+	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/pkg/lambdaapp"
+)
+
+// The benchmarks measure each function under the Lambda emulator through
+// the local gateway (the reconciler is invoked directly, as EventBridge
+// does), with DynamoDB Local and fauxqs behind: the cold start is the first
+// request on a fresh instance (the function's process starting, its init
+// building the AWS clients and the service, and the request), warm the
+// requests after it. Each request touches the store once or twice.
+//
+//	scripts/standins.sh run -- go test -run '^$' -bench . -benchtime 20x ./pkg/awslocal/
+
+type probe struct {
+	method, path, body string
+}
+
+var probes = map[lambdaapp.Function]probe{
+	lambdaapp.Effects: {"POST", "/v1/effects/lookup", `{"run":"bench","request":{"house":"origin89","backend":"galley",` +
+		`"credential":"galley-token","task":"t","attempt":1,"key":"KEY","effect":{"executor":"worker","effect":` +
+		`{"type":"cancel-worker","worker":{"kind":"worker","backend":"galley","handle":"w-none"}}}}}`},
+	lambdaapp.Reads:     {"POST", "/v1/workers/observe", `{"worker":{"kind":"worker","backend":"galley","handle":"w-KEY"}}`},
+	lambdaapp.Mailbox:   {"POST", "/v1/deliveries/next", `{"run":"bench-KEY","coordinator":"c-1"}`},
+	lambdaapp.WorkerAPI: {"POST", "/worker/v1/credential", `{"handle":"w-KEY","code":"gb1.AAAA","claim":"bench"}`},
+	lambdaapp.Reconciler: {body: `{"version":"0","id":"KEY","detail-type":"ECS Task State Change","source":"aws.ecs",` +
+		`"region":"us-east-1","time":"2026-01-01T00:00:00Z","detail":{"taskArn":"arn:aws:ecs:us-east-1:000000000000:task/galley/KEY",` +
+		`"startedBy":"galley/w-KEY","lastStatus":"STOPPED","desiredStatus":"STOPPED","version":3}}`},
+}
+
+// stack is one stack per top-level benchmark (its cleanup ends it).
+func stack(b *testing.B) (*awslocal.Stack, string) { return startStack(b) }
+
+// instance starts a fresh instance of fn and returns a function making one
+// probe request to it, through a gateway when fn serves routes.
+func instance(b *testing.B, s *awslocal.Stack, token string, fn lambdaapp.Function, out io.Writer) (func(), func()) {
+	p, err := s.NewInstance(context.Background(), fn, out)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pr := probes[fn]
+	n := 0
+	body := func() string {
+		n++
+		return strings.ReplaceAll(pr.body, "KEY", "k"+suffix()+strconv.Itoa(n))
+	}
+	if fn == lambdaapp.Reconciler {
+		return func() {
+			if _, err := p.Invoke(context.Background(), []byte(body())); err != nil {
+				b.Fatal(err)
+			}
+		}, func() { p.Close() }
+	}
+	fns := map[string]gateway.Invoker{}
+	for _, f := range lambdaapp.Functions {
+		fns[string(f)] = p
+	}
+	g, err := gateway.New(awslocal.Routes, fns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(g)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	return func() {
+			req, _ := http.NewRequest(pr.method, srv.URL+pr.path, strings.NewReader(body()))
+			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode >= 500 {
+				b.Fatalf("%s: %d", fn, resp.StatusCode)
+			}
+		}, func() {
+			srv.Close()
+			p.Close()
+		}
+}
+
+var initRE = regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`)
+
+// BenchmarkColdStart is the first request on a fresh instance; init-ms is
+// the emulator's own measure of the function's init (its process start to
+// its first poll for work).
+func BenchmarkColdStart(b *testing.B) {
+	s, token := stack(b)
+	for _, fn := range lambdaapp.Functions {
+		b.Run(string(fn), func(b *testing.B) {
+			var lat, inits []float64
+			for range b.N {
+				b.StopTimer()
+				var out bytes.Buffer
+				do, stop := instance(b, s, token, fn, &syncWriter{w: &out})
+				b.StartTimer()
+				start := time.Now()
+				do()
+				lat = append(lat, ms(time.Since(start)))
+				b.StopTimer()
+				stop()
+				if m := initRE.FindStringSubmatch(out.String()); m != nil {
+					v, _ := strconv.ParseFloat(m[1], 64)
+					inits = append(inits, v)
+				}
+				b.StartTimer()
+			}
+			report(b, lat)
+			if len(inits) > 0 {
+				b.ReportMetric(pct(inits, 50), "init-ms")
+			}
+		})
+	}
+}
+
+// BenchmarkWarm is each request after the first on one instance.
+func BenchmarkWarm(b *testing.B) {
+	s, token := stack(b)
+	for _, fn := range lambdaapp.Functions {
+		b.Run(string(fn), func(b *testing.B) {
+			do, stop := instance(b, s, token, fn, io.Discard)
+			defer stop()
+			do()
+			lat := make([]float64, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				do()
+				lat = append(lat, ms(time.Since(start)))
+			}
+			report(b, lat)
+		})
+	}
+}
+
+func report(b *testing.B, lat []float64) {
+	b.ReportMetric(pct(lat, 50), "p50-ms")
+	b.ReportMetric(pct(lat, 99), "p99-ms")
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func pct(xs []float64, p int) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(0, min(len(s)-1, i-1))]
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
