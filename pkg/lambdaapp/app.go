@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -17,6 +18,7 @@ import (
 	"github.com/galley-run/galley/pkg/api"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/githost"
+	"github.com/galley-run/galley/pkg/githost/remote"
 	"github.com/galley-run/galley/pkg/runtime/ecsrt"
 	"github.com/galley-run/galley/pkg/service"
 	"github.com/galley-run/galley/pkg/store"
@@ -145,7 +147,7 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 		}
 	}
 	if d.GitHost == nil {
-		g, err := gitHost(ctx, cfg)
+		g, err := gitHost(ctx, cfg, secrets, d.Clock)
 		if err != nil {
 			return nil, err
 		}
@@ -210,21 +212,56 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 // gitHost returns the house repository's host for the functions that use
 // it: effects creates and deletes branches, reads tells their liveness. A
 // local repository (a path or file:// URL: the aws-local stack) is served
-// by package githost; a remote one is not served yet, and its calls answer
-// Unavailable (a launch naming a branch is then uncertain, never applied;
-// branch liveness reads unverifiable).
-func gitHost(ctx context.Context, cfg Config) (service.GitHost, error) {
+// by package githost, a remote one (https) by package githost/remote with
+// the git credential from Secrets Manager (GALLEY_SECRET_GIT; without it,
+// as in the reads function, only a public repository can be read, and a
+// branch's liveness is otherwise unverifiable).
+func gitHost(ctx context.Context, cfg Config, secrets func() (SecretsAPI, error), clock service.Clock) (service.GitHost, error) {
 	if cfg.Function != Effects && cfg.Function != Reads {
 		return unwired{cfg.Function}, nil
 	}
-	if _, err := githost.LocalPath(cfg.Repository); err != nil {
-		return remoteUnserved{}, nil
+	if _, err := githost.LocalPath(cfg.Repository); err == nil {
+		r, err := githost.Open(ctx, cfg.Repository)
+		if err != nil {
+			return nil, err
+		}
+		return r, nil
 	}
-	r, err := githost.Open(ctx, cfg.Repository)
-	if err != nil {
-		return nil, err
+	var token remote.TokenFunc
+	if cfg.GitSecretArn != "" {
+		sm, err := secrets()
+		if err != nil {
+			return nil, err
+		}
+		token = cachedSecret(sm, cfg.GitSecretArn, DefaultTokenCache, clock.Now)
 	}
-	return r, nil
+	return remote.New(cfg.Repository, token)
+}
+
+// cachedSecret reads a secret's current value at most once per maxAge,
+// so that a rotation is picked up within it.
+func cachedSecret(sm SecretsAPI, arn string, maxAge time.Duration, now func() time.Time) remote.TokenFunc {
+	var (
+		mu      sync.Mutex
+		value   string
+		fetched time.Time
+	)
+	return func(ctx context.Context) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !fetched.IsZero() && now().Sub(fetched) < maxAge {
+			return value, nil
+		}
+		v, err := ReadSecret(ctx, sm, arn)
+		if err != nil {
+			if !fetched.IsZero() {
+				return value, nil // the last value, until the secret can be read again
+			}
+			return "", err
+		}
+		value, fetched = string(v), now()
+		return value, nil
+	}
 }
 
 // Handler serves routes (api.WithEffects(a.Service), say) the way API
@@ -322,16 +359,3 @@ func (u unwired) BranchHead(context.Context, string) (string, bool, error) {
 }
 func (u unwired) CreateBranch(context.Context, string, string) error { return u.err("git host") }
 func (u unwired) DeleteBranch(context.Context, string) error         { return u.err("git host") }
-
-// remoteUnserved is the git host for a remote repository until one is
-// built (see docs/architecture.md).
-type remoteUnserved struct{}
-
-var errRemote = galleyerr.Errorf(galleyerr.Unavailable, "remote repositories are not served yet")
-
-func (remoteUnserved) DefaultHead(context.Context) (string, error) { return "", errRemote }
-func (remoteUnserved) BranchHead(context.Context, string) (string, bool, error) {
-	return "", false, errRemote
-}
-func (remoteUnserved) CreateBranch(context.Context, string, string) error { return errRemote }
-func (remoteUnserved) DeleteBranch(context.Context, string) error         { return errRemote }
