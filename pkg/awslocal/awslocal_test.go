@@ -37,7 +37,17 @@ func requireStandins(t testing.TB) {
 	t.Skip("stand-ins not running (scripts/standins.sh start)")
 }
 
+// TestMain removes the binaries the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtDir != "" {
+		os.RemoveAll(builtDir)
+	}
+	os.Exit(code)
+}
+
 var (
+	builtDir  string
 	buildOnce sync.Once
 	built     awslocal.Binaries
 	buildErr  error
@@ -66,6 +76,7 @@ func binaries(t testing.TB) awslocal.Binaries {
 			buildErr = err
 			return
 		}
+		builtDir = dir
 		built = awslocal.BinariesIn(dir)
 		// The emulator is a separate module's tool: reuse an installed one.
 		if p := filepath.Join(root, "bin", "aws-lambda-rie"); fileExists(p) {

@@ -32,6 +32,10 @@ type probe struct {
 	method, path, body string
 }
 
+// descriptor is a request that touches nothing behind the function: the
+// cost of the gateway and the emulator alone.
+var descriptor = probe{"GET", "/v1/descriptor", ""}
+
 var probes = map[lambdaapp.Function]probe{
 	lambdaapp.Effects: {"POST", "/v1/effects/lookup", `{"run":"bench","request":{"house":"origin89","backend":"galley",` +
 		`"credential":"galley-token","task":"t","attempt":1,"key":"KEY","effect":{"executor":"worker","effect":` +
@@ -49,12 +53,11 @@ func stack(b *testing.B) (*awslocal.Stack, string) { return startStack(b) }
 
 // instance starts a fresh instance of fn and returns a function making one
 // probe request to it, through a gateway when fn serves routes.
-func instance(b *testing.B, s *awslocal.Stack, token string, fn lambdaapp.Function, out io.Writer) (func(), func()) {
+func instance(b *testing.B, s *awslocal.Stack, token string, fn lambdaapp.Function, pr probe, out io.Writer) (func(), func()) {
 	p, err := s.NewInstance(context.Background(), fn, out)
 	if err != nil {
 		b.Fatal(err)
 	}
-	pr := probes[fn]
 	n := 0
 	body := func() string {
 		n++
@@ -109,7 +112,7 @@ func BenchmarkColdStart(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
 				var out bytes.Buffer
-				do, stop := instance(b, s, token, fn, &syncWriter{w: &out})
+				do, stop := instance(b, s, token, fn, probes[fn], &syncWriter{w: &out})
 				b.StartTimer()
 				start := time.Now()
 				do()
@@ -130,12 +133,23 @@ func BenchmarkColdStart(b *testing.B) {
 	}
 }
 
-// BenchmarkWarm is each request after the first on one instance.
+// BenchmarkWarm is each request after the first on one instance;
+// reads-descriptor touches no store, so it is the hop alone.
 func BenchmarkWarm(b *testing.B) {
 	s, token := stack(b)
+	type bench struct {
+		name string
+		fn   lambdaapp.Function
+		pr   probe
+	}
+	var all []bench
 	for _, fn := range lambdaapp.Functions {
-		b.Run(string(fn), func(b *testing.B) {
-			do, stop := instance(b, s, token, fn, io.Discard)
+		all = append(all, bench{string(fn), fn, probes[fn]})
+	}
+	all = append(all, bench{"reads-descriptor", lambdaapp.Reads, descriptor})
+	for _, bn := range all {
+		b.Run(bn.name, func(b *testing.B) {
+			do, stop := instance(b, s, token, bn.fn, bn.pr, io.Discard)
 			defer stop()
 			do()
 			lat := make([]float64, 0, b.N)
