@@ -93,7 +93,10 @@ func startServer(t *testing.T, data string, flags ...string) *server {
 		t.Fatal(err)
 	}
 	s.Token = strings.TrimSpace(string(tok))
-	t.Cleanup(func() { s.stop(t) })
+	t.Cleanup(func() {
+		s.stop(t)
+		killWorkers(data)
+	})
 	return s
 }
 
@@ -176,4 +179,21 @@ func newRequest(s *server, path, body string) (*http.Request, error) {
 	req.Header.Set("Authorization", "Bearer "+s.Token)
 	req.Header.Set("Content-Type", "application/json")
 	return req, nil
+}
+
+// killWorkers ends every worker process group a test's server started
+// under data: workers outlive their server by design (a restarted server
+// finds them), so a test must end them itself.
+func killWorkers(data string) {
+	pids, _ := filepath.Glob(filepath.Join(data, "workers", "*", "pid"))
+	for _, f := range pids {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &pid); err == nil && pid > 1 {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}
 }

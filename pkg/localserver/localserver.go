@@ -23,9 +23,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/agents"
 	"github.com/galley-run/galley/pkg/api"
 	"github.com/galley-run/galley/pkg/doorbell/localbell"
 	"github.com/galley-run/galley/pkg/githost"
+	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/runtime/localproc"
 	"github.com/galley-run/galley/pkg/service"
 	"github.com/galley-run/galley/pkg/store"
@@ -50,8 +52,11 @@ type Options struct {
 	// in-process doorbell (galley serve --store dynamodb --doorbell sqs).
 	Store    store.Store
 	Doorbell service.Doorbell
-	// Families are the agent families declared in workerSelection.
+	// Families are the agent families declared in workerSelection; empty
+	// means the families whose CLI is found (in AgentBinDir or on PATH).
 	Families []string
+	// AgentBinDir is where the claude and codex CLIs are looked up first.
+	AgentBinDir string
 	// Logger receives the request log; default JSON on stderr.
 	Logger *slog.Logger
 }
@@ -151,16 +156,30 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if p, err := githost.LocalPath(repo); err == nil {
 		repoURL = p
 	}
-	rt, err := localproc.New(localproc.WithDir(data), localproc.WithHarness(workerBin),
+	rtOpts := []localproc.Option{localproc.WithDir(data), localproc.WithHarness(workerBin),
 		localproc.WithEndpoint(s.Endpoint), localproc.WithRepository(repoURL), localproc.WithLogger(o.Logger),
-		localproc.WithPassEnv(agentEnv...))
+		localproc.WithPassEnv(agentEnv...)}
+	if o.AgentBinDir != "" {
+		dir, err := filepath.Abs(o.AgentBinDir)
+		if err != nil {
+			return nil, err
+		}
+		rtOpts = append(rtOpts, localproc.WithEnv(harness.EnvAgentBinDir, dir))
+	}
+	rt, err := localproc.New(rtOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
 	s.closers = append(s.closers, rt)
+	// Declare only the families this machine can start: the ones named, or
+	// the ones whose CLI is found.
+	families, model, effort := o.Families, len(o.Families) > 0, agents.EffortSupport
+	if len(families) == 0 {
+		families, model, effort = agents.Discover(o.AgentBinDir)
+	}
 	svc, err := service.New(service.Config{
 		House: o.House, Backend: o.Backend, Credential: o.Credential, DefaultAgent: o.DefaultAgent,
-		Families: o.Families, Model: len(o.Families) > 0, Effort: "unsupported", AwaitCap: o.AwaitCap,
+		Families: families, Model: model, Effort: effort, AwaitCap: o.AwaitCap,
 		MaxWorkers: o.MaxWorkers, WorkerSecret: workerSecret, WorkspaceRoot: filepath.Join(data, "workspaces"),
 	}, service.WithStore(st), service.WithRuntime(rt), service.WithGitHost(git), service.WithDoorbell(bell),
 		service.WithLogger(o.Logger))
