@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -80,7 +81,10 @@ func binaries(t testing.TB) awslocal.Binaries {
 		built = awslocal.BinariesIn(dir)
 		// The emulator is a separate module's tool: reuse an installed one.
 		if p := filepath.Join(root, "bin", "aws-lambda-rie"); fileExists(p) {
-			built.RIE = p
+			if err := os.Symlink(p, built.RIE); err != nil {
+				buildErr = err
+				return
+			}
 		}
 		buildErr = awslocal.Build(context.Background(), root, built, &buildLog)
 	})
@@ -268,4 +272,99 @@ func TestTaskStoppedWithoutReportAWSLocal(t *testing.T) {
 	if inst := s.Instances(); inst[lambdaapp.Reconciler] != 1 {
 		t.Errorf("reconciler instances: %v", inst)
 	}
+}
+
+// ServeAWSLocal is what `galley serve --stack aws-local` runs: it prints
+// the endpoint, token file and binding as `galley serve` does, serves, and
+// stops everything when its context ends. The stand-ins are found through
+// scripts/standins.sh (already running here, so left running).
+func TestServeAWSLocal(t *testing.T) {
+	requireStandins(t)
+	bin := binaries(t)
+	dir := filepath.Dir(bin.ECS)
+	if bin != awslocal.BinariesIn(dir) {
+		t.Skip("the binaries are not in one folder")
+	}
+	t.Setenv(awslocal.EnvBin, dir)
+	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", "")
+	t.Setenv("AWS_ENDPOINT_URL_SQS", "")
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(root) // scripts/standins.sh, found from the working folder
+	data := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- awslocal.ServeAWSLocal(ctx, localserver.Options{Listen: "127.0.0.1:0", House: "h1", Data: data,
+			Logger: slog.New(slog.DiscardHandler)}, &stdout, &stderr)
+	}()
+	var endpoint string
+	for deadline := time.Now().Add(2 * time.Minute); endpoint == "" && time.Now().Before(deadline); {
+		select {
+		case err := <-done:
+			t.Fatalf("ServeAWSLocal ended: %v\n%s", err, stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if m := regexp.MustCompile(`galley serving house h1 \(backend galley\) at (http://\S+)`).FindStringSubmatch(stdout.String()); m != nil &&
+			strings.Contains(stdout.String(), `"endpoint": "`+m[1]+`"`) {
+			endpoint = m[1]
+		}
+	}
+	if endpoint == "" {
+		t.Fatalf("no endpoint printed:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "bearer token: "+filepath.Join(data, "token")+" (mode 600; copy it to <registry>/private/h1/credentials/galley-token)") {
+		t.Errorf("output:\n%s", stdout.String())
+	}
+	tok, err := os.ReadFile(filepath.Join(data, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", endpoint+"/v1/descriptor", nil)
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"house":"h1"`) {
+		t.Errorf("descriptor: %d %s", resp.StatusCode, b)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("ServeAWSLocal: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("ServeAWSLocal did not stop")
+	}
+	if !strings.Contains(stdout.String(), "galley: shutting down") {
+		t.Errorf("output:\n%s", stdout.String())
+	}
+	if _, err := http.Get(endpoint + "/v1/descriptor"); err == nil {
+		t.Error("the gateway still answers after shutdown")
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -34,13 +34,17 @@ import (
 	"github.com/galley-run/galley/pkg/store/dynamostore"
 )
 
+// EnvBin names the folder of the stack's binaries when Config.Bin is not
+// set (default: the folder of the running executable, bin/).
+const EnvBin = "GALLEY_AWSLOCAL_BIN"
+
 // Config is the stack's configuration: the local server's options (the
 // same flags), and where the stack's own parts are.
 type Config struct {
 	localserver.Options
 
-	// Bin locates the binaries; default BinariesIn(the folder of this
-	// executable).
+	// Bin locates the binaries; default BinariesIn($GALLEY_AWSLOCAL_BIN, or
+	// the folder of this executable).
 	Bin Binaries
 	// StandinsScript is scripts/standins.sh, which installs and starts
 	// DynamoDB Local and fauxqs when AWS_ENDPOINT_URL_DYNAMODB and
@@ -88,11 +92,15 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	o := &cfg.Options
 	defaults(o)
 	if cfg.Bin == (Binaries{}) {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
+		dir := os.Getenv(EnvBin)
+		if dir == "" {
+			exe, err := os.Executable()
+			if err != nil {
+				return nil, err
+			}
+			dir = filepath.Dir(exe)
 		}
-		cfg.Bin = BinariesIn(filepath.Dir(exe))
+		cfg.Bin = BinariesIn(dir)
 	}
 	if err := cfg.Bin.Check(); err != nil {
 		return nil, err
