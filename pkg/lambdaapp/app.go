@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -286,7 +287,21 @@ func (a *App) Handler(routes ...api.Option) http.Handler {
 	if a.auth != nil {
 		opts = append(opts, api.WithAuthenticator(a.auth))
 	}
-	return Bounded(api.New(append(opts, routes...)...))
+	return Bounded(rejoinKey(api.New(append(opts, routes...)...)))
+}
+
+// rejoinKey undoes a split the API Gateway adapter makes: it splits every
+// header but a few on commas, so an Idempotency-Key with a comma (keys are
+// printable ASCII without spaces, commas allowed) would reach the handler
+// as several values and no longer equal request.key. Keys have no spaces,
+// so joining the values with commas restores it exactly.
+func rejoinKey(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if vs := r.Header.Values("Idempotency-Key"); len(vs) > 1 {
+			r.Header.Set("Idempotency-Key", strings.Join(vs, ","))
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Arrival takes a request's arrival from API Gateway's requestContext.timeEpoch:

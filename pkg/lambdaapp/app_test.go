@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -151,3 +153,40 @@ type (
 	secretsGetOutput = secretsmanager.GetSecretValueOutput
 	secretsOptions   = secretsmanager.Options
 )
+
+// A key with a comma survives API Gateway and the adapter, which splits
+// headers on commas: the launch applies instead of being refused for an
+// Idempotency-Key that differs from request.key.
+func TestIdempotencyKeyWithComma(t *testing.T) {
+	env := baseEnv()
+	delete(env, "GALLEY_WORKER_SECRET_ARN")
+	env["GALLEY_WORKER_SECRET_FILE"] = filepath.Join(t.TempDir(), "worker-secret")
+	if err := os.WriteFile(env["GALLEY_WORKER_SECRET_FILE"], []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := lambdaapp.ConfigFromEnv(lambdaapp.Effects, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	te := servicetest.New(t, nil)
+	app, err := lambdaapp.New(context.Background(), cfg, lambdaapp.Deps{Store: memstore.New(), Doorbell: localbell.New(),
+		Runtime: servicetest.NewRuntime(), GitHost: te.Git, Auth: api.StaticToken(goodToken),
+		Log: lambdaapp.NewLogger(&bytes.Buffer{}, lambdaapp.Effects, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "k,1,x"
+	body := `{"run":"r","request":{"house":"h","backend":"galley","credential":"galley-token","task":"t","attempt":1,` +
+		`"key":"` + key + `","effect":{"executor":"worker","effect":{"type":"launch-worker","role":"commis",` +
+		`"workspace":{"type":"isolated"},"brief":"b"}}}}`
+	ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RawPath: "/v1/effects", Body: body,
+		Headers:        map[string]string{"authorization": "Bearer " + goodToken, "content-type": "application/json", "idempotency-key": key},
+		RequestContext: events.APIGatewayV2HTTPRequestContext{HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/v1/effects"}}}
+	resp, err := httpadapter.NewV2(app.Handler(api.WithEffects(app.Service))).ProxyWithContext(context.Background(), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || !strings.Contains(resp.Body, `"status":"applied"`) {
+		t.Errorf("launch: %d %s", resp.StatusCode, resp.Body)
+	}
+}
