@@ -341,3 +341,35 @@ func TestPoolOneInvocationPerEmulator(t *testing.T) {
 		}
 	}
 }
+
+// dying is an emulator whose process ends during its invocation.
+type dying struct{ done chan struct{} }
+
+func (d *dying) Invoke(context.Context, []byte) ([]byte, error) {
+	close(d.done)
+	return nil, &gateway.InvokeError{Kind: gateway.FunctionError, Type: "Runtime.ExitError", Message: "exit status 2"}
+}
+
+func (d *dying) Done() <-chan struct{} { return d.done }
+
+// An emulator that ended is not reused: the next request starts another.
+func TestPoolReplacesEndedEmulator(t *testing.T) {
+	var spawned atomic.Int32
+	p := gateway.NewPool(1, func(context.Context) (gateway.Invoker, error) {
+		if spawned.Add(1) == 1 {
+			return &dying{done: make(chan struct{})}, nil
+		}
+		return canned{result: []byte(`{"statusCode":200}`)}, nil
+	})
+	if _, err := p.Invoke(context.Background(), []byte(`{}`)); err == nil {
+		t.Fatal("the dying emulator answered")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := p.Invoke(ctx, []byte(`{}`)); err != nil {
+		t.Fatalf("after an emulator ended: %v", err)
+	}
+	if spawned.Load() != 2 || p.Size() != 1 {
+		t.Errorf("spawned %d, size %d", spawned.Load(), p.Size())
+	}
+}

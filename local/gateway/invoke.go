@@ -170,6 +170,7 @@ type Pool struct {
 	max   int
 
 	free chan Invoker
+	slot chan struct{} // a place freed by an emulator that ended
 	mu   sync.Mutex
 	n    int // emulators started or starting
 	all  []Invoker
@@ -180,7 +181,7 @@ func NewPool(max int, spawn func(ctx context.Context) (Invoker, error)) *Pool {
 	if max < 1 {
 		max = 1
 	}
-	return &Pool{spawn: spawn, max: max, free: make(chan Invoker, max)}
+	return &Pool{spawn: spawn, max: max, free: make(chan Invoker, max), slot: make(chan struct{}, 1)}
 }
 
 // Size is how many emulators the pool started.
@@ -205,7 +206,7 @@ func (p *Pool) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 		// The emulator returns to the pool only when its invocation ended,
 		// even if the caller stopped waiting.
 		b, err := inv.Invoke(context.WithoutCancel(ctx), payload)
-		p.free <- inv
+		p.release(inv)
 		done <- result{b, err}
 	}()
 	select {
@@ -216,32 +217,72 @@ func (p *Pool) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	}
 }
 
-func (p *Pool) acquire(ctx context.Context) (Invoker, error) {
+// exited reports whether inv is an emulator whose process has ended.
+func exited(inv Invoker) bool {
+	d, ok := inv.(interface{ Done() <-chan struct{} })
+	if !ok {
+		return false
+	}
 	select {
-	case inv := <-p.free:
-		return inv, nil
+	case <-d.Done():
+		return true
 	default:
+		return false
+	}
+}
+
+// release returns inv to the pool, or forgets it if its process ended, so
+// that the next request starts a fresh one instead of failing on it.
+func (p *Pool) release(inv Invoker) {
+	if !exited(inv) {
+		p.free <- inv
+		return
 	}
 	p.mu.Lock()
-	if p.n < p.max {
-		p.n++
-		p.mu.Unlock()
-		inv, err := p.spawn(ctx)
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if err != nil {
-			p.n--
-			return nil, &InvokeError{Kind: Unreachable, Message: "starting an emulator: " + err.Error()}
+	defer p.mu.Unlock()
+	p.n--
+	for i, x := range p.all {
+		if x == inv {
+			p.all = append(p.all[:i], p.all[i+1:]...)
+			break
 		}
-		p.all = append(p.all, inv)
-		return inv, nil
 	}
-	p.mu.Unlock()
 	select {
-	case inv := <-p.free:
-		return inv, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	case p.slot <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Pool) acquire(ctx context.Context) (Invoker, error) {
+	for {
+		select {
+		case inv := <-p.free:
+			return inv, nil
+		default:
+		}
+		p.mu.Lock()
+		if p.n < p.max {
+			p.n++
+			p.mu.Unlock()
+			inv, err := p.spawn(ctx)
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if err != nil {
+				p.n--
+				return nil, &InvokeError{Kind: Unreachable, Message: "starting an emulator: " + err.Error()}
+			}
+			p.all = append(p.all, inv)
+			return inv, nil
+		}
+		p.mu.Unlock()
+		select {
+		case inv := <-p.free:
+			return inv, nil
+		case <-p.slot:
+			// An emulator ended: start another.
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 }
 
