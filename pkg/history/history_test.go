@@ -237,6 +237,11 @@ func TestLinearizable(t *testing.T) {
 			post("w1", "r", "status", "1", "", 1, 0).
 			op("c1", Next, mailBody("r", "c1"), 200, delivery("d-1", "w1:1"), 3, 4).
 			op("c1", Acknowledge, ackBody("r", "c1", "d-1"), 200, empty, 5, 6), true},
+		{"a failed post that never landed", new(builder).
+			post("w1", "r", "status", "1", "", 1, 0).
+			post("w1", "r", "status", "2", "m-2", 3, 4).
+			op("c1", Next, mailBody("r", "c1"), 200, delivery("d-1", "w1:2"), 5, 6).
+			op("c1", Acknowledge, ackBody("r", "c1", "d-1"), 200, empty, 7, 8), true},
 		{"acknowledged batch comes back", new(builder).
 			post("w1", "r", "status", "1", "m-1", 1, 2).
 			op("c1", Next, mailBody("r", "c1"), 200, delivery("d-1", "w1:1"), 3, 4).

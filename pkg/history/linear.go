@@ -390,7 +390,11 @@ func linOps(ix *index, run string) (out []porcupine.Operation, strict bool, bad 
 		o := linOut{unknown: !p.Answered()}
 		out = append(out, porcupine.Operation{ClientId: client("worker " + p.worker), Call: p.Call, Return: p.Return,
 			Input: linIn{kind: linPost, key: k, after: prev[p.worker]}, Output: o, Metadata: p.ID})
-		prev[p.worker] = k
+		if p.Answered() {
+			// A later row needs this one before it; a failed post may never
+			// have been appended.
+			prev[p.worker] = k
+		}
 	}
 	strict = true
 	outOf := func(m *mailOp) linOut {

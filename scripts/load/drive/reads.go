@@ -1,0 +1,315 @@
+package drive
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/galley-run/galley/pkg/history"
+	"github.com/galley-run/galley/pkg/protocol"
+)
+
+// ReadsConfig is a read-throughput run: Clients concurrent clients call
+// descriptor, observe, inventory and next in turn, against galley and, in
+// the same run, against a bare net/http server doing the same JSON work,
+// alternating in Rounds so that both see the same machine.
+type ReadsConfig struct {
+	Target
+	Clients  int
+	Duration time.Duration // the whole run, both servers
+	Rounds   int
+	// NewConn opens a connection per call, as kitchn's client does;
+	// otherwise connections are kept alive.
+	NewConn bool
+	Log     io.Writer
+}
+
+// ReadPhase is one server's figures in one round.
+type ReadPhase struct {
+	Server string // "bare" or "galley"
+	Round  int
+	Calls  int
+	Errors int
+	PerSec float64
+	Latency
+}
+
+// Reads is the result of a read-throughput run.
+type Reads struct {
+	Config ReadsConfig
+	Phases []ReadPhase
+	// Ratio is galley's throughput over the bare server's, per round; the
+	// median of them is the figure to quote.
+	Ratios      []float64
+	MedianRatio float64
+	// Galley and Bare pool every round's latencies; GalleyPerSec and
+	// BarePerSec are the medians over rounds.
+	Galley, Bare             Latency
+	GalleyPerSec, BarePerSec float64
+	PerRoute                 map[string]Latency // galley, pooled
+	InventoryRows            int
+}
+
+type readCall struct {
+	name, method, path string
+	body               []byte
+}
+
+// RunReads runs the read-throughput comparison.
+func RunReads(ctx context.Context, cfg ReadsConfig) (*Reads, error) {
+	if err := history.CheckLoopback(cfg.Endpoint); err != nil {
+		return nil, err
+	}
+	cfg.Clients = max(cfg.Clients, 1)
+	cfg.Rounds = max(cfg.Rounds, 1)
+	if cfg.Duration <= 0 {
+		cfg.Duration = 20 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	// One idle worker to observe, launched through the protocol.
+	c, err := newCaller(cfg.Target, history.NewRecorder(), cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	run := fmt.Sprintf("load-reads-%d", time.Now().UnixNano())
+	b := "reads: an idle worker to observe"
+	launch := c.effect(run, "load-reads", run+"-launch", protocol.WorkerEffect{Type: protocol.OpLaunch, Role: "commis",
+		Workspace: &protocol.Workspace{Type: "isolated"}, Brief: &b})
+	out, err := c.apply(ctx, "reads", launch, time.Minute)
+	if err != nil || !out.applied {
+		return nil, fmt.Errorf("reads: launch the worker to observe: %v %s", err, out.reason)
+	}
+	handle := out.receipt.Created[0].Handle
+	defer func() {
+		cancel := c.effect(run, "load-reads", run+"-cancel", protocol.WorkerEffect{Type: protocol.OpCancel, Worker: ptr(c.worker(handle))})
+		_, _ = c.apply(context.WithoutCancel(ctx), "reads", cancel, time.Minute)
+	}()
+	calls := []readCall{
+		{"descriptor", "GET", "/v1/descriptor", nil},
+		{"observe", "POST", "/v1/workers/observe", mustJSON(protocol.WorkerCall{Worker: c.worker(handle)})},
+		{"inventory", "GET", "/v1/inventory", nil},
+		{"next", "POST", "/v1/deliveries/next", mustJSON(protocol.MailboxCall{Run: run + "-empty", Coordinator: "reader"})},
+	}
+	hc := newHTTPClient(cfg.Clients, cfg.NewConn)
+	// galley's own answers, which the bare server answers too.
+	answers := map[string][]byte{}
+	for _, rc := range calls {
+		st, body, err := readOnce(ctx, hc, cfg.Endpoint, cfg.Token, rc)
+		if err != nil || st != http.StatusOK {
+			return nil, fmt.Errorf("reads: %s answered %d %v", rc.name, st, err)
+		}
+		answers[rc.path] = body
+	}
+	var inv protocol.Inventory
+	_ = json.Unmarshal(answers["/v1/inventory"], &inv)
+
+	bare, err := startBare(cfg.Token, answers)
+	if err != nil {
+		return nil, err
+	}
+	defer bare.Close()
+	res := &Reads{Config: cfg, PerRoute: map[string]Latency{}, InventoryRows: len(inv.Resources)}
+	phase := cfg.Duration / time.Duration(2*cfg.Rounds)
+	var galleyAll, bareAll []time.Duration
+	routes := map[string][]time.Duration{}
+	var galleyRates, bareRates []float64
+	for r := range cfg.Rounds {
+		for _, srv := range []struct{ name, base string }{{"bare", "http://" + bare.Addr().String()}, {"galley", cfg.Endpoint}} {
+			p, lat, per := hammer(ctx, hc, srv.base, cfg.Token, calls, cfg.Clients, phase)
+			p.Server, p.Round = srv.name, r
+			res.Phases = append(res.Phases, p)
+			fmt.Fprintf(cfg.Log, "round %d %-6s %8.0f calls/s %s errors=%d\n", r, srv.name, p.PerSec, p.Latency, p.Errors)
+			if srv.name == "galley" {
+				galleyAll = append(galleyAll, lat...)
+				galleyRates = append(galleyRates, p.PerSec)
+				for k, v := range per {
+					routes[k] = append(routes[k], v...)
+				}
+			} else {
+				bareAll = append(bareAll, lat...)
+				bareRates = append(bareRates, p.PerSec)
+			}
+			hc.CloseIdleConnections()
+		}
+		if n := len(res.Phases); res.Phases[n-2].PerSec > 0 {
+			res.Ratios = append(res.Ratios, res.Phases[n-1].PerSec/res.Phases[n-2].PerSec)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	res.MedianRatio = median(res.Ratios)
+	res.GalleyPerSec, res.BarePerSec = median(galleyRates), median(bareRates)
+	res.Galley, res.Bare = latencyOf(galleyAll), latencyOf(bareAll)
+	for k, v := range routes {
+		res.PerRoute[k] = latencyOf(v)
+	}
+	return res, nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func newHTTPClient(clients int, newConn bool) *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{MaxIdleConns: clients * 2, MaxIdleConnsPerHost: clients * 2, DisableKeepAlives: newConn,
+			IdleConnTimeout: 30 * time.Second},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Timeout:       10 * time.Second,
+	}
+}
+
+func readOnce(ctx context.Context, hc *http.Client, base, token string, rc readCall) (int, []byte, error) {
+	var body io.Reader
+	if rc.body != nil {
+		body = bytes.NewReader(rc.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, rc.method, base+rc.path, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Accept", "application/json")
+	if rc.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, b, err
+}
+
+// hammer runs clients calling calls in turn against base for d.
+func hammer(ctx context.Context, hc *http.Client, base, token string, calls []readCall, clients int, d time.Duration) (ReadPhase, []time.Duration, map[string][]time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var mu sync.Mutex
+	var all []time.Duration
+	per := map[string][]time.Duration{}
+	errs := 0
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := map[string][]time.Duration{}
+			e := 0
+			for n := i; ctx.Err() == nil; n++ {
+				rc := calls[n%len(calls)]
+				t0 := time.Now()
+				st, _, err := readOnce(context.Background(), hc, base, token, rc)
+				if err != nil || st != http.StatusOK {
+					e++
+					continue
+				}
+				local[rc.name] = append(local[rc.name], time.Since(t0))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			errs += e
+			for k, v := range local {
+				per[k] = append(per[k], v...)
+				all = append(all, v...)
+			}
+		}()
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	return ReadPhase{Calls: len(all), Errors: errs, PerSec: float64(len(all)) / secs, Latency: latencyOf(all)}, all, per
+}
+
+// startBare serves the same routes with the same JSON work galley's
+// handlers do, and no store: check the bearer token, read and strictly
+// decode the body, and encode the answer (galley's own, captured once)
+// from its value; the descriptor, which galley caches, from bytes.
+func startBare(token string, answers map[string][]byte) (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	var obs protocol.Observation
+	var inv protocol.Inventory
+	var next protocol.MailboxAnswer
+	_ = json.Unmarshal(answers["/v1/workers/observe"], &obs)
+	_ = json.Unmarshal(answers["/v1/inventory"], &inv)
+	_ = json.Unmarshal(answers["/v1/deliveries/next"], &next)
+	auth := func(r *http.Request) bool {
+		return subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+token)) == 1
+	}
+	write := func(w http.ResponseWriter, v any) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(b)
+	}
+	strict := func(r *http.Request, v any) bool {
+		b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			return false
+		}
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.DisallowUnknownFields()
+		return d.Decode(v) == nil
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/descriptor", func(w http.ResponseWriter, r *http.Request) {
+		if !auth(r) {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(answers["/v1/descriptor"])
+	})
+	mux.HandleFunc("POST /v1/workers/observe", func(w http.ResponseWriter, r *http.Request) {
+		var call protocol.WorkerCall
+		if !auth(r) || !strict(r, &call) {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		write(w, obs)
+	})
+	mux.HandleFunc("GET /v1/inventory", func(w http.ResponseWriter, r *http.Request) {
+		if !auth(r) {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		write(w, inv)
+	})
+	mux.HandleFunc("POST /v1/deliveries/next", func(w http.ResponseWriter, r *http.Request) {
+		var call protocol.MailboxCall
+		if !auth(r) || !strict(r, &call) {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		write(w, next)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return ln, nil
+}

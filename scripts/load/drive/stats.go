@@ -1,0 +1,170 @@
+package drive
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/galley-run/galley/pkg/history"
+	"github.com/galley-run/galley/pkg/protocol"
+)
+
+func decode(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// Latency summarizes durations.
+type Latency struct {
+	N                  int
+	P50, P95, P99, Max time.Duration
+}
+
+func latencyOf(ds []time.Duration) Latency {
+	if len(ds) == 0 {
+		return Latency{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(q float64) time.Duration {
+		i := int(q*float64(len(s))+0.5) - 1
+		return s[min(max(i, 0), len(s)-1)]
+	}
+	return Latency{N: len(s), P50: at(0.50), P95: at(0.95), P99: at(0.99), Max: s[len(s)-1]}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
+
+func (l Latency) String() string {
+	if l.N == 0 {
+		return "n=0"
+	}
+	return fmt.Sprintf("n=%d p50=%sms p95=%sms p99=%sms max=%sms", l.N, ms(l.P50), ms(l.P95), ms(l.P99), ms(l.Max))
+}
+
+// RouteStats is one route's figures over the main phase.
+type RouteStats struct {
+	Route  string
+	Calls  int
+	Errors int // answers other than 200, and calls without an answer
+	PerSec float64
+	Latency
+}
+
+// routeStats groups the ops called during the main phase by route (an
+// effect by its operation). Latency counts answered calls only.
+func routeStats(ops []history.Op, rec *history.Recorder, start, end time.Time) []RouteStats {
+	from, to := rec.At(start), rec.At(end)
+	secs := end.Sub(start).Seconds()
+	lat := map[string][]time.Duration{}
+	calls := map[string]int{}
+	errs := map[string]int{}
+	for _, op := range ops {
+		if op.Route == history.Post || op.Call < from || op.Call > to {
+			continue
+		}
+		name := routeName(op)
+		calls[name]++
+		if op.Status != 200 {
+			errs[name]++
+		}
+		if op.Return != history.Pending {
+			lat[name] = append(lat[name], time.Duration(op.Return-op.Call))
+		}
+	}
+	names := make([]string, 0, len(calls))
+	for n := range calls {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out []RouteStats
+	total := RouteStats{Route: "all"}
+	var all []time.Duration
+	for _, n := range names {
+		out = append(out, RouteStats{Route: n, Calls: calls[n], Errors: errs[n], PerSec: float64(calls[n]) / secs, Latency: latencyOf(lat[n])})
+		total.Calls += calls[n]
+		total.Errors += errs[n]
+		all = append(all, lat[n]...)
+	}
+	total.PerSec = float64(total.Calls) / secs
+	total.Latency = latencyOf(all)
+	return append(out, total)
+}
+
+func routeName(op history.Op) string {
+	name := string(op.Route)
+	if op.Route == history.Effect {
+		var c protocol.EffectCall
+		var e struct{ Type string }
+		if decode(op.Body, &c) == nil && decode(c.Request.Effect.Effect, &e) == nil {
+			name += ":" + e.Type
+		}
+	}
+	return name
+}
+
+// PrintRoutes writes the route table.
+func PrintRoutes(w io.Writer, rs []RouteStats) {
+	fmt.Fprintf(w, "%-28s %8s %7s %9s %9s %9s %9s %9s\n", "route", "calls", "errors", "calls/s", "p50 ms", "p95 ms", "p99 ms", "max ms")
+	for _, r := range rs {
+		fmt.Fprintf(w, "%-28s %8d %7d %9.1f %9s %9s %9s %9s\n", r.Route, r.Calls, r.Errors, r.PerSec, ms(r.P50), ms(r.P95), ms(r.P99), ms(r.Max))
+	}
+}
+
+// wakeUp matches the questions the awaits returned with the instant each
+// worker's harness logged posting it. Only awaits that were already
+// waiting when the question was posted count. The harness logs after
+// galley answered its post, and galley rings the doorbell before
+// answering, so a figure can be a little short of the true wake-up; it is
+// never inflated by the coordinator's own work.
+func (m *mixed) wakeUp() Latency {
+	if m.cfg.Data == "" {
+		return Latency{}
+	}
+	posted := map[string]map[string]time.Time{}
+	var ds []time.Duration
+	for _, s := range m.wakes {
+		q, ok := posted[s.handle]
+		if !ok {
+			q = questionTimes(filepath.Join(m.cfg.Data, "workers", s.handle, "harness.log"))
+			posted[s.handle] = q
+		}
+		at, ok := q[s.question]
+		if !ok {
+			continue
+		}
+		p := m.c.rec.At(at)
+		if s.awaitCall >= p || s.awaitReturn == history.Pending {
+			continue
+		}
+		ds = append(ds, time.Duration(max(s.awaitReturn-p, 0)))
+	}
+	return latencyOf(ds)
+}
+
+// questionTimes reads a harness log (JSON lines) for the questions it
+// posted.
+func questionTimes(path string) map[string]time.Time {
+	out := map[string]time.Time{}
+	f, err := os.Open(path)
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Time     time.Time `json:"time"`
+			Msg      string    `json:"msg"`
+			Question string    `json:"question"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "question posted, awaiting the reply" && line.Question != "" {
+			out[line.Question] = line.Time
+		}
+	}
+	return out
+}

@@ -1,0 +1,238 @@
+// Command load drives a galley endpoint on this machine as many kitchn
+// coordinators would, and reports throughput, latency per route and the
+// await wake-up time; it checks every invariant of the design on the
+// recorded history and exits 1 on a violation. It calls loopback endpoints
+// only, and stops by itself (--duration, --max-requests).
+//
+//	go run ./scripts/load --mode mixed --houses 4 --workers 8 --readers 4 --duration 30s --data .galley
+//	go run ./scripts/load --mode reads --readers 16 --duration 40s
+//	go run ./scripts/load --mode writes --clients 8 --duration 20s
+//
+// docs/BENCHMARKS.md records what it measured and how.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/galley-run/galley/pkg/history"
+	"github.com/galley-run/galley/scripts/load/drive"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		mode      = fs.String("mode", "mixed", "mixed (coordinators, scripted workers, readers), reads (read throughput against a bare net/http baseline) or writes (durable writes: the store alone, then effects)")
+		endpoint  = fs.String("endpoint", "http://127.0.0.1:8080", "galley endpoint: http on a loopback address only")
+		tokenFile = fs.String("token-file", ".galley/token", "file holding the bearer token")
+		house     = fs.String("house", "local", "the house the endpoint serves")
+		backend   = fs.String("backend", "galley", "the backend namespace the endpoint serves")
+		cred      = fs.String("credential", "galley-token", "the credential name effects carry")
+		duration  = fs.Duration("duration", 30*time.Second, "how long the main phase runs")
+		maxReqs   = fs.Int64("max-requests", 200000, "stop the main phase after this many calls (mixed)")
+		houses    = fs.Int("houses", 4, "simulated coordinators, one run each (mixed)")
+		workers   = fs.Int("workers", 8, "scripted workers live at once across the coordinators (mixed)")
+		readers   = fs.Int("readers", 4, "clients calling read routes without pause (mixed); concurrent clients (reads)")
+		clients   = fs.Int("clients", 8, "concurrent writers (writes)")
+		rounds    = fs.Int("rounds", 3, "alternating bare/galley rounds (reads)")
+		newConn   = fs.Bool("new-conn", false, "a new connection per call, as kitchn's client does (reads)")
+		data      = fs.String("data", "", "the server's data directory on this machine: harness logs time each question (await wake-up)")
+		probeDir  = fs.String("probe-dir", "", "directory for the store probe's file (writes; default the system temporary directory)")
+		settle    = fs.Duration("settle", 90*time.Second, "bound of the end phase that settles workers and drains mailboxes (mixed)")
+		awaitWait = fs.Duration("await-wait", 2*time.Second, "waitMs of each await (mixed)")
+		seed      = fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed of the coordinators' choices (mixed)")
+		jsonOut   = fs.String("json", "", "write the figures as JSON to this file")
+		histOut   = fs.String("history", "", "write the recorded history as JSON to this file (mixed)")
+		verbose   = fs.Bool("v", false, "log progress to stderr")
+	)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "load: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if err := history.CheckLoopback(*endpoint); err != nil {
+		fmt.Fprintf(stderr, "load: %s: refusing an endpoint off this machine\n", *endpoint)
+		return 2
+	}
+	if *duration <= 0 || *duration > time.Hour {
+		fmt.Fprintln(stderr, "load: --duration must be between 0 and 1h")
+		return 2
+	}
+	token, err := readToken(*tokenFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "load: %v\n", err)
+		return 2
+	}
+	var log io.Writer = io.Discard
+	if *verbose {
+		log = stderr
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	target := drive.Target{Endpoint: *endpoint, Token: token, House: *house, Backend: *backend, Credential: *cred}
+	fmt.Fprintf(stdout, "machine: %d CPUs (GOMAXPROCS %d), load average %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), loadavg())
+
+	var result any
+	code := 0
+	switch *mode {
+	case "mixed":
+		res, err := drive.RunMixed(ctx, drive.MixedConfig{Target: target, Duration: *duration, MaxRequests: *maxReqs,
+			Settle: *settle, Coordinators: *houses, Workers: *workers, Readers: *readers, AwaitWait: *awaitWait,
+			Data: *data, Seed: *seed, Log: log})
+		if err != nil {
+			fmt.Fprintf(stderr, "load: %v\n", err)
+			return 1
+		}
+		printMixed(stdout, res)
+		if *histOut != "" {
+			if err := writeJSON(*histOut, res.Ops); err != nil {
+				fmt.Fprintf(stderr, "load: %v\n", err)
+			}
+		}
+		if !res.Report.OK() || len(res.Errors) > 0 {
+			code = 1
+		}
+		res.Ops = nil
+		result = res
+	case "reads":
+		res, err := drive.RunReads(ctx, drive.ReadsConfig{Target: target, Clients: *readers, Duration: *duration,
+			Rounds: *rounds, NewConn: *newConn, Log: log})
+		if err != nil {
+			fmt.Fprintf(stderr, "load: %v\n", err)
+			return 1
+		}
+		printReads(stdout, res)
+		result = res
+	case "writes":
+		res, err := drive.RunWrites(ctx, drive.WritesConfig{Target: target, Clients: *clients, Duration: *duration,
+			ProbeDir: *probeDir, Workers: 4, Log: log})
+		if err != nil {
+			fmt.Fprintf(stderr, "load: %v\n", err)
+			return 1
+		}
+		printWrites(stdout, res)
+		if !res.Report.OK() {
+			code = 1
+		}
+		result = res
+	default:
+		fmt.Fprintf(stderr, "load: --mode must be mixed, reads or writes\n")
+		return 2
+	}
+	fmt.Fprintf(stdout, "load average after: %s\n", loadavg())
+	if *jsonOut != "" {
+		if err := writeJSON(*jsonOut, result); err != nil {
+			fmt.Fprintf(stderr, "load: %v\n", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// readToken reads the bearer token; it is never printed.
+func readToken(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	if fi.Size() > 16<<10 {
+		return "", errors.New("token file is larger than 16 KiB")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("token file %s is empty", path)
+	}
+	return tok, nil
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+func printMixed(w io.Writer, r *drive.Mixed) {
+	c := r.Config
+	main := r.MainEnd.Sub(r.Start)
+	fmt.Fprintf(w, "mixed: %d coordinators, %d workers live, %d readers; main phase %s, whole run %s; %d launches\n",
+		c.Coordinators, c.Workers, c.Readers, main.Round(time.Millisecond), r.End.Sub(r.Start).Round(time.Millisecond), r.Launches)
+	drive.PrintRoutes(w, r.Routes)
+	fmt.Fprintf(w, "await wake-up (question posted -> await answered): %s\n", r.Wake)
+	if c.Data == "" {
+		fmt.Fprintln(w, "  (no --data: the harness logs that time questions were not read)")
+	}
+	fmt.Fprintf(w, "message -> next question through a worker (upper bound of the wake-up): %s\n", r.Chain)
+	fmt.Fprintf(w, "invariants: %s", r.Report)
+	for _, e := range r.Errors {
+		fmt.Fprintf(w, "ERROR %s\n", e)
+	}
+}
+
+func printReads(w io.Writer, r *drive.Reads) {
+	c := r.Config
+	conn := "kept alive"
+	if c.NewConn {
+		conn = "one per call"
+	}
+	fmt.Fprintf(w, "reads: %d clients, connections %s, %d rounds over %s; inventory of %d rows\n", c.Clients, conn, c.Rounds, c.Duration, r.InventoryRows)
+	for _, p := range r.Phases {
+		fmt.Fprintf(w, "  round %d %-6s %9.0f calls/s  %s  errors %d\n", p.Round, p.Server, p.PerSec, p.Latency, p.Errors)
+	}
+	fmt.Fprintf(w, "galley %0.f calls/s, bare %0.f calls/s (medians over rounds); ratio per round %v, median %.2f\n",
+		r.GalleyPerSec, r.BarePerSec, fmtRatios(r.Ratios), r.MedianRatio)
+	fmt.Fprintf(w, "galley latency %s\nbare latency   %s\n", r.Galley, r.Bare)
+	for _, k := range []string{"descriptor", "observe", "inventory", "next"} {
+		fmt.Fprintf(w, "  galley %-10s %s\n", k, r.PerRoute[k])
+	}
+}
+
+func fmtRatios(rs []float64) string {
+	var s []string
+	for _, r := range rs {
+		s = append(s, fmt.Sprintf("%.2f", r))
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
+
+func printWrites(w io.Writer, r *drive.Writes) {
+	fmt.Fprintf(w, "store alone: %.0f durable writes/s serially, %.0f with %d writers; %s\n", r.StoreSerial, r.StoreConcurrent, r.Config.Clients, r.StoreLatency)
+	fmt.Fprintf(w, "message-worker effects: %.0f/s applied from %d clients (%d store writes each: %.0f writes/s, %.0f%% of the store's ceiling); %s; errors %d\n",
+		r.Effects, r.Config.Clients, drive.StoreWritesPerMessage, r.Effects*drive.StoreWritesPerMessage,
+		100*r.Effects*drive.StoreWritesPerMessage/max(r.StoreConcurrent, 1), r.EffectsLatency, r.Errors)
+	fmt.Fprintf(w, "invariants: %s", r.Report)
+}
