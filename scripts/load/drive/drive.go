@@ -25,10 +25,15 @@ import (
 // Target is the galley deployment a run calls.
 type Target struct {
 	Endpoint   string // http on a loopback address
-	Token      string // kitchn's bearer token; never logged
+	Token      string `json:"-"` // kitchn's bearer token; never logged nor written
 	House      string
 	Backend    string
 	Credential string
+}
+
+// String leaves the token out, so no report or log line carries it.
+func (t Target) String() string {
+	return fmt.Sprintf("{%s house %s backend %s credential %s}", t.Endpoint, t.House, t.Backend, t.Credential)
 }
 
 // caller makes recorded calls and counts them.

@@ -47,8 +47,8 @@ type MixedConfig struct {
 	Tolerant bool
 	// Recorder, when set, is recorded into (a fault run shares one across
 	// several drives); default a new one.
-	Recorder *history.Recorder
-	Log      io.Writer
+	Recorder *history.Recorder `json:"-"`
+	Log      io.Writer `json:"-"`
 }
 
 func (c *MixedConfig) defaults() {

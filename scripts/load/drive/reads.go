@@ -29,7 +29,7 @@ type ReadsConfig struct {
 	// NewConn opens a connection per call, as kitchn's client does;
 	// otherwise connections are kept alive.
 	NewConn bool
-	Log     io.Writer
+	Log     io.Writer `json:"-"`
 }
 
 // ReadPhase is one server's figures in one round.
