@@ -48,7 +48,7 @@ type MixedConfig struct {
 	// Recorder, when set, is recorded into (a fault run shares one across
 	// several drives); default a new one.
 	Recorder *history.Recorder `json:"-"`
-	Log      io.Writer `json:"-"`
+	Log      io.Writer         `json:"-"`
 }
 
 func (c *MixedConfig) defaults() {
