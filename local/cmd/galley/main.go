@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/galley-run/galley/pkg/awslocal"
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
 	"github.com/galley-run/galley/pkg/localserver"
 	"github.com/galley-run/galley/pkg/store/dynamostore"
@@ -115,9 +116,25 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.MaxWorkers, "max-workers", 0, "most unsettled workers; 0 for no bound")
 	storeKind := fs.String("store", "bolt", "record store: bolt (embedded, under --data) or dynamodb (AWS_ENDPOINT_URL_DYNAMODB, AWS_REGION, ...)")
 	bellKind := fs.String("doorbell", "local", "await doorbell: local (in-process) or sqs (AWS_ENDPOINT_URL_SQS, AWS_REGION, ...)")
+	stack := fs.String("stack", "local", "local (one process) or aws-local (the AWS shape on this machine: gateway, functions under the Lambda emulator, DynamoDB Local, fauxqs, the ECS stand-in)")
 	table := fs.String("table", "", "DynamoDB table with --store dynamodb, created when missing (default galley-<house>)")
 	queuePrefix := fs.String("queue-prefix", "", "SQS queue name prefix with --doorbell sqs (default galley-<house>)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	switch *stack {
+	case "local":
+	case "aws-local":
+		if families != "" {
+			o.Families = strings.Split(families, ",")
+		}
+		if err := awslocal.ServeAWSLocal(ctx, o, stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "galley serve --stack aws-local: %v\n", err)
+			return 1
+		}
+		return 0
+	default:
+		fmt.Fprintf(stderr, "galley serve: --stack must be local or aws-local\n")
 		return 2
 	}
 	if err := awsBackends(ctx, &o, *storeKind, *bellKind, *table, *queuePrefix); err != nil {
