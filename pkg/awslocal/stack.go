@@ -4,14 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -90,7 +85,7 @@ type Stack struct {
 // request, as Lambda's do.
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	o := &cfg.Options
-	defaults(o)
+	o.Defaults()
 	if cfg.Bin == (Binaries{}) {
 		dir := os.Getenv(EnvBin)
 		if dir == "" {
@@ -135,11 +130,11 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if s.tokenFile, err = filepath.Abs(o.TokenFile); err != nil {
 		return nil, err
 	}
-	if _, err := secretFile(s.tokenFile, 32); err != nil {
+	if _, err := localserver.SecretFile(s.tokenFile, 32); err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
 	}
 	workerSecret := filepath.Join(data, "worker-secret")
-	if _, err := secretFile(workerSecret, 32); err != nil {
+	if _, err := localserver.SecretFile(workerSecret, 32); err != nil {
 		return nil, fmt.Errorf("worker secret: %w", err)
 	}
 	repo := o.Repository
@@ -167,7 +162,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	s.endpoint = "http://" + loopbackAddr(ln.Addr().String())
+	s.endpoint = "http://" + localserver.LoopbackAddr(ln.Addr().String())
 
 	// The ECS stand-in, its events going to the reconciler.
 	var taskEnv []ecsstandin.Option
@@ -351,10 +346,7 @@ func (s *Stack) Instances() map[lambdaapp.Function]int {
 
 // Binding is the kitchn backend binding for the stack.
 func (s *Stack) Binding() string {
-	b, _ := json.MarshalIndent(map[string]any{"backend": map[string]string{
-		"kind": "http", "backend": s.cfg.Backend, "credential": s.cfg.Credential, "endpoint": s.endpoint,
-	}}, "", "  ")
-	return string(b)
+	return localserver.Binding(s.cfg.Backend, s.cfg.Credential, s.endpoint)
 }
 
 // Close stops everything, in the order that lets the last events land: the
@@ -403,40 +395,16 @@ func (s *Stack) Close() error {
 // with the local server's options, prints what `galley serve` prints, and
 // stops everything when ctx ends (SIGTERM).
 func ServeAWSLocal(ctx context.Context, o localserver.Options, stdout, stderr io.Writer) error {
-	defaults(&o)
+	o.Defaults()
 	fmt.Fprintln(stderr, "galley: starting the aws-local stack (DynamoDB Local, fauxqs, the ECS stand-in, five functions under the Lambda emulator)")
 	s, err := Start(ctx, Config{Options: o})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "galley serving house %s (backend %s) at %s\n", o.House, o.Backend, s.Endpoint())
-	fmt.Fprintf(stdout, "bearer token: %s (mode 600; copy it to <registry>/private/%s/credentials/%s)\n",
-		s.TokenFile(), o.House, o.Credential)
-	fmt.Fprintf(stdout, "kitchn binding for the house policy:\n%s\n", s.Binding())
+	localserver.PrintReady(stdout, o, s.Endpoint(), s.TokenFile())
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "galley: shutting down")
 	return s.Close()
-}
-
-// defaults are the local server's.
-func defaults(o *localserver.Options) {
-	set := func(p *string, v string) {
-		if *p == "" {
-			*p = v
-		}
-	}
-	set(&o.Listen, "127.0.0.1:8080")
-	set(&o.House, "local")
-	set(&o.Backend, "galley")
-	set(&o.Credential, "galley-token")
-	set(&o.Data, ".galley")
-	set(&o.DefaultAgent, "script")
-	if o.TokenFile == "" {
-		o.TokenFile = filepath.Join(o.Data, "token")
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	}
 }
 
 // standins returns the AWS variables that point the functions at DynamoDB
@@ -505,54 +473,6 @@ func ensureTable(ctx context.Context, env map[string]string, table string) error
 		DisableValidateResponseChecksum: true,
 	})
 	return dynamostore.New(c, table).EnsureTable(ctx)
-}
-
-// secretFile reads a secret from path, or creates it with n random bytes
-// (base64url) and mode 600, as the local server does. A file readable by
-// others is refused.
-func secretFile(path string, n int) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		raw := make([]byte, n)
-		if _, err := rand.Read(raw); err != nil {
-			return nil, err
-		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, err
-		}
-		tok := base64.RawURLEncoding.EncodeToString(raw)
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := f.WriteString(tok + "\n"); err != nil {
-			f.Close()
-			return nil, err
-		}
-		return []byte(tok), f.Close()
-	}
-	if err != nil {
-		return nil, err
-	}
-	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%s is readable by others (mode %v); chmod 600 it", path, fi.Mode().Perm())
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return nil, fmt.Errorf("%s is empty", path)
-	}
-	return []byte(tok), nil
-}
-
-func loopbackAddr(addr string) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		host = "127.0.0.1"
-	}
-	return net.JoinHostPort(host, port)
 }
 
 func mustAbs(p string) string {

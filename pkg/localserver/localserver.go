@@ -61,7 +61,8 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func (o *Options) defaults() {
+// Defaults fills in the defaults of unset options.
+func (o *Options) Defaults() {
 	set := func(p *string, v string) {
 		if *p == "" {
 			*p = v
@@ -94,7 +95,7 @@ type Server struct {
 // Start prepares the data directory and starts serving. It returns once the
 // listener is bound.
 func Start(ctx context.Context, o Options) (*Server, error) {
-	o.defaults()
+	o.Defaults()
 	s := &Server{opts: o}
 	ok := false
 	defer func() {
@@ -109,11 +110,11 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	token, err := secretFile(o.TokenFile, 32)
+	token, err := SecretFile(o.TokenFile, 32)
 	if err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
 	}
-	workerSecret, err := secretFile(filepath.Join(data, "worker-secret"), 32)
+	workerSecret, err := SecretFile(filepath.Join(data, "worker-secret"), 32)
 	if err != nil {
 		return nil, fmt.Errorf("worker secret: %w", err)
 	}
@@ -150,7 +151,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	s.listener = ln
-	s.Endpoint = "http://" + loopbackAddr(ln.Addr().String())
+	s.Endpoint = "http://" + LoopbackAddr(ln.Addr().String())
 
 	repoURL := repo
 	if p, err := githost.LocalPath(repo); err == nil {
@@ -205,11 +206,23 @@ var agentEnv = []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "CODEX_API_KEY"}
 
 // Binding is the kitchn backend binding for this server, to paste into the
 // house policy.
-func (s *Server) Binding() string {
+func (s *Server) Binding() string { return Binding(s.opts.Backend, s.opts.Credential, s.Endpoint) }
+
+// Binding is the kitchn backend binding of an endpoint.
+func Binding(backend, credential, endpoint string) string {
 	b, _ := json.MarshalIndent(map[string]any{"backend": map[string]string{
-		"kind": "http", "backend": s.opts.Backend, "credential": s.opts.Credential, "endpoint": s.Endpoint,
+		"kind": "http", "backend": backend, "credential": credential, "endpoint": endpoint,
 	}}, "", "  ")
 	return string(b)
+}
+
+// PrintReady tells the operator where galley serves, where the token lives
+// and what to paste into the house policy.
+func PrintReady(w io.Writer, o Options, endpoint, tokenFile string) {
+	fmt.Fprintf(w, "galley serving house %s (backend %s) at %s\n", o.House, o.Backend, endpoint)
+	fmt.Fprintf(w, "bearer token: %s (mode 600; copy it to <registry>/private/%s/credentials/%s)\n",
+		tokenFile, o.House, o.Credential)
+	fmt.Fprintf(w, "kitchn binding for the house policy:\n%s\n", Binding(o.Backend, o.Credential, endpoint))
 }
 
 // TokenFile is where the bearer token lives.
@@ -231,9 +244,9 @@ func (s *Server) closeAll() {
 	s.closers = nil
 }
 
-// secretFile reads a secret from path, or creates it with n random bytes
+// SecretFile reads a secret from path, or creates it with n random bytes
 // (base64url) and mode 600. A file readable by others is refused.
-func secretFile(path string, n int) ([]byte, error) {
+func SecretFile(path string, n int) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		raw := make([]byte, n)
@@ -286,9 +299,9 @@ func findWorkerBin(explicit string) (string, error) {
 	return "", errors.New("cannot find the galley-worker binary: build it (make build) or pass --worker-bin")
 }
 
-// loopbackAddr turns an unspecified listen address into one a worker on
+// LoopbackAddr turns an unspecified listen address into one a worker on
 // this machine can call.
-func loopbackAddr(addr string) string {
+func LoopbackAddr(addr string) string {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return addr

@@ -155,10 +155,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "galley serve: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "galley serving house %s (backend %s) at %s\n", o.House, o.Backend, srv.Endpoint)
-	fmt.Fprintf(stdout, "bearer token: %s (mode 600; copy it to <registry>/private/%s/credentials/%s)\n",
-		srv.TokenFile(), o.House, o.Credential)
-	fmt.Fprintf(stdout, "kitchn binding for the house policy:\n%s\n", srv.Binding())
+	localserver.PrintReady(stdout, o, srv.Endpoint, srv.TokenFile())
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "galley: shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
