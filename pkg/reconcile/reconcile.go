@@ -1,5 +1,6 @@
 // Package reconcile settles workers from ECS "Task State Change" events,
-// as EventBridge delivers them to the reconciler function: a worker whose
+// as EventBridge delivers them to the reconciler function, and sweeps idle
+// doorbell queues on EventBridge's hourly "Scheduled Event": a worker whose
 // task stopped without a report settles failed, and its coordinator gets a
 // worker-done row saying why; a task that still runs for a worker that
 // already settled (a cancel that raced the launch) is stopped.
@@ -49,6 +50,19 @@ type Stopper interface {
 	StopTask(ctx context.Context, taskARN string) error
 }
 
+// Sweeper deletes the doorbell queues idle for longer than idle and says
+// how many it deleted. *sqsbell.Bell implements it.
+type Sweeper interface {
+	Sweep(ctx context.Context, idle time.Duration) (int, error)
+}
+
+// Scheduled events: what EventBridge sends for a schedule rule (the
+// reconciler's hourly sweep).
+const (
+	ScheduledSource     = "aws.events"
+	ScheduledDetailType = "Scheduled Event"
+)
+
 // Outcome says what one event did.
 type Outcome string
 
@@ -72,6 +86,8 @@ type Reconciler struct {
 	st        Store
 	stop      Stopper
 	container string
+	sweeper   Sweeper
+	idle      time.Duration
 	lease     time.Duration
 	now       func() time.Time
 	log       *slog.Logger
@@ -87,6 +103,12 @@ func WithStopper(s Stopper) Option { return func(r *Reconciler) { r.stop = s } }
 // WithContainer names the worker container whose exit code the report
 // gives (default "worker").
 func WithContainer(name string) Option { return func(r *Reconciler) { r.container = name } }
+
+// WithSweeper has a scheduled event sweep the doorbell queues idle for
+// longer than idle; without it a scheduled event is only logged.
+func WithSweeper(s Sweeper, idle time.Duration) Option {
+	return func(r *Reconciler) { r.sweeper, r.idle = s, idle }
+}
 
 // WithLease sets the claim's lease.
 func WithLease(d time.Duration) Option { return func(r *Reconciler) { r.lease = d } }
@@ -108,10 +130,19 @@ func New(svc Settler, st Store, opts ...Option) *Reconciler {
 }
 
 // HandleEvent is the reconciler function's handler: one EventBridge event.
-// An event that is not a task state change, or cannot be read, is logged
-// and dropped (a retry could not make it readable); an error asks
-// EventBridge to deliver the event again later.
+// A scheduled event sweeps the idle doorbell queues. Any other event that
+// is not a task state change, or cannot be read, is logged and dropped (a
+// retry could not make it readable); an error asks EventBridge to deliver
+// the event again later.
 func (r *Reconciler) HandleEvent(ctx context.Context, event json.RawMessage) error {
+	var head struct {
+		ID         string `json:"id"`
+		Source     string `json:"source"`
+		DetailType string `json:"detail-type"`
+	}
+	if json.Unmarshal(event, &head) == nil && head.Source == ScheduledSource && head.DetailType == ScheduledDetailType {
+		return r.sweep(ctx, head.ID)
+	}
 	c, err := ecsrt.ParseTaskStateChange(event)
 	if err != nil {
 		r.log.Warn("event dropped", "err", err.Error())
@@ -125,6 +156,25 @@ func (r *Reconciler) HandleEvent(ctx context.Context, event json.RawMessage) err
 		return err
 	}
 	r.log.Info("task state change", attrs...)
+	return nil
+}
+
+// sweep removes the idle doorbell queues within ctx's deadline. A failed
+// or cut-short sweep is an error, so the function's error alarm tells the
+// operator (a missing permission fails every hour); what it deleted stays
+// deleted, and the next sweep goes on from there.
+func (r *Reconciler) sweep(ctx context.Context, eventID string) error {
+	if r.sweeper == nil {
+		r.log.Warn("scheduled event dropped: this reconciler has no doorbell to sweep", "event", eventID)
+		return nil
+	}
+	n, err := r.sweeper.Sweep(ctx, r.idle)
+	attrs := []any{"event", eventID, "idle", r.idle.String(), "queues", n}
+	if err != nil {
+		r.log.Error("doorbell sweep failed", append(attrs, "err", err.Error())...)
+		return err
+	}
+	r.log.Info("doorbell sweep", attrs...)
 	return nil
 }
 
