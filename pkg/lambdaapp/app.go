@@ -50,7 +50,10 @@ type App struct {
 	// Runtime is the worker runtime the service uses (an unwired stub in
 	// functions that may not touch ECS).
 	Runtime service.Runtime
-	Log     *slog.Logger
+	// Doorbell is the service's doorbell; the reconciler sweeps its idle
+	// queues when it can (the SQS doorbell).
+	Doorbell service.Doorbell
+	Log      *slog.Logger
 
 	auth  api.Authenticator
 	clock service.Clock
@@ -206,7 +209,7 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &App{Config: cfg, Service: svc, Store: d.Store, Runtime: d.Runtime, Log: d.Log,
+	return &App{Config: cfg, Service: svc, Store: d.Store, Runtime: d.Runtime, Doorbell: d.Doorbell, Log: d.Log,
 		auth: d.Auth, clock: d.Clock}, nil
 }
 

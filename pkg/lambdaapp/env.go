@@ -27,6 +27,7 @@ const (
 	EnvAgentFamilies  = "GALLEY_AGENT_FAMILIES"
 	EnvRepository     = "GALLEY_REPOSITORY"
 	EnvWorkerEndpoint = "GALLEY_WORKER_ENDPOINT"
+	EnvQueueIdleHours = "GALLEY_QUEUE_IDLE_HOURS"
 
 	EnvWorkerContainer = "GALLEY_WORKER_CONTAINER"
 	EnvAssignPublicIP  = "GALLEY_ASSIGN_PUBLIC_IP"
@@ -95,6 +96,13 @@ const (
 	// stamps arrivals) and a function's (which stamps lookup promises); see
 	// docs/architecture.md.
 	DefaultClockSkew = time.Second
+	// DefaultQueueIdle is how long a doorbell queue may go unused before
+	// the reconciler's hourly sweep deletes it (GALLEY_QUEUE_IDLE_HOURS).
+	DefaultQueueIdle = 24 * time.Hour
+	// minQueueIdle is twice the doorbell's hourly touch: sqsbell's Sweep
+	// refuses less, as it could take a queue in use.
+	minQueueIdle      = 2 * time.Hour
+	maxQueueIdleHours = 24 * 366
 	// DefaultWorkspace is where the worker task's workspaces live.
 	DefaultWorkspace = "/workspace"
 	defaultContainer = "worker"
@@ -109,6 +117,8 @@ type Config struct {
 	Backend     string
 	Credential  string
 	QueuePrefix string
+	// QueueIdle: the reconciler sweeps doorbell queues unused for longer.
+	QueueIdle time.Duration
 
 	// Kitchn's bearer token: a Secrets Manager ARN, or (aws-local) a file.
 	TokenSecretArn string
@@ -168,6 +178,7 @@ func ConfigFromEnv(fn Function, getenv func(string) string) (Config, error) {
 		LogLevel:         getenv(EnvLogLevel),
 		AwaitCap:         DefaultAwaitCap,
 		TokenCache:       DefaultTokenCache,
+		QueueIdle:        DefaultQueueIdle,
 	}
 	switch fn {
 	case Effects, Reads, Mailbox, WorkerAPI, Reconciler:
@@ -229,6 +240,14 @@ func ConfigFromEnv(fn Function, getenv func(string) string) (Config, error) {
 			return c, galleyerr.E(op, galleyerr.Invalid, EnvTokenCacheSeconds+" must be a whole number of seconds")
 		}
 		c.TokenCache = time.Duration(n) * time.Second
+	}
+	if v := getenv(EnvQueueIdleHours); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < int(minQueueIdle/time.Hour) || n > maxQueueIdleHours {
+			return c, galleyerr.E(op, galleyerr.Invalid, fmt.Sprintf("%s must be a whole number of hours from %d to %d",
+				EnvQueueIdleHours, int(minQueueIdle/time.Hour), maxQueueIdleHours))
+		}
+		c.QueueIdle = time.Duration(n) * time.Hour
 	}
 	if v := getenv(EnvMaxWorkers); v != "" {
 		if c.MaxWorkers, err = strconv.Atoi(v); err != nil || c.MaxWorkers < 0 {

@@ -82,6 +82,25 @@ func TestConfigFromEnv(t *testing.T) {
 					t.Error("public IP not assigned")
 				}
 			}},
+		{name: "queue idle age, default", fn: lambdaapp.Reconciler, check: func(t *testing.T, c lambdaapp.Config) {
+			if c.QueueIdle != 24*time.Hour {
+				t.Errorf("queue idle %v", c.QueueIdle)
+			}
+		}},
+		{name: "queue idle age", fn: lambdaapp.Reconciler, mod: func(m map[string]string) { m["GALLEY_QUEUE_IDLE_HOURS"] = "48" },
+			check: func(t *testing.T, c lambdaapp.Config) {
+				if c.QueueIdle != 48*time.Hour {
+					t.Errorf("queue idle %v", c.QueueIdle)
+				}
+			}},
+		// Under twice the doorbell's hourly touch a sweep could take a
+		// queue in use.
+		{name: "queue idle age too short", fn: lambdaapp.Reconciler, mod: func(m map[string]string) { m["GALLEY_QUEUE_IDLE_HOURS"] = "1" },
+			wantErr: "GALLEY_QUEUE_IDLE_HOURS"},
+		{name: "queue idle age too long", fn: lambdaapp.Reconciler, mod: func(m map[string]string) { m["GALLEY_QUEUE_IDLE_HOURS"] = "9000" },
+			wantErr: "GALLEY_QUEUE_IDLE_HOURS"},
+		{name: "queue idle age not a number", fn: lambdaapp.Reconciler, mod: func(m map[string]string) { m["GALLEY_QUEUE_IDLE_HOURS"] = "1.5" },
+			wantErr: "GALLEY_QUEUE_IDLE_HOURS"},
 		{name: "unknown function", fn: "cron", wantErr: "unknown function"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,212 @@
+package lambdaapp_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/galley-run/galley/pkg/doorbell/localbell"
+	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
+	"github.com/galley-run/galley/pkg/lambdaapp"
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/runtime/ecsrt"
+	"github.com/galley-run/galley/pkg/service"
+	"github.com/galley-run/galley/pkg/service/servicetest"
+	"github.com/galley-run/galley/pkg/store/memstore"
+)
+
+// scheduledEvent is what an EventBridge schedule rule sends.
+const scheduledEvent = `{"version":"0","id":"ev-sweep","detail-type":"Scheduled Event","source":"aws.events",` +
+	`"account":"000000000000","time":"2023-11-14T22:00:00Z","region":"us-east-1",` +
+	`"resources":["arn:aws:events:us-east-1:000000000000:rule/sweep"],"detail":{}}`
+
+// reconcilerApp is the reconciler function's App on doorbell d, its
+// environment changed by mod, with its log.
+func reconcilerApp(t *testing.T, d service.Doorbell, mod func(map[string]string)) (*lambdaapp.App, *bytes.Buffer) {
+	t.Helper()
+	env := baseEnv()
+	if mod != nil {
+		mod(env)
+	}
+	cfg, err := lambdaapp.ConfigFromEnv(lambdaapp.Reconciler, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	te := servicetest.New(t, nil)
+	app, err := lambdaapp.New(context.Background(), cfg, lambdaapp.Deps{
+		Store: memstore.New(), Doorbell: d, Runtime: servicetest.NewRuntime(), GitHost: te.Git,
+		Log: lambdaapp.NewLogger(&logs, lambdaapp.Reconciler, "info"), Secrets: noSecrets{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return app, &logs
+}
+
+// invokeEvent runs one EventBridge event through the reconciler's handler
+// as lambda.Start would: a Lambda context and the function's deadline.
+func invokeEvent(t *testing.T, app *lambdaapp.App, ev string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	ctx = lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: "req-reconcile-1"})
+	return lambdaapp.Invocation(app.NewReconciler().HandleEvent)(ctx, json.RawMessage(ev))
+}
+
+// sqsClient is a client of fauxqs (AWS_ENDPOINT_URL_SQS). It skips when
+// the variable is unset and fails instead when GALLEY_REQUIRE_STANDINS=1.
+func sqsClient(t *testing.T) *sqs.Client {
+	t.Helper()
+	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" {
+		if os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
+			t.Fatal("GALLEY_REQUIRE_STANDINS=1 but AWS_ENDPOINT_URL_SQS is unset: run scripts/standins.sh start")
+		}
+		t.Skip("AWS_ENDPOINT_URL_SQS unset: no SQS stand-in (scripts/standins.sh start)")
+	}
+	c, err := sqsbell.NewClientFromEnv(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+type manualTime struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (m *manualTime) Now() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.now
+}
+
+func (m *manualTime) Add(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.now = m.now.Add(d)
+}
+
+// The reconciler function on the SQS doorbell: the scheduled event deletes
+// the queues idle for longer than GALLEY_QUEUE_IDLE_HOURS and logs how
+// many; a task state change still settles its worker.
+func TestReconcilerSweepsOnScheduleAndStillSettles(t *testing.T) {
+	c := sqsClient(t)
+	var b [5]byte
+	rand.Read(b[:])
+	prefix := "galleyapp-" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx := context.Background()
+		out, err := c.ListQueues(ctx, &sqs.ListQueuesInput{QueueNamePrefix: aws.String(prefix)})
+		if err != nil {
+			return
+		}
+		for _, u := range out.QueueUrls {
+			c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(u)})
+		}
+	})
+	clk := &manualTime{now: time.Now()}
+	bell, err := sqsbell.New(c, prefix, sqsbell.WithClock(clk.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := func(topic string) {
+		l, err := bell.Listen(t.Context(), topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+	}
+	listen("mailbox/old-run")
+	clk.Add(4 * time.Hour)
+	listen("mailbox/new-run")
+
+	app, logs := reconcilerApp(t, bell, func(env map[string]string) {
+		env[lambdaapp.EnvQueueIdleHours] = "3"
+		env[lambdaapp.EnvQueuePrefix] = prefix
+	})
+	if err := invokeEvent(t, app, scheduledEvent); err != nil {
+		t.Fatalf("scheduled event: %v", err)
+	}
+	exists := func(topic string) bool {
+		_, err := c.GetQueueUrl(t.Context(), &sqs.GetQueueUrlInput{QueueName: aws.String(bell.QueueName(topic))})
+		return err == nil
+	}
+	if exists("mailbox/old-run") {
+		t.Error("the queue idle for 4 h survived a sweep of 3 h")
+	}
+	if !exists("mailbox/new-run") {
+		t.Error("the sweep deleted a queue in use")
+	}
+	var line map[string]any
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"msg":"doorbell sweep"`) {
+			json.Unmarshal([]byte(l), &line)
+		}
+	}
+	if line["queues"] != 1.0 || line["idle"] != "3h0m0s" || line["requestId"] != "req-reconcile-1" || line["function"] != "reconciler" {
+		t.Errorf("sweep log line %v, in %s", line, logs.String())
+	}
+
+	// A worker whose task stopped without a report settles failed.
+	raw, err := app.Service.Apply(context.Background(), protocol.EffectCall{Run: "run-1", Request: protocol.EffectRequest{
+		House: "h", Backend: "galley", Credential: "galley-token", Task: "t", Attempt: 1, Key: "k-launch",
+		Effect: protocol.EffectTarget{Executor: "worker", Effect: json.RawMessage(
+			`{"type":"launch-worker","role":"commis","workspace":{"type":"isolated"},"brief":"b"}`)},
+	}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var receipt protocol.Receipt
+	if err := json.Unmarshal(raw, &receipt); err != nil || len(receipt.Created) == 0 || receipt.Created[0].Kind != protocol.KindWorker {
+		t.Fatalf("launch receipt %s: %v", raw, err)
+	}
+	handle := receipt.Created[0].Handle
+	stopped, _ := json.Marshal(map[string]any{
+		"version": "0", "id": "ev-stop", "detail-type": "ECS Task State Change", "source": "aws.ecs",
+		"time": "2023-11-14T22:13:20Z", "region": "us-east-1",
+		"detail": map[string]any{
+			"taskArn":    "arn:aws:ecs:us-east-1:000000000000:task/galley/" + strings.Repeat("b", 32),
+			"clusterArn": "arn:aws:ecs:us-east-1:000000000000:cluster/galley", "startedBy": ecsrt.StartedBy(handle),
+			"lastStatus": "STOPPED", "desiredStatus": "STOPPED", "version": 3, "stopCode": "EssentialContainerExited",
+			"containers": []map[string]any{{"name": "worker", "lastStatus": "STOPPED", "exitCode": 1}},
+		},
+	})
+	if err := invokeEvent(t, app, string(stopped)); err != nil {
+		t.Fatalf("task state change: %v", err)
+	}
+	o, err := app.Service.Observe(context.Background(), protocol.Resource{Kind: "worker", Backend: "galley", Handle: handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.State != protocol.StateSettled || o.Outcome != protocol.OutcomeFailed {
+		t.Errorf("after the stop: %+v", o)
+	}
+}
+
+// On a doorbell without queues (localbell) the scheduled event is logged
+// and dropped: no error, so EventBridge does not retry it.
+func TestReconcilerWithoutQueuesDropsSchedule(t *testing.T) {
+	app, logs := reconcilerApp(t, localbell.New(), nil)
+	if app.Config.QueueIdle != lambdaapp.DefaultQueueIdle {
+		t.Errorf("idle age %v, want the default %v", app.Config.QueueIdle, lambdaapp.DefaultQueueIdle)
+	}
+	if err := invokeEvent(t, app, scheduledEvent); err != nil {
+		t.Fatalf("scheduled event: %v", err)
+	}
+	if !strings.Contains(logs.String(), "no doorbell to sweep") {
+		t.Errorf("log %s", logs.String())
+	}
+}
