@@ -24,6 +24,9 @@ type Config struct {
 	WorkerMemory  int      `json:"workerMemory"`  // Fargate memory (MiB) per worker
 	MaxWorkers    int      `json:"maxWorkers"`    // concurrent workers; beyond: rate-limited
 	AwaitCapMs    int      `json:"awaitCapMs"`    // deliveries/await hold cap
+	// QueueIdleHours: the reconciler's hourly sweep deletes doorbell
+	// queues unused for longer.
+	QueueIdleHours int `json:"queueIdleHours"`
 	// DomainName and CertificateArn together give the API a custom domain
 	// (the certificate must be in the stack's region).
 	DomainName     string `json:"domainName"`
@@ -52,6 +55,7 @@ func Defaults() Config {
 		WorkerMemory:     4096,
 		MaxWorkers:       10,
 		AwaitCapMs:       25000,
+		QueueIdleHours:   24,
 		LogRetentionDays: 30,
 		ThrottleRate:     50,
 		ThrottleBurst:    100,
@@ -104,6 +108,7 @@ func FromContext(get Context) (Config, error) {
 	num("workerMemory", &c.WorkerMemory)
 	num("maxWorkers", &c.MaxWorkers)
 	num("awaitCapMs", &c.AwaitCapMs)
+	num("queueIdleHours", &c.QueueIdleHours)
 	num("logRetentionDays", &c.LogRetentionDays)
 	num("throttleRate", &c.ThrottleRate)
 	num("throttleBurst", &c.ThrottleBurst)
@@ -197,6 +202,11 @@ func (c Config) Validate() error {
 	// times out at 29 s: the cap leaves room to answer after the hold.
 	if c.AwaitCapMs < 1000 || c.AwaitCapMs > 27000 {
 		errs = append(errs, fmt.Sprintf("awaitCapMs %d: want 1000 to 27000 (API Gateway HTTP APIs end requests at 30 s)", c.AwaitCapMs))
+	}
+	// A listener refreshes its queue's last-listen tag hourly: under twice
+	// that, a sweep could take a queue in use (pkg/doorbell/sqsbell).
+	if c.QueueIdleHours < 2 || c.QueueIdleHours > 24*366 {
+		errs = append(errs, fmt.Sprintf("queueIdleHours %d: want 2 to 8784 (at least twice the doorbell's hourly touch)", c.QueueIdleHours))
 	}
 	if (c.DomainName == "") != (c.CertificateArn == "") {
 		errs = append(errs, "domainName and certificateArn: set both or neither")

@@ -16,7 +16,8 @@ func TestFromContext(t *testing.T) {
 	}{
 		{name: "defaults", check: func(t *testing.T, c stack.Config) {
 			if c.House != "main" || c.Backend != "galley" || c.Credential != "galley-token" || c.AwaitCapMs != 25000 ||
-				c.MaxWorkers != 10 || c.WorkerCPU != 1024 || c.WorkerMemory != 4096 || strings.Join(c.AgentFamilies, ",") != "claude,codex" {
+				c.MaxWorkers != 10 || c.WorkerCPU != 1024 || c.WorkerMemory != 4096 || strings.Join(c.AgentFamilies, ",") != "claude,codex" ||
+				c.QueueIdleHours != 24 {
 				t.Errorf("defaults %+v", c)
 			}
 			if c.QueuePrefix() != "galley-main-" || c.SecretPrefix() != "galley/main/" || c.StackName() != "galley-main" {
@@ -53,6 +54,12 @@ func TestFromContext(t *testing.T) {
 		{name: "domain without certificate", ctx: map[string]any{"domainName": "g.example.com"}, wantErr: "both or neither"},
 		{name: "ssh repository", ctx: map[string]any{"repository": "git@example.com:h.git"}, wantErr: "https://"},
 		{name: "retention", ctx: map[string]any{"logRetentionDays": 31}, wantErr: "logRetentionDays"},
+		{name: "queue idle age", ctx: map[string]any{"queueIdleHours": "48"}, check: func(t *testing.T, c stack.Config) {
+			if c.QueueIdleHours != 48 {
+				t.Errorf("queueIdleHours %d", c.QueueIdleHours)
+			}
+		}},
+		{name: "queue idle age under twice the touch", ctx: map[string]any{"queueIdleHours": 1}, wantErr: "queueIdleHours"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

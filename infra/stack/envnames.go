@@ -21,6 +21,7 @@ const (
 	EnvAgentFamilies  = "GALLEY_AGENT_FAMILIES"   // comma-separated allowed agent families
 	EnvRepository     = "GALLEY_REPOSITORY"       // the house's git repository URL
 	EnvWorkerEndpoint = "GALLEY_WORKER_ENDPOINT"  // the API's base URL, for the harness
+	EnvQueueIdleHours = "GALLEY_QUEUE_IDLE_HOURS" // reconciler: sweep doorbell queues unused this long (default 24)
 
 	// Beyond the list above, for RunTask: the container to override, and
 	// whether to give the task a public IP (the VPC has public subnets

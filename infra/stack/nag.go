@@ -48,11 +48,16 @@ func (g *Galley) addNagSuppressions() {
 	for _, name := range []string{FnEffects, FnReads, FnReconciler} {
 		suppress(g.Roles[name], "AwsSolutions-IAM5", whyTasks, regex(nagClusterTasks))
 	}
-	for _, name := range []string{FnEffects, FnReads, FnReconciler} {
-		suppress(g.Roles[name], "AwsSolutions-IAM5",
-			"ecs:ListTasks names no task (it lists a cluster's tasks by startedBy), so AWS requires Resource *; "+
-				"the statement's ecs:cluster condition keeps it to the worker cluster.", "Resource::*")
+	const whyListTasks = "ecs:ListTasks names no task (it lists a cluster's tasks by startedBy), so AWS requires " +
+		"Resource *; the statement's ecs:cluster condition keeps it to the worker cluster."
+	for _, name := range []string{FnEffects, FnReads} {
+		suppress(g.Roles[name], "AwsSolutions-IAM5", whyListTasks, "Resource::*")
 	}
+	// One finding covers every Resource * statement of a role.
+	suppress(g.Roles[FnReconciler], "AwsSolutions-IAM5", whyListTasks+" sqs:ListQueues (the hourly sweep of idle "+
+		"doorbell queues) supports no resource-level permission either, so AWS requires Resource * too; it only "+
+		"lists queue names, and the sweep's sqs:ListQueueTags and sqs:DeleteQueue stay on this house's queue prefix.",
+		"Resource::*")
 	suppress(g.ExecutionRole, "AwsSolutions-IAM5",
 		"ecr:GetAuthorizationToken supports no resource-level permission (AWS requires Resource *); "+
 			"the image pull itself is scoped to the asset repository.", "Resource::*")

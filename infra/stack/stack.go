@@ -92,7 +92,7 @@ var fnSpecs = map[string]fnSpec{
 	FnReads:      {256, 10, "galley reads: descriptor, inventory, observe, usage"},
 	FnMailbox:    {256, 29, "galley mailbox: deliveries next/acknowledge/await, runs/adopt"},
 	FnWorkerAPI:  {256, 29, "galley worker API for the harness (per-worker tokens)"},
-	FnReconciler: {256, 30, "galley reconciler: ECS task state changes settle workers"},
+	FnReconciler: {256, 30, "galley reconciler: ECS task state changes settle workers; hourly, idle doorbell queues go"},
 }
 
 // Galley is the synthesized deployment, with the constructs tests inspect.
@@ -120,6 +120,7 @@ type Galley struct {
 	ProviderSecrets map[string]awssecretsmanager.Secret
 	TaskStateRule   awsevents.Rule
 	ReconcilerDLQ   awssqs.Queue
+	SweepRule       awsevents.Rule // hourly: the reconciler deletes idle doorbell queues
 	Alarms          map[string]awscloudwatch.Alarm
 	Dashboard       awscloudwatch.Dashboard
 	// Endpoint is the https URL kitchn binds to (a token until deploy).
@@ -165,6 +166,7 @@ func NewGalleyStack(scope constructs.Construct, id string, cfg Config, props *aw
 	g.addFunctions()
 	g.addRoutes()
 	g.addReconcilerRule()
+	g.addSweepRule()
 	g.addAlarms()
 	g.addDashboard()
 	g.addOutputs()
@@ -497,6 +499,9 @@ func (g *Galley) addFunctions() {
 		if name == FnEffects || name == FnWorkerAPI {
 			fenv[EnvWorkerSecretArn] = g.WorkerSecret.SecretArn()
 		}
+		if name == FnReconciler {
+			fenv[EnvQueueIdleHours] = jsii.String(strconv.Itoa(cfg.QueueIdleHours))
+		}
 		fn := awslambda.NewFunction(g.Stack, jsii.String(id), &awslambda.FunctionProps{
 			Description:   jsii.String(spec.desc),
 			Runtime:       awslambda.Runtime_PROVIDED_AL2023(),
@@ -586,10 +591,16 @@ func (g *Galley) grantFunctions() {
 
 	// The reconciler settles workers; a settled worker's report rings the
 	// coordinator's doorbell so a waiting await wakes at once. It also
-	// stops a task that outlives its settled worker (found by startedBy).
+	// stops a task that outlives its settled worker (found by startedBy),
+	// and every hour deletes the doorbell queues nobody listened on for
+	// queueIdleHours (sqsbell's Sweep). ListQueues names no queue, so AWS
+	// requires Resource "*" (it only lists names); reading tags and
+	// deleting stay on this house's queues.
 	reconciler := g.Roles[FnReconciler]
 	g.Table.GrantReadWriteData(reconciler)
 	stmt(reconciler, "RingDoorbells", ring, queues, tls)
+	stmt(reconciler, "ListDoorbellQueues", []string{"sqs:ListQueues"}, []*string{jsii.String("*")}, tls)
+	stmt(reconciler, "SweepIdleDoorbells", []string{"sqs:ListQueueTags", "sqs:DeleteQueue"}, queues, tls)
 	stmt(reconciler, "StopStrayWorkerTasks", []string{"ecs:StopTask"}, tasks, inCluster)
 	listTasks(reconciler)
 }
@@ -644,5 +655,19 @@ func (g *Galley) addReconcilerRule() {
 		DeadLetterQueue: g.ReconcilerDLQ,
 		MaxEventAge:     awscdk.Duration_Hours(jsii.Number(6)),
 		RetryAttempts:   jsii.Number(20),
+	}))
+}
+
+// addSweepRule has the reconciler sweep the idle doorbell queues every hour.
+// A missed tick costs nothing (the next one sweeps), so the target gets no
+// dead-letter queue and an event is not kept past the next tick.
+func (g *Galley) addSweepRule() {
+	g.SweepRule = awsevents.NewRule(g.Stack, jsii.String("DoorbellSweep"), &awsevents.RuleProps{
+		Description: jsii.String(fmt.Sprintf("galley: hourly, the reconciler deletes doorbell queues idle for %d hours", g.Config.QueueIdleHours)),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Hours(jsii.Number(1))),
+	})
+	g.SweepRule.AddTarget(awseventstargets.NewLambdaFunction(g.Functions[FnReconciler], &awseventstargets.LambdaFunctionProps{
+		MaxEventAge:   awscdk.Duration_Hours(jsii.Number(1)),
+		RetryAttempts: jsii.Number(2),
 	}))
 }

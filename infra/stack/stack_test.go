@@ -396,6 +396,10 @@ func TestFunctionEnvironment(t *testing.T) {
 					t.Errorf("%s = %v (set %v), want set %v", c.name, v, ok, c.want)
 				}
 			}
+			// Only the reconciler sweeps doorbell queues.
+			if _, ok := env[stack.EnvQueueIdleHours]; ok != (tt.fn == stack.FnReconciler) {
+				t.Errorf("%s set: %v", stack.EnvQueueIdleHours, ok)
+			}
 			// Only references to secrets, never a resolved value.
 			raw, _ := json.Marshal(env)
 			if strings.Contains(string(raw), "resolve:secretsmanager") {
@@ -431,7 +435,9 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 		{stack.FnReads, join(logs, dynamoRead, secret, []string{"ecs:DescribeTasks", "ecs:ListTasks"})},
 		{stack.FnMailbox, join(logs, dynamoWrite, listen, secret)},
 		{stack.FnWorkerAPI, join(logs, dynamoWrite, listen, ring, secret)},
-		{stack.FnReconciler, join(logs, dynamoWrite, ring, []string{"ecs:StopTask", "ecs:ListTasks"})},
+		// The sweep of idle doorbell queues: exactly these three.
+		{stack.FnReconciler, join(logs, dynamoWrite, ring, []string{"ecs:StopTask", "ecs:ListTasks",
+			"sqs:ListQueues", "sqs:ListQueueTags", "sqs:DeleteQueue"})},
 	}
 	table := s.id(s.g.Table)
 	cluster := getArn(s.id(s.g.Cluster))
@@ -453,10 +459,15 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 				raw, _ := json.Marshal(st.Resources)
 				switch {
 				case slices.Contains(st.Resources, any("*")):
-					// Only ListTasks, which names no resource, and only
-					// within the worker cluster.
-					if !slices.Equal(st.Actions, []string{"ecs:ListTasks"}) || !jsonEq(st.Conditions, map[string]any{"ArnEquals": map[string]any{"ecs:cluster": cluster}}) {
-						t.Errorf("Resource * for %v with %v", st.Actions, st.Conditions)
+					// Only what names no resource: ListTasks within the
+					// worker cluster, and the reconciler's ListQueues (over
+					// TLS) for its sweep.
+					listTasks := slices.Equal(st.Actions, []string{"ecs:ListTasks"}) &&
+						jsonEq(st.Conditions, map[string]any{"ArnEquals": map[string]any{"ecs:cluster": cluster}})
+					listQueues := tt.fn == stack.FnReconciler && slices.Equal(st.Actions, []string{"sqs:ListQueues"}) &&
+						jsonEq(st.Conditions, map[string]any{"Bool": map[string]any{"aws:SecureTransport": "true"}})
+					if len(st.Resources) != 1 || (!listTasks && !listQueues) {
+						t.Errorf("Resource %v for %v with %v", st.Resources, st.Actions, st.Conditions)
 					}
 				case strings.HasPrefix(st.Actions[0], "dynamodb:"):
 					if !jsonEq(st.Resources, []any{getArn(table), map[string]any{"Fn::Join": []any{"", []any{getArn(table), "/index/*"}}}}) {
@@ -673,8 +684,8 @@ func TestEventRuleTargetsReconciler(t *testing.T) {
 	s := deployment(t)
 	rules := s.resources("AWS::Events::Rule")
 	rule := props(rules[s.id(s.g.TaskStateRule)])
-	if len(rules) != 1 {
-		t.Errorf("%d rules, want 1", len(rules))
+	if len(rules) != 2 {
+		t.Errorf("%d rules, want 2 (task state changes, the hourly sweep)", len(rules))
 	}
 	wantPattern := map[string]any{
 		"detail":      map[string]any{"clusterArn": []any{getArn(s.id(s.g.Cluster))}},
@@ -715,6 +726,60 @@ func TestEventRuleTargetsReconciler(t *testing.T) {
 			}})},
 		})
 	})
+}
+
+// The hourly schedule reaches the reconciler, which sweeps the idle
+// doorbell queues; only the reconciler may delete them, and only this
+// house's.
+func TestSweepScheduleTargetsReconciler(t *testing.T) {
+	s := deployment(t)
+	rule := props(s.resources("AWS::Events::Rule")[s.id(s.g.SweepRule)])
+	if rule["ScheduleExpression"] != "rate(1 hour)" || rule["State"] != "ENABLED" {
+		t.Errorf("schedule %v state %v, want rate(1 hour) ENABLED", rule["ScheduleExpression"], rule["State"])
+	}
+	if _, ok := rule["EventPattern"]; ok {
+		t.Errorf("the sweep rule matches events too: %v", rule["EventPattern"])
+	}
+	targets := list(rule["Targets"])
+	if len(targets) != 1 {
+		t.Fatalf("%d targets, want the reconciler only", len(targets))
+	}
+	reconciler := getArn(s.id(s.g.Functions[stack.FnReconciler]))
+	if target := targets[0].(map[string]any); !jsonEq(target["Arn"], reconciler) {
+		t.Errorf("target %v, want the reconciler", target["Arn"])
+	} else if _, ok := target["Input"]; ok {
+		t.Errorf("target input %v: the reconciler recognises the Scheduled Event itself", target["Input"])
+	}
+	check(t, "the schedule may invoke the reconciler", func() {
+		s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), map[string]any{
+			"Action":       "lambda:InvokeFunction",
+			"FunctionName": reconciler,
+			"Principal":    "events.amazonaws.com",
+			"SourceArn":    getArn(s.id(s.g.SweepRule)),
+		})
+	})
+	env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[stack.FnReconciler])])["Environment"].(map[string]any)["Variables"].(map[string]any)
+	if env[stack.EnvQueueIdleHours] != "24" {
+		t.Errorf("%s = %v, want 24", stack.EnvQueueIdleHours, env[stack.EnvQueueIdleHours])
+	}
+
+	queues := map[string]any{"Fn::Join": []any{"", []any{"arn:", ref("AWS::Partition"), ":sqs:", ref("AWS::Region"), ":",
+		ref("AWS::AccountId"), ":galley-kitchen_1-*"}}}
+	for _, fn := range stack.FunctionNames {
+		sts := s.statements(s.id(s.g.Roles[fn]))
+		for _, action := range []string{"sqs:ListQueues", "sqs:ListQueueTags", "sqs:DeleteQueue"} {
+			want := fn == stack.FnReconciler
+			if got := allows(sts, action, queues); got != want {
+				t.Errorf("%s may %s on the house's queues: %v, want %v", fn, action, got, want)
+			}
+		}
+		// Only ListQueues, which names no queue, on every queue.
+		for _, action := range []string{"sqs:ListQueueTags", "sqs:DeleteQueue", "sqs:DeleteMessage", "sqs:SendMessage"} {
+			if allows(sts, action, "arn:aws:sqs:us-east-1:111111111111:another-queue") {
+				t.Errorf("%s may %s on any queue", fn, action)
+			}
+		}
+	}
 }
 
 func TestApiStageLogsAndThrottles(t *testing.T) {
