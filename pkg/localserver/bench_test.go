@@ -86,6 +86,10 @@ func (bn *bench) call(b *testing.B, method, path, body string) []byte {
 	return out
 }
 
+// runID makes keys unique across -count runs, which reuse one server:
+// a repeated key would measure the replay of a stored receipt instead.
+var runID atomic.Int64
+
 func envelope(key, effect string) string {
 	return fmt.Sprintf(`{"run":"run-b","request":{"house":"bench","backend":"galley","credential":"galley-token","task":"t","attempt":1,"key":%q,"effect":{"executor":"worker","effect":%s}}}`, key, effect)
 }
@@ -157,13 +161,20 @@ func BenchmarkRoute(b *testing.B) {
 		})
 	})
 	b.Run("message", func(b *testing.B) {
+		run := runID.Add(1)
 		timed(b, func(i int) {
-			bn.call(b, "POST", "/v1/effects", envelope(fmt.Sprintf("k-msg-%d", i),
+			bn.call(b, "POST", "/v1/effects", envelope(fmt.Sprintf("k-msg-%d-%d", run, i),
 				`{"type":"message-worker","worker":{"kind":"worker","backend":"galley","handle":"`+worker+`"},"body":"hi"}`))
 		})
 	})
 	b.Run("launch", func(b *testing.B) {
-		timed(b, func(i int) { bn.call(b, "POST", "/v1/effects", envelope(fmt.Sprintf("k-launch-%d", i), launchEffect)) })
+		run := runID.Add(1)
+		timed(b, func(i int) {
+			bn.call(b, "POST", "/v1/effects", envelope(fmt.Sprintf("k-launch-%d-%d", run, i), launchEffect))
+		})
+	})
+	b.Run("launch-replay", func(b *testing.B) {
+		timed(b, func(int) { bn.call(b, "POST", "/v1/effects", envelope("k-seed", launchEffect)) })
 	})
 }
 
