@@ -100,6 +100,10 @@ func (c *Client) Do(ctx context.Context, client string, route Route, body []byte
 	}
 	rc := c.rec.Begin(client, route, body)
 	status, answer, err := c.roundTrip(ctx, method, path, body, key, extra)
+	var oe *net.OpError
+	if err != nil && errors.As(err, &oe) && oe.Op == "dial" {
+		return rc.EndUnsent(err), err
+	}
 	return rc.End(status, answer, err), err
 }
 

@@ -92,6 +92,7 @@ type Recorder struct {
 	start time.Time
 	mu    sync.Mutex
 	ops   []Op
+	cuts  []int64
 }
 
 // NewRecorder starts a history now.
@@ -125,6 +126,17 @@ func (c *Call) SetRun(run string) *Call { c.op.Run = run; return c }
 // request.
 func (c *Call) SetArrived(at int64) *Call { c.op.Arrived = at; return c }
 
+// EndUnsent records a call that never reached the server (its connection
+// was refused): it had no answer and, known at once, no effect.
+func (c *Call) EndUnsent(err error) Op {
+	op := c.End(0, nil, err)
+	op.Return = c.r.Now()
+	c.r.mu.Lock()
+	c.r.ops[op.ID].Return = op.Return
+	c.r.mu.Unlock()
+	return op
+}
+
 // End records the answer: status 0 and err for none.
 func (c *Call) End(status int, answer []byte, err error) Op {
 	c.op.Return = c.r.Now()
@@ -148,11 +160,33 @@ func (r *Recorder) Add(op Op) Op {
 	return op
 }
 
-// Ops returns a copy of the history so far, in order of recording.
+// Cut records that the server stopped now (a fault run killed it): a call
+// still without an answer took effect, if at all, before now.
+func (r *Recorder) Cut() {
+	now := r.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cuts = append(r.cuts, now)
+}
+
+// Ops returns a copy of the history so far, in order of recording. A call
+// without an answer that was under way at a Cut returns at that cut.
 func (r *Recorder) Ops() []Op {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.ops)
+	ops := slices.Clone(r.ops)
+	for i := range ops {
+		if ops[i].Return != Pending {
+			continue
+		}
+		for _, c := range r.cuts {
+			if c >= ops[i].Call {
+				ops[i].Return = c
+				break
+			}
+		}
+	}
+	return ops
 }
 
 // Len is how many ops were recorded.

@@ -295,6 +295,17 @@ func TestRecorderAndLoopback(t *testing.T) {
 	if lost.Return != Pending || lost.Answered() {
 		t.Fatalf("an op without an answer must be pending: %+v", lost)
 	}
+	// A call under way when the server stopped takes effect, if at all,
+	// before the cut.
+	inflight := rec.Begin("c1", Next, []byte(mailBody("r", "c1")))
+	rec.Cut()
+	inflight.End(0, nil, fmt.Errorf("connection reset"))
+	if ops := rec.Ops(); ops[len(ops)-1].Return == Pending || ops[len(ops)-1].Return < ops[len(ops)-1].Call {
+		t.Fatalf("an op under way at a cut = %+v", ops[len(ops)-1])
+	}
+	if unsent := rec.Begin("c1", Next, nil).EndUnsent(fmt.Errorf("refused")); unsent.Return == Pending {
+		t.Fatalf("an unsent op must return at once: %+v", unsent)
+	}
 	for ep, ok := range map[string]bool{
 		"http://127.0.0.1:8080": true, "http://localhost:1": true, "http://[::1]:80/x": true,
 		"https://127.0.0.1:8080": false, "http://example.com": false, "http://10.0.0.1:80": false,

@@ -104,9 +104,8 @@ func (c *caller) apply(ctx context.Context, client string, call protocol.EffectC
 	body := mustJSON(call)
 	key := call.Request.Key
 	deadline := time.Now().Add(patience)
-	send := true
 	for pause := 20 * time.Millisecond; ; pause = min(pause*2, time.Second) {
-		if send {
+		{
 			op, err := c.do(ctx, client, history.Effect, body, key, 0)
 			if err == nil && op.Status == http.StatusOK {
 				var a effectAnswer
@@ -126,18 +125,15 @@ func (c *caller) apply(ctx context.Context, client string, call protocol.EffectC
 			return outcome{}, fmt.Errorf("effect %s: no outcome within %v", key, patience)
 		}
 		sleep(ctx, pause+time.Duration(rand.Int64N(int64(pause))))
+		// Reconcile before resending. Unknown (a copy in flight, perhaps one
+		// whose holder died) and absent both lead to a resend: it answers
+		// in flight again, or takes the claim over once its lease expired,
+		// or applies as a copy sent after the promise.
 		op, err := c.do(ctx, client, history.Lookup, body, "", 0)
-		send = true
 		if err == nil && op.Status == http.StatusOK {
 			var a effectAnswer
-			if json.Unmarshal(op.Answer, &a) == nil {
-				switch a.Status {
-				case protocol.StatusApplied:
-					return outcome{applied: true, receipt: a.Receipt}, nil
-				case protocol.StatusUnknown:
-					// In flight elsewhere: look again before resending.
-					send = false
-				}
+			if json.Unmarshal(op.Answer, &a) == nil && a.Status == protocol.StatusApplied {
+				return outcome{applied: true, receipt: a.Receipt}, nil
 			}
 		}
 	}

@@ -155,6 +155,11 @@ type Mixed struct {
 	Wake, Chain Latency
 	Launches    int
 	Errors      []string
+	// Notes are what a tolerant (fault) run let pass: calls without an
+	// outcome while the server was down.
+	Notes []string
+	// CheckTime is how long the invariant checks took.
+	CheckTime time.Duration
 }
 
 type sample struct {
@@ -172,6 +177,7 @@ type mixed struct {
 	wakes []sample
 	chain []time.Duration
 	errs  []string
+	notes []string
 	ws    []*worker
 }
 
@@ -179,6 +185,18 @@ func (m *mixed) fail(format string, args ...any) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.errs = append(m.errs, fmt.Sprintf(format, args...))
+}
+
+// tolerate notes what a fault run expects to go wrong, and fails any
+// other run with it.
+func (m *mixed) tolerate(format string, args ...any) {
+	if !m.cfg.Tolerant {
+		m.fail(format, args...)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.notes = append(m.notes, fmt.Sprintf(format, args...))
 }
 
 func (m *mixed) stopped() bool {
@@ -263,10 +281,12 @@ func RunMixed(ctx context.Context, cfg MixedConfig) (*Mixed, error) {
 		ops = append(ops, p)
 	}
 	res.Ops = ops
+	checkStart := time.Now()
 	res.Report = history.Check(ops, history.Options{Linearizability: true, LinearizeTimeout: 60 * time.Second})
+	res.CheckTime = time.Since(checkStart)
 	res.Routes = routeStats(ops, cfg.Recorder, res.Start, res.MainEnd)
 	res.Wake, res.Chain = m.wakeUp(), latencyOf(m.chain)
-	res.Errors = m.errs
+	res.Errors, res.Notes = m.errs, m.notes
 	for _, w := range m.ws {
 		if w.handle != "" {
 			res.Launches++
@@ -338,9 +358,7 @@ func (co *coordinator) loop(ctx context.Context) {
 	co.by = map[string]*worker{}
 	m := co.m
 	if _, a, ok := m.c.mailbox(ctx, history.Adopt, protocol.MailboxCall{Run: co.run, Coordinator: co.name}); !ok || a.Status != "adopted" {
-		if !m.cfg.Tolerant {
-			m.fail("%s: first adoption answered %+v", co.run, a)
-		}
+		m.tolerate("%s: first adoption answered %+v", co.run, a)
 	}
 	for !m.stopped() && ctx.Err() == nil && !co.dead {
 		co.iter++
@@ -390,9 +408,7 @@ func (co *coordinator) topUp(ctx context.Context) {
 	out, err := m.c.apply(ctx, co.name, call, co.patience())
 	switch {
 	case err != nil:
-		if !m.cfg.Tolerant {
-			m.fail("launch %s: %v", w.key, err)
-		}
+		m.tolerate("launch %s: %v", w.key, err)
 		w.settled = true // unknown: not ours to wait for
 		return
 	case !out.applied:
@@ -578,10 +594,12 @@ func (co *coordinator) cancel(ctx context.Context, w *worker) {
 	m := co.m
 	call := m.c.effect(co.run, "load-task", co.key("cancel"), protocol.WorkerEffect{Type: protocol.OpCancel, Worker: ptr(m.c.worker(w.handle))})
 	out, err := m.c.apply(ctx, co.name, call, co.patience())
-	if err != nil || !out.applied {
-		if !m.cfg.Tolerant || (err == nil && !out.applied) {
-			m.fail("cancel %s: %v %s", w.handle, err, out.reason)
-		}
+	switch {
+	case err != nil:
+		m.tolerate("cancel %s: %v", w.handle, err)
+		return
+	case !out.applied:
+		m.fail("cancel %s: not applied (%s)", w.handle, out.reason)
 		return
 	}
 	co.applied = append(co.applied, call)
