@@ -51,6 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		clients   = fs.Int("clients", 8, "concurrent writers (writes)")
 		rounds    = fs.Int("rounds", 3, "alternating bare/galley rounds (reads)")
 		newConn   = fs.Bool("new-conn", false, "a new connection per call, as kitchn's client does (reads)")
+		serverPID = fs.Int("server-pid", 0, "the galley process, to report its CPU per phase (reads)")
 		data      = fs.String("data", "", "the server's data directory on this machine: harness logs time each question (await wake-up)")
 		probeDir  = fs.String("probe-dir", "", "directory for the store probe's file (writes; default the system temporary directory)")
 		settle    = fs.Duration("settle", 90*time.Second, "bound of the end phase that settles workers and drains mailboxes (mixed)")
@@ -113,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		result = res
 	case "reads":
 		res, err := drive.RunReads(ctx, drive.ReadsConfig{Target: target, Clients: *readers, Duration: *duration,
-			Rounds: *rounds, NewConn: *newConn, Log: log})
+			Rounds: *rounds, NewConn: *newConn, ServerPID: *serverPID, Log: log})
 		if err != nil {
 			fmt.Fprintf(stderr, "load: %v\n", err)
 			return 1
@@ -197,6 +198,7 @@ func printMixed(w io.Writer, r *drive.Mixed) {
 		fmt.Fprintln(w, "  (no --data: the harness logs that time questions were not read)")
 	}
 	fmt.Fprintf(w, "message -> next question through a worker (upper bound of the wake-up): %s\n", r.Chain)
+	fmt.Fprintf(w, "launch answered -> agent started (harness log): %s\n", r.StartUp)
 	fmt.Fprintf(w, "invariants: %s", r.Report)
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "ERROR %s\n", e)
@@ -211,7 +213,7 @@ func printReads(w io.Writer, r *drive.Reads) {
 	}
 	fmt.Fprintf(w, "reads: %d clients, connections %s, %d rounds over %s; inventory of %d rows\n", c.Clients, conn, c.Rounds, c.Duration, r.InventoryRows)
 	for _, p := range r.Phases {
-		fmt.Fprintf(w, "  round %d %-6s %9.0f calls/s  %s  errors %d\n", p.Round, p.Server, p.PerSec, p.Latency, p.Errors)
+		fmt.Fprintf(w, "  round %d %-6s %9.0f calls/s  %s  errors %d  cores: load %.2f galley %.2f\n", p.Round, p.Server, p.PerSec, p.Latency, p.Errors, p.ClientCores, p.ServerCores)
 	}
 	fmt.Fprintf(w, "galley %0.f calls/s, bare %0.f calls/s (medians over rounds); ratio per round %v, median %.2f\n",
 		r.GalleyPerSec, r.BarePerSec, fmtRatios(r.Ratios), r.MedianRatio)

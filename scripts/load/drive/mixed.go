@@ -91,6 +91,7 @@ type worker struct {
 	worktree               string
 	launchOp               int64 // the launch's first call, recorder clock
 	launched               time.Time
+	answered               time.Time // the launch's applied answer
 	settled                bool
 	outcome                string
 	cancelled, released    bool
@@ -153,8 +154,10 @@ type Mixed struct {
 	// await, through the real harness and agent (an upper bound of the
 	// wake-up).
 	Wake, Chain Latency
-	Launches    int
-	Errors      []string
+	// StartUp is launch answered → the harness logged its agent started.
+	StartUp  Latency
+	Launches int
+	Errors   []string
 	// Notes are what a tolerant (fault) run let pass: calls without an
 	// outcome while the server was down.
 	Notes []string
@@ -285,7 +288,7 @@ func RunMixed(ctx context.Context, cfg MixedConfig) (*Mixed, error) {
 	res.Report = history.Check(ops, history.Options{Linearizability: true, LinearizeTimeout: 60 * time.Second})
 	res.CheckTime = time.Since(checkStart)
 	res.Routes = routeStats(ops, cfg.Recorder, res.Start, res.MainEnd)
-	res.Wake, res.Chain = m.wakeUp(), latencyOf(m.chain)
+	res.Wake, res.Chain, res.StartUp = m.wakeUp(), latencyOf(m.chain), m.startUp()
 	res.Errors, res.Notes = m.errs, m.notes
 	for _, w := range m.ws {
 		if w.handle != "" {
@@ -416,6 +419,7 @@ func (co *coordinator) topUp(ctx context.Context) {
 		w.settled = true
 		return
 	}
+	w.answered = time.Now()
 	co.applied = append(co.applied, call)
 	for _, r := range out.receipt.Created {
 		switch r.Kind {

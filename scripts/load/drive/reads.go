@@ -9,8 +9,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/galley-run/galley/pkg/history"
@@ -29,7 +33,10 @@ type ReadsConfig struct {
 	// NewConn opens a connection per call, as kitchn's client does;
 	// otherwise connections are kept alive.
 	NewConn bool
-	Log     io.Writer `json:"-"`
+	// ServerPID, when set, is the galley process on this machine, whose
+	// CPU time each phase reports.
+	ServerPID int
+	Log       io.Writer `json:"-"`
 }
 
 // ReadPhase is one server's figures in one round.
@@ -40,6 +47,10 @@ type ReadPhase struct {
 	Errors int
 	PerSec float64
 	Latency
+	// ClientCores and ServerCores are the CPU the load generator (with
+	// the bare server, in its phases) and the galley process used, in
+	// cores.
+	ClientCores, ServerCores float64
 }
 
 // Reads is the result of a read-throughput run.
@@ -125,10 +136,13 @@ func RunReads(ctx context.Context, cfg ReadsConfig) (*Reads, error) {
 	var galleyRates, bareRates []float64
 	for r := range cfg.Rounds {
 		for _, srv := range []struct{ name, base string }{{"bare", "http://" + bare.Addr().String()}, {"galley", cfg.Endpoint}} {
+			c0, s0, t0 := selfCPU(), procCPU(cfg.ServerPID), time.Now()
 			p, lat, per := hammer(ctx, hc, srv.base, cfg.Token, calls, cfg.Clients, phase)
+			secs := time.Since(t0).Seconds()
+			p.ClientCores, p.ServerCores = (selfCPU()-c0)/secs, (procCPU(cfg.ServerPID)-s0)/secs
 			p.Server, p.Round = srv.name, r
 			res.Phases = append(res.Phases, p)
-			fmt.Fprintf(cfg.Log, "round %d %-6s %8.0f calls/s %s errors=%d\n", r, srv.name, p.PerSec, p.Latency, p.Errors)
+			fmt.Fprintf(cfg.Log, "round %d %-6s %8.0f calls/s %s errors=%d cores client %.2f server %.2f\n", r, srv.name, p.PerSec, p.Latency, p.Errors, p.ClientCores, p.ServerCores)
 			if srv.name == "galley" {
 				galleyAll = append(galleyAll, lat...)
 				galleyRates = append(galleyRates, p.PerSec)
@@ -313,3 +327,38 @@ func startBare(token string, answers map[string][]byte) (net.Listener, error) {
 	go func() { _ = srv.Serve(ln) }()
 	return ln, nil
 }
+
+// selfCPU is this process's CPU time in seconds.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// procCPU is another process's CPU time in seconds, from /proc (0 when
+// unknown).
+func procCPU(pid int) float64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / clockTicks
+}
+
+// clockTicks is USER_HZ, 100 on every Linux this runs on.
+const clockTicks = 100

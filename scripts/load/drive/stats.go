@@ -145,6 +145,48 @@ func (m *mixed) wakeUp() Latency {
 	return latencyOf(ds)
 }
 
+// startUp is launch answered → the harness logged its agent started, for
+// every launched worker whose harness log says so: process start-up, the
+// worker API's self call, the workspace and the agent's own start.
+func (m *mixed) startUp() Latency {
+	if m.cfg.Data == "" {
+		return Latency{}
+	}
+	var ds []time.Duration
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, w := range m.ws {
+		if w.handle == "" || w.answered.IsZero() {
+			continue
+		}
+		at, ok := agentStarted(filepath.Join(m.cfg.Data, "workers", w.handle, "harness.log"))
+		if ok {
+			ds = append(ds, at.Sub(w.answered))
+		}
+	}
+	return latencyOf(ds)
+}
+
+func agentStarted(path string) (time.Time, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return time.Time{}, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "agent started" {
+			return line.Time, true
+		}
+	}
+	return time.Time{}, false
+}
+
 // questionTimes reads a harness log (JSON lines) for the questions it
 // posted.
 func questionTimes(path string) map[string]time.Time {
