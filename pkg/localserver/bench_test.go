@@ -18,7 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
 	"github.com/galley-run/galley/pkg/localserver"
+	"github.com/galley-run/galley/pkg/store/dynamostore"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
 
@@ -33,17 +35,47 @@ type bench struct {
 	client *http.Client
 }
 
-func newBench(b *testing.B) *bench {
+// backend names the store and doorbell a benchmark runs on.
+type backend string
+
+const (
+	embedded  backend = "bolt"         // bbolt and the in-process doorbell
+	awsStores backend = "dynamodb-sqs" // DynamoDB Local and fauxqs
+)
+
+// backends are those this run can measure: the AWS stand-ins only when
+// their endpoints are set (make bench starts them).
+func backends() []backend {
+	if os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" && os.Getenv("AWS_ENDPOINT_URL_SQS") != "" {
+		return []backend{embedded, awsStores}
+	}
+	return []backend{embedded}
+}
+
+func newBench(b *testing.B, be ...backend) *bench {
 	b.Helper()
 	data := b.TempDir()
+	opts := localserver.Options{}
+	if len(be) > 0 && be[0] == awsStores {
+		ctx := context.Background()
+		suffix := fmt.Sprintf("bench-%d-%d", os.Getpid(), runID.Add(1))
+		st, err := dynamostore.Open(ctx, "galley-"+suffix)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bell, err := sqsbell.Open(ctx, "galley-"+suffix)
+		if err != nil {
+			b.Fatal(err)
+		}
+		opts.Store, opts.Doorbell = st, bell
+	}
 	truePath, err := execPath("true")
 	if err != nil {
 		b.Skip("no true binary")
 	}
-	srv, err := localserver.Start(context.Background(), localserver.Options{
-		Listen: "127.0.0.1:0", House: "bench", Data: data, WorkerBin: truePath,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	opts.Listen, opts.House, opts.Data, opts.WorkerBin = "127.0.0.1:0", "bench", data, truePath
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := localserver.Start(context.Background(), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -121,7 +153,12 @@ func timed(b *testing.B, f func(i int)) {
 }
 
 func BenchmarkRoute(b *testing.B) {
-	bn := newBench(b)
+	for _, be := range backends() {
+		b.Run(string(be), func(b *testing.B) { benchRoutes(b, newBench(b, be)) })
+	}
+}
+
+func benchRoutes(b *testing.B, bn *bench) {
 	out := bn.call(b, "POST", "/v1/effects", envelope("k-seed", launchEffect))
 	var ans struct {
 		Receipt struct{ Created []struct{ Handle string } }
@@ -259,7 +296,12 @@ func BenchmarkReadThroughput(b *testing.B) {
 // BenchmarkAwaitWake measures the time from a worker posting a question to
 // a waiting deliveries/await returning it, over loopback HTTP.
 func BenchmarkAwaitWake(b *testing.B) {
-	bn := newBench(b)
+	for _, be := range backends() {
+		b.Run(string(be), func(b *testing.B) { benchAwaitWake(b, newBench(b, be)) })
+	}
+}
+
+func benchAwaitWake(b *testing.B, bn *bench) {
 	out := bn.call(b, "POST", "/v1/effects", envelope("k-seed", launchEffect))
 	var ans struct {
 		Receipt struct{ Created []struct{ Handle string } }
