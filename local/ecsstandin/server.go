@@ -11,8 +11,10 @@
 // process tree started by the stand-in's entrypoint (Entrypoint), which
 // plays the container's init: it gives the command exactly the container's
 // environment (the task definition's plus the overrides), roots
-// GALLEY_WORKSPACE in the task's own storage folder, and records the exit
-// code. Tasks live in memory: a stand-in that restarts stops the tasks of
+// GALLEY_WORKSPACE in the task's own storage folder (unless it lies in a
+// shared volume, WithVolume: the EFS of docs/runtime-ecs.md), and records
+// the exit code. The command is the harness, the image's entrypoint, with
+// an override's command as its arguments. Tasks live in memory: a stand-in that restarts stops the tasks of
 // the one before.
 package ecsstandin
 
@@ -60,6 +62,7 @@ type Server struct {
 	region     string
 	account    string
 	taskEnv    map[string]string
+	volumes    []string // host folders every task sees at the same path
 	grace      time.Duration
 	log        *slog.Logger
 	sink       Sink
@@ -128,6 +131,12 @@ func WithTaskEnv(name, value string) Option {
 	}
 }
 
+// WithVolume shares the host folder dir with every task at the same path,
+// as an EFS file system mounted in every container: a GALLEY_WORKSPACE
+// inside it is used as is (it outlives the task), not rooted in the task's
+// own storage.
+func WithVolume(dir string) Option { return func(s *Server) { s.volumes = append(s.volumes, dir) } }
+
 // WithRegion and WithAccount set what the ARNs name.
 func WithRegion(region string) Option   { return func(s *Server) { s.region = region } }
 func WithAccount(account string) Option { return func(s *Server) { s.account = account } }
@@ -171,6 +180,12 @@ func New(opts ...Option) (*Server, error) {
 	}
 	if s.harness, err = filepath.Abs(s.harness); err != nil {
 		return nil, err
+	}
+	for i, v := range s.volumes {
+		if !filepath.IsAbs(v) {
+			return nil, fmt.Errorf("ecsstandin: volume %q is not an absolute path", v)
+		}
+		s.volumes[i] = filepath.Clean(v)
 	}
 	if err := os.MkdirAll(filepath.Join(s.dir, "tasks"), 0o700); err != nil {
 		return nil, err

@@ -652,3 +652,55 @@ func TestRestartStopsEarlierTasks(t *testing.T) {
 		t.Errorf("the new stand-in shows %d tasks", n)
 	}
 }
+
+// An override's command reaches the harness (the image's entrypoint) as its
+// arguments, and a workspace on a shared volume is used as is, so it
+// outlives the task.
+func TestCommandOverrideAndVolume(t *testing.T) {
+	vol := t.TempDir()
+	h := newHarness(t, WithVolume(vol))
+	ws := filepath.Join(vol, "wt-shared")
+	body := runBody("tok-cmd", "galley-cmd", "exit")
+	co := body["overrides"].(map[string]any)["containerOverrides"].([]any)[0].(map[string]any)
+	co["command"] = []string{"remove-workspace", "/mnt/workspaces/wt-1"}
+	co["environment"] = []any{
+		map[string]string{"name": "GALLEY_BRANCH", "value": "galley/test/exit"},
+		map[string]string{"name": "GALLEY_WORKSPACE", "value": ws},
+	}
+	status, out := h.call(t, OpRunTask, body)
+	tasks, _ := out["tasks"].([]any)
+	if status != 200 || len(tasks) != 1 {
+		t.Fatalf("RunTask = %d %v", status, out)
+	}
+	arn := tasks[0].(map[string]any)["taskArn"].(string)
+	ti := h.await(t, arn, statusStopped)
+	if ti.Workspace != ws {
+		t.Errorf("workspace = %q, want the volume's %q", ti.Workspace, ws)
+	}
+	if !slices.Equal(ti.Command, []string{"remove-workspace", "/mnt/workspaces/wt-1"}) {
+		t.Errorf("task command = %q", ti.Command)
+	}
+	matches, _ := filepath.Glob(filepath.Join(ws, "args-*.json"))
+	if len(matches) != 1 {
+		t.Fatalf("the harness left %d argument records in the volume, want 1", len(matches))
+	}
+	b, _ := os.ReadFile(matches[0])
+	var args []string
+	if err := json.Unmarshal(b, &args); err != nil || !slices.Equal(args, []string{"remove-workspace", "/mnt/workspaces/wt-1"}) {
+		t.Errorf("the harness got arguments %s (%v)", b, err)
+	}
+
+	// Without an override the harness gets no arguments.
+	arn = h.run(t, "tok-plain", "galley-plain", "exit")
+	ti = h.await(t, arn, statusStopped)
+	if len(ti.Command) != 0 {
+		t.Errorf("task command = %q, want none", ti.Command)
+	}
+	matches, _ = filepath.Glob(filepath.Join(ti.Workspace, "args-*.json"))
+	if len(matches) != 1 {
+		t.Fatalf("%d argument records, want 1", len(matches))
+	}
+	if b, _ := os.ReadFile(matches[0]); string(b) != "[]" {
+		t.Errorf("the harness got arguments %s, want none", b)
+	}
+}

@@ -37,6 +37,7 @@ type task struct {
 	overrides                               taskOverride
 	tags                                    []tag
 	env                                     map[string]string // the container's whole environment
+	command                                 []string          // the override's command: the entrypoint's arguments
 
 	lastStatus, desiredStatus string
 	stopCode, stoppedReason   string
@@ -64,6 +65,7 @@ type TaskInfo struct {
 	StopCode, StoppedReason         string
 	Version                         int64
 	Env                             map[string]string // the container's environment, as given to the command
+	Command                         []string          // the override's command (the entrypoint's arguments), if any
 	Tags                            map[string]string
 	Root                            string // the task's storage on the host
 	Workspace                       string // the host folder GALLEY_WORKSPACE names, if set
@@ -80,7 +82,7 @@ func (s *Server) Tasks() []TaskInfo {
 		ti := TaskInfo{
 			ARN: t.arn, ID: t.id, StartedBy: t.startedBy, ClientToken: t.clientToken,
 			LastStatus: t.lastStatus, DesiredStatus: t.desiredStatus, StopCode: t.stopCode,
-			StoppedReason: t.stoppedReason, Version: t.version, Env: maps.Clone(t.env),
+			StoppedReason: t.stoppedReason, Version: t.version, Env: maps.Clone(t.env), Command: slices.Clone(t.command),
 			Tags: map[string]string{}, Root: t.root, Workspace: t.workspace, Launched: t.launched,
 		}
 		for _, tg := range t.tags {
@@ -286,11 +288,19 @@ func (s *Server) runTask(in runTaskInput, body []byte) (any, *apiError) {
 			for _, kv := range co.Environment {
 				t.env[kv.Name] = kv.Value
 			}
+			if co.Command != nil {
+				t.command = slices.Clone(co.Command)
+			}
 		}
 	}
 	if ws := t.env["GALLEY_WORKSPACE"]; ws != "" {
-		// The container's paths live in the task's own storage.
-		t.workspace = filepath.Join(t.root, filepath.Clean("/"+ws))
+		if s.onVolume(ws) {
+			// A shared volume is mounted at the same path in every task.
+			t.workspace = filepath.Clean(ws)
+		} else {
+			// The container's paths live in the task's own storage.
+			t.workspace = filepath.Join(t.root, filepath.Clean("/"+ws))
+		}
 	}
 	s.tasks[id] = t
 	s.order = append(s.order, t)
@@ -301,6 +311,17 @@ func (s *Server) runTask(in runTaskInput, body []byte) (any, *apiError) {
 	s.launches.Add(1)
 	go s.launch(t)
 	return map[string]any{"tasks": []wireTask{s.render(t, false, false)}, "failures": []failure{}}, nil
+}
+
+// onVolume reports whether the container path p lies in a shared volume.
+func (s *Server) onVolume(p string) bool {
+	p = filepath.Clean(p)
+	for _, v := range s.volumes {
+		if p == v || strings.HasPrefix(p, v+string(filepath.Separator)) {
+			return true
+		}
+	}
+	return false
 }
 
 // launch starts t's process, unless t was stopped first.
@@ -345,7 +366,10 @@ func (s *Server) start(t *task, env map[string]string) error {
 			return err
 		}
 	}
-	l := launch{Standin: launchVersion, Command: []string{s.harness}, Dir: t.root, ExitFile: t.exitFile, ReadyFile: t.readyFile}
+	// The harness is the image's entrypoint; an override's command is its
+	// arguments, as Docker appends CMD to ENTRYPOINT.
+	cmd := append([]string{s.harness}, t.command...)
+	l := launch{Standin: launchVersion, Command: cmd, Dir: t.root, ExitFile: t.exitFile, ReadyFile: t.readyFile}
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		l.Env = append(l.Env, k+"="+env[k])
 	}

@@ -2,10 +2,13 @@ package ecsrt
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"maps"
 	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -71,6 +74,13 @@ type Config struct {
 	Endpoint   string // the worker API's base URL, for the harness (required)
 	Repository string // the house's repository URL (required); no credentials in it
 	House      string // the galley:house tag
+
+	// WorkspaceRoot, when set, is the mount point inside the container of
+	// the file system (EFS) that workspaces live on: every worker's
+	// workspace must lie under it, and RemoveWorkspace deletes one with a
+	// cleanup task. Empty: workspaces live in each task's ephemeral storage
+	// and go with it.
+	WorkspaceRoot string
 }
 
 // Defaults of the options.
@@ -141,7 +151,10 @@ func New(client ECSAPI, cfg Config, opts ...Option) (*Runtime, error) {
 		return nil, galleyerr.E(op, galleyerr.Invalid, "RunTask needs at least one attempt and a non-negative backoff")
 	case r.log == nil:
 		return nil, galleyerr.E(op, galleyerr.Invalid, "nil logger")
+	case cfg.WorkspaceRoot != "" && (!path.IsAbs(cfg.WorkspaceRoot) || path.Clean(cfg.WorkspaceRoot) == "/"):
+		return nil, galleyerr.E(op, galleyerr.Invalid, "the workspace root must be an absolute path below /")
 	}
+	r.cfg.WorkspaceRoot = cleanRoot(cfg.WorkspaceRoot)
 	return r, nil
 }
 
@@ -173,6 +186,13 @@ func (r *Runtime) Start(ctx context.Context, spec service.WorkerSpec) error {
 		return galleyerr.E(op, galleyerr.Invalid, "no worker handle")
 	case spec.Token == "":
 		return galleyerr.E(op, galleyerr.Invalid, "no worker token")
+	}
+	if r.cfg.WorkspaceRoot != "" {
+		// A workspace elsewhere would be in the task's ephemeral storage,
+		// lost with the task while its worktree record says it exists.
+		if err := r.checkWorkspace(spec.WorkspacePath); err != nil {
+			return galleyerr.E(op, err)
+		}
 	}
 	if _, ok := r.memoGet(spec.Handle); ok {
 		return nil
@@ -211,6 +231,20 @@ func (r *Runtime) runTaskInput(spec service.WorkerSpec) *ecs.RunTaskInput {
 			env = append(env, types.KeyValuePair{Name: aws.String(k), Value: aws.String(vars[k])})
 		}
 	}
+	in := r.baseInput()
+	in.ClientToken = aws.String(ClientToken(idem))
+	in.StartedBy = aws.String(StartedBy(spec.Handle))
+	in.Overrides = &types.TaskOverride{ContainerOverrides: []types.ContainerOverride{{
+		Name:        aws.String(r.cfg.Container),
+		Environment: env,
+	}}}
+	in.Tags = r.tags(spec)
+	return in
+}
+
+// baseInput is what every RunTask of this runtime shares: cluster, task
+// definition, network and capacity.
+func (r *Runtime) baseInput() *ecs.RunTaskInput {
 	assign := types.AssignPublicIpDisabled
 	if r.cfg.AssignPublicIP {
 		assign = types.AssignPublicIpEnabled
@@ -219,19 +253,12 @@ func (r *Runtime) runTaskInput(spec service.WorkerSpec) *ecs.RunTaskInput {
 		Cluster:              aws.String(r.cfg.Cluster),
 		TaskDefinition:       aws.String(r.cfg.TaskDefinition),
 		Count:                aws.Int32(1),
-		ClientToken:          aws.String(ClientToken(idem)),
-		StartedBy:            aws.String(StartedBy(spec.Handle)),
 		EnableECSManagedTags: true,
 		NetworkConfiguration: &types.NetworkConfiguration{AwsvpcConfiguration: &types.AwsVpcConfiguration{
 			Subnets:        slices.Clone(r.cfg.Subnets),
 			SecurityGroups: slices.Clone(r.cfg.SecurityGroups),
 			AssignPublicIp: assign,
 		}},
-		Overrides: &types.TaskOverride{ContainerOverrides: []types.ContainerOverride{{
-			Name:        aws.String(r.cfg.Container),
-			Environment: env,
-		}}},
-		Tags: r.tags(spec),
 	}
 	if r.cfg.CapacityProvider != "" {
 		in.CapacityProviderStrategy = []types.CapacityProviderStrategyItem{{
@@ -435,10 +462,99 @@ func wrapNil(op galleyerr.Op, err error) error {
 	return wrap(op, err)
 }
 
-// RemoveWorkspace does nothing: a worker's isolated workspace lives in its
-// task's ephemeral storage and goes with the task. Workspaces that outlive
-// a task (EFS) are not served by this runtime yet.
-func (r *Runtime) RemoveWorkspace(ctx context.Context, handle, path string) error { return nil }
+// RemoveWorkspaceCommand is the worker image's subcommand that deletes one
+// workspace; the cleanup task runs it with the workspace's path after it.
+// The image's entrypoint is galley-worker, so the container override's
+// command holds only the arguments.
+const RemoveWorkspaceCommand = "remove-workspace"
+
+// cleanupStartedBy prefixes a cleanup task's startedBy. It is neither
+// "galley-" nor "galleyh-", so no worker handle maps to it and the
+// reconciler ignores the task.
+const cleanupStartedBy = "galleyrm-"
+
+// TagWorktree labels a cleanup task with the worktree it removes.
+const TagWorktree = "galley:worktree"
+
+// RemoveWorkspace deletes a workspace on the shared file system. Without a
+// workspace root it does nothing: each workspace lives in its task's
+// ephemeral storage and goes with the task. With one, it refuses (Invalid)
+// a path that is not strictly below the root, then starts a short cleanup
+// task of the worker task definition whose command is
+// "remove-workspace <path>" and returns once ECS accepted it: the release
+// that calls it answers at once, and the removal happens behind. The
+// clientToken derives from the handle, so a retried removal makes one
+// task; the overrides carry no bootstrap code and no secret.
+func (r *Runtime) RemoveWorkspace(ctx context.Context, handle, dir string) error {
+	const op = galleyerr.Op("ecsrt.remove_workspace")
+	if r.cfg.WorkspaceRoot == "" {
+		return nil
+	}
+	if handle == "" {
+		return galleyerr.E(op, galleyerr.Invalid, "no worktree handle")
+	}
+	if err := r.checkWorkspace(dir); err != nil {
+		return galleyerr.E(op, err)
+	}
+	in := r.cleanupInput(handle, dir)
+	arn, err := r.runTask(ctx, in, "")
+	if err != nil {
+		return wrap(op, err)
+	}
+	r.log.Info("workspace cleanup task started", "worktree", handle, "path", dir, "task", arn)
+	return nil
+}
+
+// cleanupInput builds the cleanup task's RunTask request: a pure function
+// of handle, dir and the config, as a retry under the same clientToken
+// must send the same request.
+func (r *Runtime) cleanupInput(handle, dir string) *ecs.RunTaskInput {
+	in := r.baseInput()
+	h := sha256.Sum256([]byte(handle))
+	in.ClientToken = aws.String(ClientToken("rm:" + handle))
+	in.StartedBy = aws.String(cleanupStartedBy + hex.EncodeToString(h[:])[:MaxStartedBy-len(cleanupStartedBy)])
+	in.Overrides = &types.TaskOverride{ContainerOverrides: []types.ContainerOverride{{
+		Name:    aws.String(r.cfg.Container),
+		Command: []string{RemoveWorkspaceCommand, dir},
+	}}}
+	for _, kv := range [][2]string{{TagHouse, r.cfg.House}, {TagWorktree, handle}} {
+		if v := TagValue(kv[1]); v != "" {
+			in.Tags = append(in.Tags, types.Tag{Key: aws.String(kv[0]), Value: aws.String(v)})
+		}
+	}
+	return in
+}
+
+// maxWorkspacePath keeps a path well inside ECS's 8 KiB of overrides.
+const maxWorkspacePath = 4096
+
+// cleanRoot returns root cleaned, or "" for none.
+func cleanRoot(root string) string {
+	if root == "" {
+		return ""
+	}
+	return path.Clean(root)
+}
+
+// checkWorkspace refuses (Invalid) a workspace path that is not strictly
+// below the workspace root: relative, with a ".." element, the root itself,
+// or elsewhere. The check is lexical (this process does not mount the file
+// system); the cleanup command checks again, following links, where it does.
+func (r *Runtime) checkWorkspace(dir string) error {
+	root := r.cfg.WorkspaceRoot
+	switch {
+	case dir == "" || !path.IsAbs(dir):
+		return galleyerr.Errorf(galleyerr.Invalid, "workspace path %s is not absolute", quote(dir))
+	case len(dir) > maxWorkspacePath || strings.ContainsRune(dir, 0):
+		return galleyerr.Errorf(galleyerr.Invalid, "workspace path %s is not acceptable", quote(dir))
+	case slices.Contains(strings.Split(dir, "/"), ".."):
+		return galleyerr.Errorf(galleyerr.Invalid, "workspace path %s holds \"..\"", quote(dir))
+	}
+	if c := path.Clean(dir); !strings.HasPrefix(c, root+"/") {
+		return galleyerr.Errorf(galleyerr.Invalid, "workspace path %s is not below the workspace root %s", quote(dir), root)
+	}
+	return nil
+}
 
 // tasksOf returns handle's task: the one this runtime or the index
 // remembers, else those ListTasks finds by startedBy with each desired

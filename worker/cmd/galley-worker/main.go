@@ -3,7 +3,9 @@
 // scripted agent and the claude and codex CLIs (package agents); with the
 // script-agent subcommand, the scripted agent (package scriptagent) that
 // the harness's script driver starts; with the agent-session subcommand,
-// the session supervisor that the claude and codex drivers start.
+// the session supervisor that the claude and codex drivers start; with
+// remove-workspace <path>, deletes one workspace on the shared file system
+// (the cleanup task package ecsrt starts when a worktree is released).
 package main
 
 import (
@@ -12,12 +14,16 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/galley-run/galley/pkg/agents"
+	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/scriptagent"
 	"github.com/galley-run/galley/pkg/workerapi/client"
+	"github.com/galley-run/galley/pkg/workspace"
 )
 
 func main() {
@@ -62,10 +68,62 @@ func run(ctx context.Context, args []string) int {
 			return 2
 		}
 		return agents.RunSession(ctx, cfg, os.Stdout, os.Stderr)
+	case len(args) == 2 && args[0] == removeWorkspaceCommand:
+		root := os.Getenv(envWorkspaceRoot)
+		if root == "" {
+			root = defaultWorkspaceRoot
+		}
+		if err := removeWorkspace(root, args[1]); err != nil {
+			fmt.Fprintln(os.Stderr, "remove-workspace:", err)
+			if galleyerr.Is(galleyerr.Invalid, err) {
+				return 2
+			}
+			return 1
+		}
+		return 0
 	default:
-		fmt.Fprintf(os.Stderr, "usage: galley-worker [%s | %s]\n", harness.ScriptAgentCommand, agents.SessionCommand)
+		fmt.Fprintf(os.Stderr, "usage: galley-worker [%s | %s | %s <path>]\n",
+			harness.ScriptAgentCommand, agents.SessionCommand, removeWorkspaceCommand)
 		return 2
 	}
+}
+
+// The cleanup subcommand (ecsrt.RemoveWorkspaceCommand) and where it may
+// delete: the shared file system's mount point.
+const (
+	removeWorkspaceCommand = "remove-workspace"
+	envWorkspaceRoot       = "GALLEY_WORKSPACE_ROOT"
+	defaultWorkspaceRoot   = "/mnt/workspaces"
+)
+
+// removeWorkspace deletes dir with workspace.Remove, only if it lies
+// strictly below root once links are followed: the command line comes from
+// a RunTask override, and a wrong path must not reach other files.
+func removeWorkspace(root, dir string) error {
+	if !filepath.IsAbs(root) || !filepath.IsAbs(dir) {
+		return galleyerr.Errorf(galleyerr.Invalid, "the workspace root and path must be absolute")
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return galleyerr.E(galleyerr.Unavailable, "the workspace root is not mounted", err)
+	}
+	rel, err := filepath.Rel(filepath.Clean(root), filepath.Clean(dir))
+	if err != nil || rel == "." || !filepath.IsLocal(rel) || strings.Contains(dir, "/../") || strings.HasSuffix(dir, "/..") {
+		return galleyerr.Errorf(galleyerr.Invalid, "%s is not below the workspace root %s", dir, root)
+	}
+	// The parent must resolve inside the root; the last element may be a
+	// link, which Remove deletes as a link.
+	parent, err := filepath.EvalSymlinks(filepath.Dir(filepath.Join(realRoot, rel)))
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil // nothing to remove
+		}
+		return galleyerr.E(galleyerr.Other, "resolve the workspace's folder", err)
+	}
+	if parent != realRoot && !strings.HasPrefix(parent, realRoot+string(filepath.Separator)) {
+		return galleyerr.Errorf(galleyerr.Invalid, "%s leads outside the workspace root %s", dir, root)
+	}
+	return workspace.Remove(filepath.Join(parent, filepath.Base(rel)))
 }
 
 // appendsMessages tells whether the worker's agent is a CLI, which cannot

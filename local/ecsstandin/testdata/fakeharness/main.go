@@ -8,7 +8,8 @@
 //	fail      exits 3 at once
 //	stubborn  ignores SIGTERM, so only SIGKILL ends it
 //
-// Its records: "starts" (one pid a line) and "env-<pid>.json".
+// Its records: "starts" (one pid a line), "env-<pid>.json" and
+// "args-<pid>.json" (its arguments: a container override's command).
 package main
 
 import (
@@ -35,6 +36,10 @@ func main() {
 	pid := strconv.Itoa(os.Getpid())
 	b, _ := json.Marshal(os.Environ())
 	if err := os.WriteFile(filepath.Join(ws, "env-"+pid+".json"), b, 0o600); err != nil {
+		fail(err)
+	}
+	b, _ = json.Marshal(os.Args[1:])
+	if err := os.WriteFile(filepath.Join(ws, "args-"+pid+".json"), b, 0o600); err != nil {
 		fail(err)
 	}
 	f, err := os.OpenFile(filepath.Join(ws, "starts"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
