@@ -2,6 +2,7 @@ package lambdaapp
 
 import (
 	"fmt"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,10 @@ const (
 	EnvAssignPublicIP  = "GALLEY_ASSIGN_PUBLIC_IP"
 	EnvSecretGit       = "GALLEY_SECRET_GIT"
 	EnvWorkspace       = "GALLEY_WORKSPACE"
+	// EnvWorkspaceRoot is where the shared file system (EFS) is mounted in
+	// the worker container: every worktree lives below it and outlives its
+	// task. Unset, workspaces live in each task's ephemeral storage.
+	EnvWorkspaceRoot = "GALLEY_WORKSPACE_ROOT"
 )
 
 // Names this package adds (not yet in infra/stack/envnames.go).
@@ -138,9 +143,15 @@ type Config struct {
 	AssignPublicIP  bool
 	WorkerEndpoint  string
 
-	Repository    string
-	GitSecretArn  string
+	Repository   string
+	GitSecretArn string
+	// WorkspaceRoot is where worktrees are made (service.Config): the
+	// shared root when set, else GALLEY_WORKSPACE, else /workspace.
 	WorkspaceRoot string
+	// SharedWorkspaceRoot is GALLEY_WORKSPACE_ROOT: the shared file
+	// system's mount in the worker container, which the ECS runtime keeps
+	// workspaces under and removes them from with a cleanup task.
+	SharedWorkspaceRoot string
 
 	AwaitCap     time.Duration
 	MaxWorkers   int
@@ -154,31 +165,32 @@ type Config struct {
 func ConfigFromEnv(fn Function, getenv func(string) string) (Config, error) {
 	const op = galleyerr.Op("lambdaapp.config")
 	c := Config{
-		Function:         fn,
-		Table:            getenv(EnvTable),
-		House:            getenv(EnvHouse),
-		Backend:          getenv(EnvBackend),
-		Credential:       getenv(EnvCredential),
-		QueuePrefix:      getenv(EnvQueuePrefix),
-		TokenSecretArn:   getenv(EnvTokenSecretArn),
-		TokenFile:        getenv(EnvTokenFile),
-		WorkerSecretArn:  getenv(EnvWorkerSecretArn),
-		WorkerSecretFile: getenv(EnvWorkerSecretFile),
-		Cluster:          getenv(EnvCluster),
-		TaskDefinition:   getenv(EnvTaskDefinition),
-		Subnets:          list(getenv(EnvSubnets)),
-		SecurityGroups:   list(getenv(EnvSecurityGroup)),
-		WorkerContainer:  getenv(EnvWorkerContainer),
-		WorkerEndpoint:   getenv(EnvWorkerEndpoint),
-		Repository:       getenv(EnvRepository),
-		GitSecretArn:     getenv(EnvSecretGit),
-		WorkspaceRoot:    getenv(EnvWorkspace),
-		Families:         list(getenv(EnvAgentFamilies)),
-		DefaultAgent:     getenv(EnvDefaultAgent),
-		LogLevel:         getenv(EnvLogLevel),
-		AwaitCap:         DefaultAwaitCap,
-		TokenCache:       DefaultTokenCache,
-		QueueIdle:        DefaultQueueIdle,
+		Function:            fn,
+		Table:               getenv(EnvTable),
+		House:               getenv(EnvHouse),
+		Backend:             getenv(EnvBackend),
+		Credential:          getenv(EnvCredential),
+		QueuePrefix:         getenv(EnvQueuePrefix),
+		TokenSecretArn:      getenv(EnvTokenSecretArn),
+		TokenFile:           getenv(EnvTokenFile),
+		WorkerSecretArn:     getenv(EnvWorkerSecretArn),
+		WorkerSecretFile:    getenv(EnvWorkerSecretFile),
+		Cluster:             getenv(EnvCluster),
+		TaskDefinition:      getenv(EnvTaskDefinition),
+		Subnets:             list(getenv(EnvSubnets)),
+		SecurityGroups:      list(getenv(EnvSecurityGroup)),
+		WorkerContainer:     getenv(EnvWorkerContainer),
+		WorkerEndpoint:      getenv(EnvWorkerEndpoint),
+		Repository:          getenv(EnvRepository),
+		GitSecretArn:        getenv(EnvSecretGit),
+		WorkspaceRoot:       getenv(EnvWorkspace),
+		SharedWorkspaceRoot: getenv(EnvWorkspaceRoot),
+		Families:            list(getenv(EnvAgentFamilies)),
+		DefaultAgent:        getenv(EnvDefaultAgent),
+		LogLevel:            getenv(EnvLogLevel),
+		AwaitCap:            DefaultAwaitCap,
+		TokenCache:          DefaultTokenCache,
+		QueueIdle:           DefaultQueueIdle,
 	}
 	switch fn {
 	case Effects, Reads, Mailbox, WorkerAPI, Reconciler:
@@ -217,6 +229,13 @@ func ConfigFromEnv(fn Function, getenv func(string) string) (Config, error) {
 	}
 	if c.WorkerContainer == "" {
 		c.WorkerContainer = defaultContainer
+	}
+	if r := c.SharedWorkspaceRoot; r != "" {
+		if !path.IsAbs(r) || path.Clean(r) == "/" {
+			return c, galleyerr.E(op, galleyerr.Invalid, EnvWorkspaceRoot+" must be an absolute path below /")
+		}
+		c.SharedWorkspaceRoot = path.Clean(r)
+		c.WorkspaceRoot = c.SharedWorkspaceRoot
 	}
 	if c.WorkspaceRoot == "" {
 		c.WorkspaceRoot = DefaultWorkspace
