@@ -41,6 +41,11 @@ const (
 	EnvSecretOpenAI    = "GALLEY_SECRET_OPENAI"    // ARN of the OpenAI API key secret
 	EnvSecretGit       = "GALLEY_SECRET_GIT"       // ARN of the git credential secret
 	EnvWorkspace       = "GALLEY_WORKSPACE"        // workspace root inside the task
+	// EnvWorkspaceRoot is the workspaces file system's mount in the worker
+	// container (WorkspaceMount): set on the effects function, which makes
+	// every worktree below it, and on the container, whose remove-workspace
+	// command deletes only below it.
+	EnvWorkspaceRoot = "GALLEY_WORKSPACE_ROOT"
 )
 
 // WorkerContainerName is the worker task definition's only container.

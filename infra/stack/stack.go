@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsecrassets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsecs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsefs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
@@ -112,7 +113,13 @@ type Galley struct {
 	TaskDefinition awsecs.FargateTaskDefinition
 	TaskRole       awsiam.Role
 	ExecutionRole  awsiam.Role
-	TokenSecret    awssecretsmanager.Secret
+	// Workspaces is the file system every worktree lives on (mounted at
+	// WorkspaceMount in the worker container, through WorkspacesAccessPoint
+	// only), so a worktree outlives its task.
+	Workspaces            awsefs.FileSystem
+	WorkspacesAccessPoint awsefs.AccessPoint
+	WorkspacesSG          awsec2.SecurityGroup
+	TokenSecret           awssecretsmanager.Secret
 	// WorkerSecret signs the workers' own credentials (effects signs, the
 	// worker API verifies); no worker task can read it.
 	WorkerSecret awssecretsmanager.Secret
@@ -344,7 +351,7 @@ func (g *Galley) addWorkers() error {
 	})
 	g.WorkerSG = awsec2.NewSecurityGroup(g.Stack, jsii.String("WorkerSecurityGroup"), &awsec2.SecurityGroupProps{
 		Vpc:              g.Vpc,
-		Description:      jsii.String("galley workers: no inbound; HTTPS out only"),
+		Description:      jsii.String("galley workers: no inbound; HTTPS out, NFS to the workspaces file system"),
 		AllowAllOutbound: jsii.Bool(false),
 	})
 	g.WorkerSG.AddEgressRule(awsec2.Peer_AnyIpv4(), awsec2.Port_Tcp(jsii.Number(443)),
@@ -372,6 +379,7 @@ func (g *Galley) addWorkers() error {
 		Actions:   jsii.Strings("secretsmanager:GetSecretValue"),
 		Resources: &secretArns,
 	}))
+	g.addWorkspaces()
 
 	g.TaskDefinition = awsecs.NewFargateTaskDefinition(g.Stack, jsii.String("WorkerTask"), &awsecs.FargateTaskDefinitionProps{
 		Family:         jsii.String(cfg.Prefix() + "-worker"),
@@ -395,12 +403,25 @@ func (g *Galley) addWorkers() error {
 		Exclude:    &exclude,
 		IgnoreMode: awscdk.IgnoreMode_DOCKER,
 	})
+	g.TaskDefinition.AddVolume(&awsecs.Volume{
+		Name: jsii.String(workspacesVolume),
+		EfsVolumeConfiguration: &awsecs.EfsVolumeConfiguration{
+			FileSystemId:      g.Workspaces.FileSystemId(),
+			TransitEncryption: jsii.String("ENABLED"),
+			// IAM authorization: the mount is made with the task role, which
+			// may mount only through the access point.
+			AuthorizationConfig: &awsecs.AuthorizationConfig{
+				AccessPointId: g.WorkspacesAccessPoint.AccessPointId(),
+				Iam:           jsii.String("ENABLED"),
+			},
+		},
+	})
 	linux := awsecs.NewLinuxParameters(g.Stack, jsii.String("WorkerLinux"), &awsecs.LinuxParametersProps{
 		// An init process reaps the agents' child processes.
 		InitProcessEnabled: jsii.Bool(true),
 	})
 	linux.DropCapabilities(awsecs.Capability_ALL)
-	g.TaskDefinition.AddContainer(jsii.String(WorkerContainerName), &awsecs.ContainerDefinitionOptions{
+	worker := g.TaskDefinition.AddContainer(jsii.String(WorkerContainerName), &awsecs.ContainerDefinitionOptions{
 		ContainerName:   jsii.String(WorkerContainerName),
 		Image:           awsecs.ContainerImage_FromDockerImageAsset(image),
 		Essential:       jsii.Bool(true),
@@ -419,12 +440,90 @@ func (g *Galley) addWorkers() error {
 			EnvRepository:      jsii.String(cfg.Repository),
 			EnvWorkerEndpoint:  g.Endpoint,
 			EnvWorkspace:       jsii.String("/workspace"),
+			EnvWorkspaceRoot:   jsii.String(WorkspaceMount),
 			EnvSecretAnthropic: g.ProviderSecrets[SecretAnthropic].SecretArn(),
 			EnvSecretOpenAI:    g.ProviderSecrets[SecretOpenAI].SecretArn(),
 			EnvSecretGit:       g.ProviderSecrets[SecretGit].SecretArn(),
 		},
 	})
+	worker.AddMountPoints(&awsecs.MountPoint{
+		ContainerPath: jsii.String(WorkspaceMount),
+		SourceVolume:  jsii.String(workspacesVolume),
+		ReadOnly:      jsii.Bool(false),
+	})
 	return nil
+}
+
+// WorkspaceMount is where the workspaces file system is mounted in the
+// worker container; the effects function makes every worktree below it
+// (GALLEY_WORKSPACE_ROOT).
+const WorkspaceMount = "/mnt/workspaces"
+
+// workspacesVolume names the task definition's EFS volume.
+const workspacesVolume = "workspaces"
+
+// workerUID is the worker image's user and group (worker/Dockerfile).
+const workerUID = "10001"
+
+// addWorkspaces makes the EFS file system the worktrees live on, so that a
+// worktree outlives its task and a later launch can reuse it. Mount
+// targets sit in the workers' subnets behind a security group that admits
+// NFS from the workers' security group only. Every mount goes through one
+// access point that enforces the image's uid/gid and roots clients at
+// /workspaces; the task role may mount only through it. The file system
+// is retained on teardown: it holds work not yet pushed.
+func (g *Galley) addWorkspaces() {
+	g.WorkspacesSG = awsec2.NewSecurityGroup(g.Stack, jsii.String("WorkspacesSecurityGroup"), &awsec2.SecurityGroupProps{
+		Vpc:              g.Vpc,
+		Description:      jsii.String("galley workspaces file system: NFS from the worker tasks only"),
+		AllowAllOutbound: jsii.Bool(false),
+	})
+	g.Workspaces = awsefs.NewFileSystem(g.Stack, jsii.String("Workspaces"), &awsefs.FileSystemProps{
+		Vpc:           g.Vpc,
+		VpcSubnets:    &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PUBLIC},
+		SecurityGroup: g.WorkspacesSG,
+		Encrypted:     jsii.Bool(true),
+		// Worktrees idle for two weeks move to Infrequent Access (about a
+		// twentieth of the price), and come back on their first read.
+		LifecyclePolicy:             awsefs.LifecyclePolicy_AFTER_14_DAYS,
+		OutOfInfrequentAccessPolicy: awsefs.OutOfInfrequentAccessPolicy_AFTER_1_ACCESS,
+		PerformanceMode:             awsefs.PerformanceMode_GENERAL_PURPOSE,
+		// Pay per byte moved: git's bursts need no provisioned throughput.
+		ThroughputMode:       awsefs.ThroughputMode_ELASTIC,
+		AllowAnonymousAccess: jsii.Bool(false),
+		RemovalPolicy:        awscdk.RemovalPolicy_RETAIN,
+	})
+	// The workers' security group allows NFS out to this one as well.
+	g.Workspaces.Connections().AllowDefaultPortFrom(g.WorkerSG, jsii.String("NFS from galley worker tasks"))
+	g.Workspaces.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("DenyWithoutTLS"),
+		Effect:     awsiam.Effect_DENY,
+		Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
+		Actions:    jsii.Strings("elasticfilesystem:*"),
+		Conditions: &map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}},
+	}))
+	// Root squashing for everyone: the access point's POSIX user is all
+	// the workers need, and CDK's default policy (IAM required) would
+	// allow root through a mount target.
+	g.Workspaces.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("DenyRootAccess"),
+		Effect:     awsiam.Effect_DENY,
+		Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
+		Actions:    jsii.Strings("elasticfilesystem:ClientRootAccess"),
+	}))
+	g.WorkspacesAccessPoint = g.Workspaces.AddAccessPoint(jsii.String("WorkspacesAccessPoint"), &awsefs.AccessPointOptions{
+		Path:      jsii.String("/workspaces"),
+		PosixUser: &awsefs.PosixUser{Uid: jsii.String(workerUID), Gid: jsii.String(workerUID)},
+		CreateAcl: &awsefs.Acl{OwnerUid: jsii.String(workerUID), OwnerGid: jsii.String(workerUID), Permissions: jsii.String("750")},
+	})
+	g.TaskRole.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:       jsii.String("MountWorkspacesThroughAccessPoint"),
+		Actions:   jsii.Strings("elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"),
+		Resources: &[]*string{g.Workspaces.FileSystemArn()},
+		Conditions: &map[string]any{"StringEquals": map[string]any{
+			"elasticfilesystem:AccessPointArn": g.WorkspacesAccessPoint.AccessPointArn(),
+		}},
+	}))
 }
 
 // taskArnPattern names every task of the worker cluster.
@@ -493,8 +592,11 @@ func (g *Galley) addFunctions() {
 			fenv[EnvTokenSecretArn] = g.TokenSecret.SecretArn()
 		}
 		if name == FnEffects {
-			// Launch creates the worker's branch in the house repository.
+			// Launch creates the worker's branch in the house repository,
+			// and its worktree on the workspaces file system; release
+			// removes the worktree with a cleanup task.
 			fenv[EnvSecretGit] = g.ProviderSecrets[SecretGit].SecretArn()
+			fenv[EnvWorkspaceRoot] = jsii.String(WorkspaceMount)
 		}
 		if name == FnEffects || name == FnWorkerAPI {
 			fenv[EnvWorkerSecretArn] = g.WorkerSecret.SecretArn()

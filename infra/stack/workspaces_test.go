@@ -1,0 +1,220 @@
+package stack_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/galley-run/galley/infra/stack"
+)
+
+// resolved is how the template writes a token (an ARN, an ID).
+func (s *synthed) resolved(v *string) any {
+	var out any
+	b, _ := json.Marshal(s.g.Stack.Resolve(v))
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+func TestWorkspacesFileSystem(t *testing.T) {
+	s := deployment(t)
+	check(t, "one file system", func() { s.tmpl.ResourceCountIs(jsii.String("AWS::EFS::FileSystem"), jsii.Number(1)) })
+	check(t, "one access point", func() { s.tmpl.ResourceCountIs(jsii.String("AWS::EFS::AccessPoint"), jsii.Number(1)) })
+	fsID := s.id(s.g.Workspaces)
+	fs := s.resources("AWS::EFS::FileSystem")[fsID]
+	p := props(fs)
+	if p["Encrypted"] != true {
+		t.Errorf("file system encrypted = %v, want true", p["Encrypted"])
+	}
+	// Retained on teardown and on replacement: it holds unpushed work.
+	if fs["DeletionPolicy"] != "Retain" || fs["UpdateReplacePolicy"] != "Retain" {
+		t.Errorf("deletion %v, replace %v, want Retain", fs["DeletionPolicy"], fs["UpdateReplacePolicy"])
+	}
+	var ia bool
+	for _, lp := range list(p["LifecyclePolicies"]) {
+		if v, _ := lp.(map[string]any)["TransitionToIA"].(string); strings.HasPrefix(v, "AFTER_") {
+			ia = true
+		}
+	}
+	if !ia {
+		t.Errorf("lifecycle %v, want a transition to Infrequent Access", p["LifecyclePolicies"])
+	}
+	// The file system's own policy grants mounting to nobody: only the
+	// task role's identity policy does.
+	for _, st := range list(p["FileSystemPolicy"].(map[string]any)["Statement"]) {
+		st := st.(map[string]any)
+		for _, a := range list(st["Action"]) {
+			if st["Effect"] == "Allow" && actionMatches(a.(string), "elasticfilesystem:ClientMount") {
+				t.Errorf("the file system policy allows mounting: %v", st)
+			}
+		}
+	}
+
+	denies := map[string]bool{}
+	for _, st := range list(p["FileSystemPolicy"].(map[string]any)["Statement"]) {
+		st := st.(map[string]any)
+		if st["Effect"] == "Deny" && jsonEq(st["Principal"], map[string]any{"AWS": "*"}) {
+			switch {
+			case st["Condition"] == nil && jsonEq(list(st["Action"]), []any{"elasticfilesystem:ClientRootAccess"}):
+				denies["root"] = true
+			case jsonEq(st["Condition"], map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}}):
+				denies["tls"] = true
+			}
+		}
+	}
+	if !denies["root"] || !denies["tls"] {
+		t.Errorf("the file system policy denies %v, want root access and access without TLS denied to all", denies)
+	}
+
+	// Mount targets in every worker subnet, behind the workspaces group.
+	mts := s.resources("AWS::EFS::MountTarget")
+	if len(mts) != len(*s.g.Vpc.PublicSubnets()) {
+		t.Errorf("%d mount targets, want one per worker subnet (%d)", len(mts), len(*s.g.Vpc.PublicSubnets()))
+	}
+	sgRef := map[string]any{"Fn::GetAtt": []any{s.id(s.g.WorkspacesSG), "GroupId"}}
+	workerSG := map[string]any{"Fn::GetAtt": []any{s.id(s.g.WorkerSG), "GroupId"}}
+	for id, mt := range mts {
+		if !jsonEq(props(mt)["FileSystemId"], ref(fsID)) || !jsonEq(props(mt)["SecurityGroups"], []any{sgRef}) {
+			t.Errorf("mount target %s: %v", id, props(mt))
+		}
+	}
+	// NFS in from the worker tasks' group only.
+	if in := props(s.resources("AWS::EC2::SecurityGroup")[s.id(s.g.WorkspacesSG)])["SecurityGroupIngress"]; in != nil {
+		t.Errorf("the workspaces group has inline ingress %v", in)
+	}
+	var ingress []map[string]any
+	for _, r := range s.resources("AWS::EC2::SecurityGroupIngress") {
+		if jsonEq(props(r)["GroupId"], sgRef) {
+			ingress = append(ingress, props(r))
+		}
+	}
+	if len(ingress) != 1 || !jsonEq(ingress[0]["SourceSecurityGroupId"], workerSG) ||
+		ingress[0]["FromPort"] != 2049.0 || ingress[0]["ToPort"] != 2049.0 || ingress[0]["IpProtocol"] != "tcp" {
+		t.Errorf("ingress to the workspaces group %v, want NFS (tcp 2049) from the worker group only", ingress)
+	}
+
+	ap := props(s.resources("AWS::EFS::AccessPoint")[s.id(s.g.WorkspacesAccessPoint)])
+	if !jsonEq(ap["FileSystemId"], ref(fsID)) {
+		t.Errorf("access point on %v", ap["FileSystemId"])
+	}
+	if !jsonEq(ap["PosixUser"], map[string]any{"Uid": "10001", "Gid": "10001"}) {
+		t.Errorf("access point user %v, want uid/gid 10001 (the image's user)", ap["PosixUser"])
+	}
+	wantRoot := map[string]any{"Path": "/workspaces", "CreationInfo": map[string]any{
+		"OwnerUid": "10001", "OwnerGid": "10001", "Permissions": "750"}}
+	if !jsonEq(ap["RootDirectory"], wantRoot) {
+		t.Errorf("access point root %v, want %v", ap["RootDirectory"], wantRoot)
+	}
+}
+
+func TestWorkspacesVolumeAndMount(t *testing.T) {
+	s := deployment(t)
+	td := props(s.resources("AWS::ECS::TaskDefinition")[s.id(s.g.TaskDefinition)])
+	vols := list(td["Volumes"])
+	if len(vols) != 1 {
+		t.Fatalf("volumes %v, want the workspaces volume", vols)
+	}
+	vol := vols[0].(map[string]any)
+	want := map[string]any{
+		"FilesystemId":      ref(s.id(s.g.Workspaces)),
+		"TransitEncryption": "ENABLED",
+		"AuthorizationConfig": map[string]any{
+			"AccessPointId": ref(s.id(s.g.WorkspacesAccessPoint)),
+			"IAM":           "ENABLED",
+		},
+	}
+	if !jsonEq(vol["EFSVolumeConfiguration"], want) {
+		t.Errorf("volume %v, want EFS %v", vol["EFSVolumeConfiguration"], want)
+	}
+	c := td["ContainerDefinitions"].([]any)[0].(map[string]any)
+	wantMount := []any{map[string]any{"ContainerPath": stack.WorkspaceMount, "ReadOnly": false, "SourceVolume": vol["Name"]}}
+	if !jsonEq(c["MountPoints"], wantMount) {
+		t.Errorf("mount points %v, want %v", c["MountPoints"], wantMount)
+	}
+	var root any
+	for _, e := range c["Environment"].([]any) {
+		if e := e.(map[string]any); e["Name"] == stack.EnvWorkspaceRoot {
+			root = e["Value"]
+		}
+	}
+	if root != stack.WorkspaceMount {
+		t.Errorf("container %s = %v, want %s", stack.EnvWorkspaceRoot, root, stack.WorkspaceMount)
+	}
+	// The effects function makes and removes worktrees there.
+	env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[stack.FnEffects])])["Environment"].(map[string]any)["Variables"].(map[string]any)
+	if env[stack.EnvWorkspaceRoot] != stack.WorkspaceMount {
+		t.Errorf("effects %s = %v, want %s", stack.EnvWorkspaceRoot, env[stack.EnvWorkspaceRoot], stack.WorkspaceMount)
+	}
+}
+
+// efsStatements returns every statement of every identity policy of the
+// role (inline, attached) that names an elasticfilesystem action, and the
+// managed policies it has.
+func (s *synthed) efsStatements(roleID string) (sts []statement, managed []any) {
+	add := func(doc map[string]any) {
+		for _, st := range list(doc["Statement"]) {
+			st := st.(map[string]any)
+			x := statement{Effect: st["Effect"].(string), Resources: list(st["Resource"])}
+			x.Conditions, _ = st["Condition"].(map[string]any)
+			for _, a := range list(st["Action"]) {
+				x.Actions = append(x.Actions, a.(string))
+			}
+			for _, a := range x.Actions {
+				if actionMatches(a, "elasticfilesystem:ClientMount") || strings.HasPrefix(strings.ToLower(a), "elasticfilesystem:") {
+					sts = append(sts, x)
+					break
+				}
+			}
+		}
+	}
+	for _, p := range s.resources("AWS::IAM::Policy") {
+		for _, r := range list(props(p)["Roles"]) {
+			if jsonEq(r, ref(roleID)) {
+				add(props(p)["PolicyDocument"].(map[string]any))
+			}
+		}
+	}
+	role := s.resources("AWS::IAM::Role")[roleID]
+	for _, p := range list(props(role)["Policies"]) {
+		add(p.(map[string]any)["PolicyDocument"].(map[string]any))
+	}
+	return sts, list(props(role)["ManagedPolicyArns"])
+}
+
+func TestOnlyTheTaskRoleMountsWorkspaces(t *testing.T) {
+	s := deployment(t)
+	taskRole := s.id(s.g.TaskRole)
+	sts, _ := s.efsStatements(taskRole)
+	if len(sts) != 1 {
+		t.Fatalf("task role: %d statements on EFS, want 1: %+v", len(sts), sts)
+	}
+	st := sts[0]
+	if st.Effect != "Allow" || !jsonEq(st.Actions, []string{"elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"}) {
+		t.Errorf("task role may %s %v, want Allow ClientMount and ClientWrite only", st.Effect, st.Actions)
+	}
+	if !jsonEq(st.Resources, []any{s.resolved(s.g.Workspaces.FileSystemArn())}) {
+		t.Errorf("task role mounts %v, want only the workspaces file system", st.Resources)
+	}
+	wantCond := map[string]any{"StringEquals": map[string]any{
+		"elasticfilesystem:AccessPointArn": s.resolved(s.g.WorkspacesAccessPoint.AccessPointArn()),
+	}}
+	if !jsonEq(st.Conditions, wantCond) {
+		t.Errorf("task role condition %v, want only through the access point %v", st.Conditions, wantCond)
+	}
+	for id := range s.resources("AWS::IAM::Role") {
+		if id == taskRole {
+			continue
+		}
+		sts, managed := s.efsStatements(id)
+		if len(sts) > 0 {
+			t.Errorf("role %s has EFS permissions: %+v", id, sts)
+		}
+		for _, m := range managed {
+			if raw, _ := json.Marshal(m); strings.Contains(strings.ToLower(string(raw)), "elasticfilesystem") {
+				t.Errorf("role %s has managed policy %s", id, raw)
+			}
+		}
+	}
+}
