@@ -212,5 +212,6 @@ func (g *Galley) addOutputs() {
 	out("GitCredentialSecretArn", "fill in: aws secretsmanager put-secret-value --secret-id <arn> --secret-string <token>", g.ProviderSecrets[SecretGit].SecretArn())
 	out("TableName", "DynamoDB table with every galley record (retained on teardown)", g.Table.TableName())
 	out("ClusterName", "ECS cluster running one task per worker", g.Cluster.ClusterName())
+	out("WorkspacesFileSystemId", "EFS file system holding the worktrees (retained on teardown)", g.Workspaces.FileSystemId())
 	out("DashboardName", "CloudWatch dashboard", g.Dashboard.DashboardName())
 }

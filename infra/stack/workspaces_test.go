@@ -95,6 +95,12 @@ func TestWorkspacesFileSystem(t *testing.T) {
 		t.Errorf("ingress to the workspaces group %v, want NFS (tcp 2049) from the worker group only", ingress)
 	}
 
+	// The operator finds it after a teardown by the output.
+	out, _ := s.json["Outputs"].(map[string]any)["WorkspacesFileSystemId"].(map[string]any)
+	if !jsonEq(out["Value"], ref(fsID)) {
+		t.Errorf("WorkspacesFileSystemId output %v, want the file system's id", out)
+	}
+
 	ap := props(s.resources("AWS::EFS::AccessPoint")[s.id(s.g.WorkspacesAccessPoint)])
 	if !jsonEq(ap["FileSystemId"], ref(fsID)) {
 		t.Errorf("access point on %v", ap["FileSystemId"])

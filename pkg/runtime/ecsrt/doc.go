@@ -17,6 +17,12 @@
 // remember them across processes, which spares the ListTasks call and covers
 // ListTasks' own lag right after a launch.
 //
+// With Config.WorkspaceRoot set (an EFS mount in the worker container),
+// every workspace lives below it and outlives its task; RemoveWorkspace
+// deletes one with a short cleanup task, the worker task definition run
+// with the command "remove-workspace <path>" under a clientToken derived
+// from the worktree handle.
+//
 // ParseTaskStateChange reads the EventBridge events ECS sends when a task
 // changes state, for the reconciler.
 package ecsrt
