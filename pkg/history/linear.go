@@ -1,6 +1,7 @@
 package history
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"os"
@@ -356,7 +357,7 @@ func Linearizable(ops []Op, timeout time.Duration) LinResult {
 			return res
 		case porcupine.Illegal:
 			res.OK = false
-			res.Detail += fmt.Sprintf("run %q: no linearization of %d operations", run, len(pops))
+			res.Detail += fmt.Sprintf("run %q: no linearization of %d operations; %s", run, len(pops), explain(model, pops, info))
 			for _, p := range pops {
 				res.Bad = append(res.Bad, p.Metadata.(int))
 			}
@@ -439,4 +440,35 @@ func linOps(ix *index, run string) (out []porcupine.Operation, strict bool, bad 
 		}
 	}
 	return out, strict, ""
+}
+
+// explain names where the longest linearization porcupine found stops:
+// how far it got, and the earliest-called operations it could not place
+// next.
+func explain(model porcupine.Model, pops []porcupine.Operation, info porcupine.LinearizationInfo) string {
+	var best []porcupine.Operation
+	for _, part := range info.PartialLinearizationsOperations() {
+		for _, l := range part {
+			if len(l) > len(best) {
+				best = l
+			}
+		}
+	}
+	placed := map[string]bool{}
+	id := func(o porcupine.Operation) string { return fmt.Sprint(o.Metadata, o.Input.(linIn).kind) }
+	for _, o := range best {
+		placed[id(o)] = true
+	}
+	var left []porcupine.Operation
+	for _, o := range pops {
+		if !placed[id(o)] {
+			left = append(left, o)
+		}
+	}
+	slices.SortStableFunc(left, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+	var stuck []string
+	for _, o := range left[:min(3, len(left))] {
+		stuck = append(stuck, fmt.Sprintf("op %v %s", o.Metadata, model.DescribeOperation(o.Input, o.Output)))
+	}
+	return fmt.Sprintf("the longest linearization places %d; next unplaced: %s", len(best), strings.Join(stuck, "; "))
 }

@@ -38,6 +38,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var (
 		mode      = fs.String("mode", "mixed", "mixed (coordinators, scripted workers, readers), reads (read throughput against a bare net/http baseline) or writes (durable writes: the store alone, then effects)")
+		bareIn    = fs.Bool("bare-in-process", false, "run the reads baseline inside the load generator instead of as a process of its own (reads)")
 		endpoint  = fs.String("endpoint", "http://127.0.0.1:8080", "galley endpoint: http on a loopback address only")
 		tokenFile = fs.String("token-file", ".galley/token", "file holding the bearer token")
 		house     = fs.String("house", "local", "the house the endpoint serves")
@@ -51,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		clients   = fs.Int("clients", 8, "concurrent writers (writes)")
 		rounds    = fs.Int("rounds", 3, "alternating bare/galley rounds (reads)")
 		newConn   = fs.Bool("new-conn", false, "a new connection per call, as kitchn's client does (reads)")
-		serverPID = fs.Int("server-pid", 0, "the galley process, to report its CPU per phase (reads)")
+		serverPID = fs.Int("server-pid", 0, "the galley process, to report its CPU per phase (reads, writes)")
 		data      = fs.String("data", "", "the server's data directory on this machine: harness logs time each question (await wake-up)")
 		probeDir  = fs.String("probe-dir", "", "directory for the store probe's file (writes; default the system temporary directory)")
 		settle    = fs.Duration("settle", 90*time.Second, "bound of the end phase that settles workers and drains mailboxes (mixed)")
@@ -63,6 +64,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *mode == "bare-serve" {
+		// The reads baseline as a process of its own (started by --mode
+		// reads): its spec, with the token, comes on stdin.
+		return serveBare(os.Stdin, stdout, stderr)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "load: unexpected arguments %q\n", fs.Args())
@@ -113,8 +119,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		res.Ops = nil
 		result = res
 	case "reads":
+		var bare []string
+		if !*bareIn {
+			exe, err := os.Executable()
+			if err != nil {
+				fmt.Fprintf(stderr, "load: %v\n", err)
+				return 1
+			}
+			bare = []string{exe, "--mode", "bare-serve"}
+		}
 		res, err := drive.RunReads(ctx, drive.ReadsConfig{Target: target, Clients: *readers, Duration: *duration,
-			Rounds: *rounds, NewConn: *newConn, ServerPID: *serverPID, Log: log})
+			Rounds: *rounds, NewConn: *newConn, ServerPID: *serverPID, BareCommand: bare, Log: log})
 		if err != nil {
 			fmt.Fprintf(stderr, "load: %v\n", err)
 			return 1
@@ -123,7 +138,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		result = res
 	case "writes":
 		res, err := drive.RunWrites(ctx, drive.WritesConfig{Target: target, Clients: *clients, Duration: *duration,
-			ProbeDir: *probeDir, Workers: 4, Log: log})
+			ProbeDir: *probeDir, Workers: 4, ServerPID: *serverPID, Log: log})
 		if err != nil {
 			fmt.Fprintf(stderr, "load: %v\n", err)
 			return 1
@@ -213,7 +228,7 @@ func printReads(w io.Writer, r *drive.Reads) {
 	}
 	fmt.Fprintf(w, "reads: %d clients, connections %s, %d rounds over %s; inventory of %d rows\n", c.Clients, conn, c.Rounds, c.Duration, r.InventoryRows)
 	for _, p := range r.Phases {
-		fmt.Fprintf(w, "  round %d %-6s %9.0f calls/s  %s  errors %d  cores: load %.2f galley %.2f\n", p.Round, p.Server, p.PerSec, p.Latency, p.Errors, p.ClientCores, p.ServerCores)
+		fmt.Fprintf(w, "  round %d %-6s %9.0f calls/s  %s  errors %d  cores: load %.2f server %.2f machine %.2f\n", p.Round, p.Server, p.PerSec, p.Latency, p.Errors, p.ClientCores, p.ServerCores, p.MachineCores)
 	}
 	fmt.Fprintf(w, "galley %0.f calls/s, bare %0.f calls/s (medians over rounds); ratio per round %v, median %.2f\n",
 		r.GalleyPerSec, r.BarePerSec, fmtRatios(r.Ratios), r.MedianRatio)
@@ -233,8 +248,26 @@ func fmtRatios(rs []float64) string {
 
 func printWrites(w io.Writer, r *drive.Writes) {
 	fmt.Fprintf(w, "store alone: %.0f durable writes/s serially, %.0f with %d writers; %s\n", r.StoreSerial, r.StoreConcurrent, r.Config.Clients, r.StoreLatency)
-	fmt.Fprintf(w, "message-worker effects: %.0f/s applied from %d clients (%d store writes each: %.0f writes/s, %.0f%% of the store's ceiling); %s; errors %d\n",
-		r.Effects, r.Config.Clients, drive.StoreWritesPerMessage, r.Effects*drive.StoreWritesPerMessage,
-		100*r.Effects*drive.StoreWritesPerMessage/max(r.StoreConcurrent, 1), r.EffectsLatency, r.Errors)
+	for _, p := range r.Phases {
+		fmt.Fprintf(w, "%s from %d clients: %.0f/s, %d store writes each (%.0f writes/s, %.0f%% of the store alone with as many writers); %s; errors %d; cores: galley %.2f load %.2f machine %.2f\n",
+			p.Name, r.Config.Clients, p.PerSec, p.StoreWrites, p.PerSec*float64(p.StoreWrites),
+			100*p.PerSec*float64(p.StoreWrites)/max(r.StoreConcurrent, 1), p.Latency, p.Errors, p.ServerCores, p.ClientCores, p.MachineCores)
+	}
 	fmt.Fprintf(w, "invariants: %s", r.Report)
+}
+
+// serveBare runs the reads baseline until killed.
+func serveBare(in io.Reader, stdout, stderr io.Writer) int {
+	var spec drive.BareSpec
+	if err := json.NewDecoder(in).Decode(&spec); err != nil {
+		fmt.Fprintf(stderr, "load: bare-serve: %v\n", err)
+		return 2
+	}
+	ln, err := drive.ServeBare(spec)
+	if err != nil {
+		fmt.Fprintf(stderr, "load: bare-serve: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "listening %s\n", ln.Addr())
+	select {}
 }

@@ -66,13 +66,18 @@ func TestWritesDurableAndChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.StoreSerial <= 0 || res.StoreConcurrent <= 0 || res.Effects <= 0 || res.Errors != 0 {
-		t.Fatalf("store %.0f/%.0f writes/s, %.0f effects/s, %d errors", res.StoreSerial, res.StoreConcurrent, res.Effects, res.Errors)
+	if res.StoreSerial <= 0 || res.StoreConcurrent <= 0 || len(res.Phases) != 2 {
+		t.Fatalf("store %.0f/%.0f writes/s, phases %+v", res.StoreSerial, res.StoreConcurrent, res.Phases)
+	}
+	for _, p := range res.Phases {
+		if p.PerSec <= 0 || p.Errors != 0 {
+			t.Fatalf("phase %s: %.0f/s, %d errors", p.Name, p.PerSec, p.Errors)
+		}
 	}
 	if strings.Contains(fmt.Sprintf("%+v", res), res.Config.Token) {
 		t.Fatal("the result prints the token")
 	}
-	if !res.Report.OK() || res.Report.Checked["receipts"] == 0 {
+	if !res.Report.OK() || res.Report.Checked["receipts"] == 0 || res.Report.Checked["promises"] != 0 {
 		t.Fatalf("history: %s", res.Report)
 	}
 }

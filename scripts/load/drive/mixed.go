@@ -223,7 +223,13 @@ func RunMixed(ctx context.Context, cfg MixedConfig) (*Mixed, error) {
 	first := cfg.Recorder.Len()
 
 	var stopOnce sync.Once
-	closeStop := func() { stopOnce.Do(func() { close(m.stop) }) }
+	var mainEnd time.Time
+	closeStop := func() {
+		stopOnce.Do(func() {
+			mainEnd = time.Now()
+			close(m.stop)
+		})
+	}
 	go func() {
 		t := time.NewTimer(cfg.Duration)
 		defer t.Stop()
@@ -269,10 +275,9 @@ func RunMixed(ctx context.Context, cfg MixedConfig) (*Mixed, error) {
 		}()
 	}
 	rg.Wait()
-	res.MainEnd = time.Now()
 	wg.Wait()
 	closeStop()
-	res.MainEnd = minTime(res.MainEnd, time.Now())
+	res.MainEnd = mainEnd
 
 	// The last word: what the inventory lists once everything settled.
 	_, _ = c.do(context.WithoutCancel(ctx), "final", history.Inventory, nil, "", 0)
@@ -296,13 +301,6 @@ func RunMixed(ctx context.Context, cfg MixedConfig) (*Mixed, error) {
 		}
 	}
 	return res, nil
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }
 
 // reader calls the read routes as fast as it is answered until the main

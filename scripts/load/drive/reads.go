@@ -1,6 +1,7 @@
 package drive
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/subtle"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,7 +38,10 @@ type ReadsConfig struct {
 	// ServerPID, when set, is the galley process on this machine, whose
 	// CPU time each phase reports.
 	ServerPID int
-	Log       io.Writer `json:"-"`
+	// BareCommand starts the bare server as a process of its own, as
+	// galley is (see ServeBare); empty runs it inside this process.
+	BareCommand []string
+	Log         io.Writer `json:"-"`
 }
 
 // ReadPhase is one server's figures in one round.
@@ -47,10 +52,10 @@ type ReadPhase struct {
 	Errors int
 	PerSec float64
 	Latency
-	// ClientCores and ServerCores are the CPU the load generator (with
-	// the bare server, in its phases) and the galley process used, in
-	// cores.
-	ClientCores, ServerCores float64
+	// ClientCores, ServerCores and MachineCores are the CPU the load
+	// generator, the server (galley, or the bare server when it runs as a
+	// process of its own) and the whole machine used, in cores.
+	ClientCores, ServerCores, MachineCores float64
 }
 
 // Reads is the result of a read-throughput run.
@@ -124,22 +129,26 @@ func RunReads(ctx context.Context, cfg ReadsConfig) (*Reads, error) {
 	var inv protocol.Inventory
 	_ = json.Unmarshal(answers["/v1/inventory"], &inv)
 
-	bare, err := startBare(cfg.Token, answers)
+	bareURL, barePID, stopBare, err := cfg.bare(answers)
 	if err != nil {
 		return nil, err
 	}
-	defer bare.Close()
+	defer stopBare()
 	res := &Reads{Config: cfg, PerRoute: map[string]Latency{}, InventoryRows: len(inv.Resources)}
 	phase := cfg.Duration / time.Duration(2*cfg.Rounds)
 	var galleyAll, bareAll []time.Duration
 	routes := map[string][]time.Duration{}
 	var galleyRates, bareRates []float64
 	for r := range cfg.Rounds {
-		for _, srv := range []struct{ name, base string }{{"bare", "http://" + bare.Addr().String()}, {"galley", cfg.Endpoint}} {
-			c0, s0, t0 := selfCPU(), procCPU(cfg.ServerPID), time.Now()
+		for _, srv := range []struct{ name, base string }{{"bare", bareURL}, {"galley", cfg.Endpoint}} {
+			pid := cfg.ServerPID
+			if srv.name == "bare" {
+				pid = barePID
+			}
+			c0, s0, m0, t0 := selfCPU(), procCPU(pid), machineCPU(), time.Now()
 			p, lat, per := hammer(ctx, hc, srv.base, cfg.Token, calls, cfg.Clients, phase)
 			secs := time.Since(t0).Seconds()
-			p.ClientCores, p.ServerCores = (selfCPU()-c0)/secs, (procCPU(cfg.ServerPID)-s0)/secs
+			p.ClientCores, p.ServerCores, p.MachineCores = (selfCPU()-c0)/secs, (procCPU(pid)-s0)/secs, (machineCPU()-m0)/secs
 			p.Server, p.Round = srv.name, r
 			res.Phases = append(res.Phases, p)
 			fmt.Fprintf(cfg.Log, "round %d %-6s %8.0f calls/s %s errors=%d cores client %.2f server %.2f\n", r, srv.name, p.PerSec, p.Latency, p.Errors, p.ClientCores, p.ServerCores)
@@ -255,11 +264,54 @@ func hammer(ctx context.Context, hc *http.Client, base, token string, calls []re
 	return ReadPhase{Calls: len(all), Errors: errs, PerSec: float64(len(all)) / secs, Latency: latencyOf(all)}, all, per
 }
 
-// startBare serves the same routes with the same JSON work galley's
+// BareSpec is what a bare server answers: the token it accepts and
+// galley's answers by path.
+type BareSpec struct {
+	Token   string            `json:"token"`
+	Answers map[string][]byte `json:"answers"`
+}
+
+// bare starts the baseline: in this process, or as a process of its own
+// that reads its BareSpec on stdin (the token never on a command line)
+// and prints "listening <addr>".
+func (cfg ReadsConfig) bare(answers map[string][]byte) (url string, pid int, stop func(), err error) {
+	spec := BareSpec{Token: cfg.Token, Answers: answers}
+	if len(cfg.BareCommand) == 0 {
+		ln, err := ServeBare(spec)
+		if err != nil {
+			return "", 0, nil, err
+		}
+		return "http://" + ln.Addr().String(), 0, func() { ln.Close() }, nil
+	}
+	cmd := exec.Command(cfg.BareCommand[0], cfg.BareCommand[1:]...)
+	cmd.Stdin = bytes.NewReader(mustJSON(spec))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", 0, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", 0, nil, err
+	}
+	stop = func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if err != nil || !ok {
+		stop()
+		return "", 0, nil, fmt.Errorf("bare server: %q %v", line, err)
+	}
+	return "http://" + addr, cmd.Process.Pid, stop, nil
+}
+
+// ServeBare serves the same routes with the same JSON work galley's
 // handlers do, and no store: check the bearer token, read and strictly
 // decode the body, and encode the answer (galley's own, captured once)
 // from its value; the descriptor, which galley caches, from bytes.
-func startBare(token string, answers map[string][]byte) (net.Listener, error) {
+func ServeBare(spec BareSpec) (net.Listener, error) {
+	token, answers := spec.Token, spec.Answers
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err

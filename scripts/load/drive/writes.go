@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,19 +18,38 @@ import (
 	"github.com/galley-run/galley/pkg/store/boltstore"
 )
 
-// WritesConfig is a durable-write run: first the embedded store alone
-// (one writer, then Clients writers, on a file in ProbeDir), then
-// message-worker effects over HTTP from Clients clients, each of which the
-// server makes durable before it answers.
+// WritesConfig is a durable-write run, in three parts of a quarter,
+// a quarter and half of Duration: the embedded store alone (one writer,
+// then Clients writers, on a file in ProbeDir); lookups of keys never
+// sent, each of which galley answers only once its absence promise is
+// durable (one store write); and message-worker effects, each durable
+// before it is answered (three store writes) and each waking the worker's
+// harness.
 type WritesConfig struct {
 	Target
 	Clients  int
 	Duration time.Duration // the whole run
 	// ProbeDir holds the probe's store file; put it on the server's disk.
 	ProbeDir string
-	// Workers receive the messages, spread so no inbox grows long.
+	// Workers receive the messages, spread over them.
 	Workers int
-	Log     io.Writer `json:"-"`
+	// ServerPID, when set, is the galley process, whose CPU each phase
+	// reports.
+	ServerPID int
+	Log       io.Writer `json:"-"`
+}
+
+// WritePhase is one write phase over HTTP.
+type WritePhase struct {
+	Name   string
+	PerSec float64 // calls answered 200 per second
+	Errors int
+	Latency
+	// StoreWrites is how many durable store writes each call makes.
+	StoreWrites int
+	// Cores are what galley (ServerPID), this process and the whole
+	// machine used during the phase.
+	ServerCores, ClientCores, MachineCores float64
 }
 
 // Writes is the result of a durable-write run.
@@ -38,17 +59,15 @@ type Writes struct {
 	// each one conditional put, committed and fsynced.
 	StoreSerial, StoreConcurrent float64
 	StoreLatency                 Latency
-	// Effects is message-worker effects answered applied per second, with
-	// their latency.
-	Effects        float64
-	EffectsLatency Latency
-	Errors         int
-	Report         history.Report
+	Phases                       []WritePhase
+	Report                       history.Report
 }
 
-// StoreWritesPerMessage is how many store transactions galley commits for
-// one message-worker effect: the claim, the inbox item, the completion.
-const StoreWritesPerMessage = 3
+// Store transactions galley commits per call.
+const (
+	StoreWritesPerLookup  = 1 // the absence promise
+	StoreWritesPerMessage = 3 // the claim, the inbox item, the completion
+)
 
 // RunWrites runs the durable-write measurement.
 func RunWrites(ctx context.Context, cfg WritesConfig) (*Writes, error) {
@@ -94,45 +113,87 @@ func RunWrites(ctx context.Context, cfg WritesConfig) (*Writes, error) {
 			_, _ = c.apply(context.WithoutCancel(ctx), "writes", call, time.Minute)
 		}
 	}()
-	hctx, cancel := context.WithTimeout(ctx, 2*quarter)
+	lookup := func(client string, i, k int) (history.Route, protocol.EffectCall) {
+		body := "never sent"
+		return history.Lookup, c.effect(run, "load-writes", fmt.Sprintf("%s-absent-%s-%d", run, client, k),
+			protocol.WorkerEffect{Type: protocol.OpMessage, Worker: ptr(c.worker(handles[0])), Body: &body})
+	}
+	message := func(client string, i, k int) (history.Route, protocol.EffectCall) {
+		body := fmt.Sprintf("message %d from %s", k, client)
+		return history.Effect, c.effect(run, "load-writes", fmt.Sprintf("%s-%s-%d", run, client, k),
+			protocol.WorkerEffect{Type: protocol.OpMessage, Worker: ptr(c.worker(handles[(i+k)%len(handles)])), Body: &body})
+	}
+	res.Phases = append(res.Phases,
+		writePhase(ctx, c, cfg, "lookup-absent", StoreWritesPerLookup, quarter, lookup),
+		writePhase(ctx, c, cfg, "message-worker", StoreWritesPerMessage, 2*quarter, message))
+	res.Report = history.Check(rec.Ops(), history.Options{})
+	return res, nil
+}
+
+// writePhase runs Clients clients making the calls next gives for d.
+func writePhase(ctx context.Context, c *caller, cfg WritesConfig, name string, writes int, d time.Duration,
+	next func(client string, i, k int) (history.Route, protocol.EffectCall)) WritePhase {
+	hctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	first := c.rec.Len()
+	c0, s0, m0, t0 := selfCPU(), procCPU(cfg.ServerPID), machineCPU(), time.Now()
 	var wg sync.WaitGroup
-	var n atomic.Int64
-	start := time.Now()
-	first := rec.Len()
 	for i := range cfg.Clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			client := fmt.Sprintf("writer-%d", i)
 			for k := 0; hctx.Err() == nil; k++ {
-				body := fmt.Sprintf("message %d from %s", k, client)
-				call := c.effect(run, "load-writes", fmt.Sprintf("%s-%s-%d", run, client, k),
-					protocol.WorkerEffect{Type: protocol.OpMessage, Worker: ptr(c.worker(handles[(i+k)%len(handles)])), Body: &body})
+				route, call := next(client, i, k)
+				key := ""
+				if route == history.Effect {
+					key = call.Request.Key
+				}
 				// The call itself is not cut short at the end: a call
 				// without an answer would be an error of the driver's own.
-				op, err := c.do(ctx, client, history.Effect, mustJSON(call), call.Request.Key, 0)
-				if err == nil && op.Status == 200 {
-					n.Add(1)
-				}
+				_, _ = c.do(ctx, client, route, mustJSON(call), key, 0)
 			}
 		}()
 	}
 	wg.Wait()
-	secs := time.Since(start).Seconds()
-	ops := rec.Ops()
+	secs := time.Since(t0).Seconds()
+	p := WritePhase{Name: name, StoreWrites: writes, ClientCores: (selfCPU() - c0) / secs,
+		ServerCores: (procCPU(cfg.ServerPID) - s0) / secs, MachineCores: (machineCPU() - m0) / secs}
 	var lat []time.Duration
-	for _, op := range ops[first:] {
+	for _, op := range c.rec.Ops()[first:] {
 		if op.Status != 200 {
-			res.Errors++
+			p.Errors++
 			continue
 		}
 		lat = append(lat, time.Duration(op.Return-op.Call))
 	}
-	res.Effects = float64(n.Load()) / secs
-	res.EffectsLatency = latencyOf(lat)
-	res.Report = history.Check(ops, history.Options{})
-	return res, nil
+	p.PerSec = float64(len(lat)) / secs
+	p.Latency = latencyOf(lat)
+	fmt.Fprintf(cfg.Log, "%s: %.0f/s %s\n", name, p.PerSec, p.Latency)
+	return p
+}
+
+// machineCPU is the CPU time every core spent busy, in seconds, from
+// /proc/stat.
+func machineCPU() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	busy := 0.0
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		x, _ := strconv.ParseFloat(v, 64)
+		busy += x
+	}
+	return busy / clockTicks
 }
 
 // probeStore measures the embedded store's durable writes: conditional
