@@ -275,9 +275,12 @@ func RunMixed(ctx context.Context, cfg MixedConfig) (*Mixed, error) {
 		}()
 	}
 	rg.Wait()
+	<-m.stop
+	c.logf("main phase over after %d calls; settling workers and draining mailboxes", c.calls.Load())
 	wg.Wait()
 	closeStop()
 	res.MainEnd = mainEnd
+	c.logf("end phase over after %v; checking %d ops", time.Since(res.MainEnd).Round(time.Millisecond), cfg.Recorder.Len()-first)
 
 	// The last word: what the inventory lists once everything settled.
 	_, _ = c.do(context.WithoutCancel(ctx), "final", history.Inventory, nil, "", 0)
