@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"time"
 
@@ -116,7 +117,7 @@ func decodeStrict(b []byte, v any) error {
 	if err := d.Decode(v); err != nil {
 		return galleyerr.E(galleyerr.Malformed, "body is not the expected JSON", err)
 	}
-	if d.More() {
+	if _, err := d.Token(); err != io.EOF {
 		return galleyerr.Errorf(galleyerr.Malformed, "trailing data after the JSON body")
 	}
 	return nil
