@@ -159,7 +159,16 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	rtOpts := []localproc.Option{localproc.WithDir(data), localproc.WithHarness(workerBin),
 		localproc.WithEndpoint(s.Endpoint), localproc.WithRepository(repoURL), localproc.WithLogger(o.Logger),
-		localproc.WithPassEnv(agentEnv...)}
+		localproc.WithPassEnv(agentEnv...),
+		// A harness that ended without reporting (killed, crashed) settles
+		// its worker failed; one that reported changes nothing.
+		localproc.WithOnExit(func(handle string) {
+			if svc := s.Service; svc != nil {
+				if err := svc.WorkerExited(context.Background(), handle, -1, "the worker's harness process ended"); err != nil {
+					o.Logger.Warn("settle a worker whose harness ended", "worker", handle, "err", err)
+				}
+			}
+		})}
 	if o.AgentBinDir != "" {
 		dir, err := filepath.Abs(o.AgentBinDir)
 		if err != nil {

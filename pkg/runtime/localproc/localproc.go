@@ -46,6 +46,7 @@ type Runtime struct {
 	log        *slog.Logger
 	clock      service.Clock
 	grace      time.Duration
+	onExit     func(handle string)
 	optErr     string // the first bad option, reported by New
 
 	sigchld chan os.Signal
@@ -123,6 +124,11 @@ func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
 
 // WithClock sets the clock that stamps starts and stop deadlines.
 func WithClock(c service.Clock) Option { return func(r *Runtime) { r.clock = c } }
+
+// WithOnExit is called once, in its own goroutine, when a worker's harness
+// is seen to have ended, however it ended: the service settles a worker
+// whose harness died without reporting (a SIGKILL, a crash).
+func WithOnExit(f func(handle string)) Option { return func(r *Runtime) { r.onExit = f } }
 
 // WithGrace sets how long Stop waits after SIGTERM before SIGKILL.
 func WithGrace(d time.Duration) Option { return func(r *Runtime) { r.grace = d } }
@@ -555,6 +561,10 @@ func (r *Runtime) runningLocked(w *worker) bool {
 // markExited notes that w's harness has ended for good, and deletes its
 // token file: the credential should not outlive its worker on disk.
 func (r *Runtime) markExited(w *worker) {
+	if !w.exited && r.onExit != nil {
+		// Outside the lock: the callback may call back into the runtime.
+		go r.onExit(w.handle)
+	}
 	w.exited = true
 	if err := os.Remove(r.tokenFile(w.handle)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		r.log.Error("cannot delete a worker's token file", "handle", w.handle, "err", err)
