@@ -50,6 +50,9 @@ type fakeWorker struct {
 	run   string
 	inbox chan string
 	stop  chan struct{}
+	// stopped is set when stop is closed: the script may have moved obs on
+	// since, and stop must close once.
+	stopped bool
 }
 
 type fakeRun struct {
@@ -79,10 +82,11 @@ func newFake(t *testing.T) *fake {
 
 // settle ends the worker's script; the caller holds f.mu.
 func (w *fakeWorker) settle(outcome string) {
-	if w.obs.State == protocol.StateSettled {
+	if w.obs.State == protocol.StateSettled || w.stopped {
 		return
 	}
 	w.obs = protocol.Observation{State: protocol.StateSettled, Outcome: outcome}
+	w.stopped = true
 	close(w.stop)
 }
 
