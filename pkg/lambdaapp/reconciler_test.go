@@ -3,12 +3,8 @@ package lambdaapp_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +14,7 @@ import (
 
 	"github.com/galley-run/galley/pkg/doorbell/localbell"
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
+	"github.com/galley-run/galley/pkg/doorbell/sqsbell/sqsbelltest"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/runtime/ecsrt"
@@ -65,59 +62,13 @@ func invokeEvent(t *testing.T, app *lambdaapp.App, ev string) error {
 	return lambdaapp.Invocation(app.NewReconciler().HandleEvent)(ctx, json.RawMessage(ev))
 }
 
-// sqsClient is a client of fauxqs (AWS_ENDPOINT_URL_SQS). It skips when
-// the variable is unset and fails instead when GALLEY_REQUIRE_STANDINS=1.
-func sqsClient(t *testing.T) *sqs.Client {
-	t.Helper()
-	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" {
-		if os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
-			t.Fatal("GALLEY_REQUIRE_STANDINS=1 but AWS_ENDPOINT_URL_SQS is unset: run scripts/standins.sh start")
-		}
-		t.Skip("AWS_ENDPOINT_URL_SQS unset: no SQS stand-in (scripts/standins.sh start)")
-	}
-	c, err := sqsbell.NewClientFromEnv(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-type manualTime struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (m *manualTime) Now() time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.now
-}
-
-func (m *manualTime) Add(d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.now = m.now.Add(d)
-}
-
 // The reconciler function on the SQS doorbell: the scheduled event deletes
 // the queues idle for longer than GALLEY_QUEUE_IDLE_HOURS and logs how
 // many; a task state change still settles its worker.
 func TestReconcilerSweepsOnScheduleAndStillSettles(t *testing.T) {
-	c := sqsClient(t)
-	var b [5]byte
-	rand.Read(b[:])
-	prefix := "galleyapp-" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		ctx := context.Background()
-		out, err := c.ListQueues(ctx, &sqs.ListQueuesInput{QueueNamePrefix: aws.String(prefix)})
-		if err != nil {
-			return
-		}
-		for _, u := range out.QueueUrls {
-			c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(u)})
-		}
-	})
-	clk := &manualTime{now: time.Now()}
+	c := sqsbelltest.Client(t)
+	prefix := sqsbelltest.Prefix(t, c, "galleyapp")
+	clk := servicetest.NewManualClock(time.Now())
 	bell, err := sqsbell.New(c, prefix, sqsbell.WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +81,7 @@ func TestReconcilerSweepsOnScheduleAndStillSettles(t *testing.T) {
 		l.Close()
 	}
 	listen("mailbox/old-run")
-	clk.Add(4 * time.Hour)
+	clk.Advance(4 * time.Hour)
 	listen("mailbox/new-run")
 
 	app, logs := reconcilerApp(t, bell, func(env map[string]string) {

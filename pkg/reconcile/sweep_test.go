@@ -3,14 +3,10 @@ package reconcile_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,9 +14,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
+	"github.com/galley-run/galley/pkg/doorbell/sqsbell/sqsbelltest"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/reconcile"
+	"github.com/galley-run/galley/pkg/service/servicetest"
 	"github.com/galley-run/galley/pkg/store/memstore"
 )
 
@@ -36,59 +34,13 @@ func scheduled(id string) []byte {
 	return b
 }
 
-// sqsClient is a client of fauxqs (AWS_ENDPOINT_URL_SQS). It skips when
-// the variable is unset and fails instead when GALLEY_REQUIRE_STANDINS=1.
-func sqsClient(t *testing.T) *sqs.Client {
-	t.Helper()
-	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" {
-		if os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
-			t.Fatal("GALLEY_REQUIRE_STANDINS=1 but AWS_ENDPOINT_URL_SQS is unset: run scripts/standins.sh start")
-		}
-		t.Skip("AWS_ENDPOINT_URL_SQS unset: no SQS stand-in (scripts/standins.sh start)")
-	}
-	c, err := sqsbell.NewClientFromEnv(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-type manualTime struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (m *manualTime) Now() time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.now
-}
-
-func (m *manualTime) Add(d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.now = m.now.Add(d)
-}
-
 // A scheduled event sweeps the doorbell's idle queues, keeps the ones in
 // use and logs the count; the same reconciler still settles a worker from
 // a task state change.
 func TestScheduledEventSweepsIdleQueues(t *testing.T) {
-	c := sqsClient(t)
-	var b [5]byte
-	rand.Read(b[:])
-	prefix := "galleyrec-" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		ctx := context.Background()
-		out, err := c.ListQueues(ctx, &sqs.ListQueuesInput{QueueNamePrefix: aws.String(prefix)})
-		if err != nil {
-			return
-		}
-		for _, u := range out.QueueUrls {
-			c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(u)})
-		}
-	})
-	clk := &manualTime{now: time.Now()}
+	c := sqsbelltest.Client(t)
+	prefix := sqsbelltest.Prefix(t, c, "galleyrec")
+	clk := servicetest.NewManualClock(time.Now())
 	bell, err := sqsbell.New(c, prefix, sqsbell.WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +53,7 @@ func TestScheduledEventSweepsIdleQueues(t *testing.T) {
 		l.Close()
 	}
 	listen("mailbox/old-run") // last listen now, idle 25 hours by the sweep
-	clk.Add(25 * time.Hour)
+	clk.Advance(25 * time.Hour)
 	listen("mailbox/new-run")
 
 	var logs bytes.Buffer

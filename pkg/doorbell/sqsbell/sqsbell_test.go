@@ -17,46 +17,14 @@ import (
 	"github.com/galley-run/galley/pkg/awsfault"
 	"github.com/galley-run/galley/pkg/doorbell/doorbelltest"
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
+	"github.com/galley-run/galley/pkg/doorbell/sqsbell/sqsbelltest"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/service"
 )
 
-// client returns a client of fauxqs (or whatever AWS_ENDPOINT_URL_SQS
-// names). It skips when the variable is unset and fails instead when
-// GALLEY_REQUIRE_STANDINS=1, so that CI never passes by running nothing.
-func client(t *testing.T) *sqs.Client {
-	t.Helper()
-	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" {
-		if os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
-			t.Fatal("GALLEY_REQUIRE_STANDINS=1 but AWS_ENDPOINT_URL_SQS is unset: run scripts/standins.sh start")
-		}
-		t.Skip("AWS_ENDPOINT_URL_SQS unset: no SQS stand-in (scripts/standins.sh start)")
-	}
-	c, err := sqsbell.NewClientFromEnv(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
+func client(t *testing.T) *sqs.Client { return sqsbelltest.Client(t) }
 
-// prefix returns a fresh queue prefix and deletes its queues after the
-// test.
-func prefix(t *testing.T, c *sqs.Client) string {
-	var b [5]byte
-	rand.Read(b[:])
-	p := "galleytest-" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		ctx := context.Background()
-		out, err := c.ListQueues(ctx, &sqs.ListQueuesInput{QueueNamePrefix: aws.String(p)})
-		if err != nil {
-			return
-		}
-		for _, u := range out.QueueUrls {
-			c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(u)})
-		}
-	})
-	return p
-}
+func prefix(t *testing.T, c *sqs.Client) string { return sqsbelltest.Prefix(t, c, "galleytest") }
 
 func newBell(t *testing.T, c sqsbell.SQSAPI, p string, opts ...sqsbell.Option) *sqsbell.Bell {
 	t.Helper()

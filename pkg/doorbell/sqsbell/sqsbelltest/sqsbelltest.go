@@ -1,0 +1,53 @@
+// Package sqsbelltest gives tests a client of the SQS stand-in (fauxqs, or
+// whatever AWS_ENDPOINT_URL_SQS names) and throwaway queue prefixes.
+package sqsbelltest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
+)
+
+// Client returns a client of the SQS stand-in. It skips the test when
+// AWS_ENDPOINT_URL_SQS is unset and fails it instead when
+// GALLEY_REQUIRE_STANDINS=1, so that CI never passes by running nothing.
+func Client(t testing.TB) *sqs.Client {
+	t.Helper()
+	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" {
+		if os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
+			t.Fatal("GALLEY_REQUIRE_STANDINS=1 but AWS_ENDPOINT_URL_SQS is unset: run scripts/standins.sh start")
+		}
+		t.Skip("AWS_ENDPOINT_URL_SQS unset: no SQS stand-in (scripts/standins.sh start)")
+	}
+	c, err := sqsbell.NewClientFromEnv(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Prefix returns a fresh queue prefix starting with stem and deletes the
+// queues under it after the test.
+func Prefix(t testing.TB, c *sqs.Client, stem string) string {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	p := stem + "-" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx := context.Background()
+		out, err := c.ListQueues(ctx, &sqs.ListQueuesInput{QueueNamePrefix: aws.String(p)})
+		if err != nil {
+			return
+		}
+		for _, u := range out.QueueUrls {
+			_, _ = c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(u)})
+		}
+	})
+	return p
+}
