@@ -70,12 +70,19 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv, err := ecsstandin.New(
-		ecsstandin.WithDir(t.TempDir()), ecsstandin.WithHarness(fakeHarness),
-		ecsstandin.WithGrace(2*time.Second), ecsstandin.WithContainer("worker"),
+	return newStandinEnv(t, fakeHarness, ecsstandin.WithTaskEnv("GALLEY_HOUSE", "test-house"))
+}
+
+// newStandinEnv starts a stand-in whose tasks run harness, with extra
+// options, and points a real ECS client at it.
+func newStandinEnv(t *testing.T, harness string, extra ...ecsstandin.Option) *env {
+	t.Helper()
+	opts := append([]ecsstandin.Option{
+		ecsstandin.WithDir(t.TempDir()), ecsstandin.WithHarness(harness),
+		ecsstandin.WithGrace(2 * time.Second), ecsstandin.WithContainer("worker"),
 		ecsstandin.WithTaskEnv("GALLEY_WORKSPACE", "/workspace"),
-		ecsstandin.WithTaskEnv("GALLEY_HOUSE", "test-house"),
-	)
+	}, extra...)
+	srv, err := ecsstandin.New(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

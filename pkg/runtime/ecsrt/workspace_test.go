@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/ecs"
 
 	"github.com/galley-run/galley/local/ecsstandin"
 	"github.com/galley-run/galley/pkg/galleyerr"
@@ -33,35 +29,10 @@ func newEFSEnv(t *testing.T, harness string) (*env, string) {
 	if err := os.Mkdir(root, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := ecsstandin.New(
-		ecsstandin.WithDir(t.TempDir()), ecsstandin.WithHarness(harness),
-		ecsstandin.WithGrace(2*time.Second), ecsstandin.WithContainer("worker"),
-		ecsstandin.WithVolume(root),
-		ecsstandin.WithTaskEnv("GALLEY_WORKSPACE", "/workspace"),
-		ecsstandin.WithTaskEnv("GALLEY_WORKSPACE_ROOT", root),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		hs.Close()
-		if err := srv.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	client := ecs.New(ecs.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(hs.URL),
-		Credentials:  credentials.NewStaticCredentialsProvider("AKIDSTANDIN", "standin-dummy", ""),
-		HTTPClient:   hs.Client(),
-	})
-	return &env{srv: srv, client: client, cfg: ecsrt.Config{
-		Cluster: "galley-test", TaskDefinition: "galley-worker:3", Container: "worker",
-		Subnets: []string{"subnet-0a1b2c"}, SecurityGroups: []string{"sg-0a1b2c"},
-		Endpoint: "https://galley.example/", Repository: "https://git.example/house.git", House: "test-house",
-		WorkspaceRoot: root,
-	}}, root
+	e := newStandinEnv(t, harness, ecsstandin.WithVolume(root),
+		ecsstandin.WithTaskEnv("GALLEY_WORKSPACE_ROOT", root))
+	e.cfg.WorkspaceRoot = root
+	return e, root
 }
 
 // clone makes a directory that workspace.Remove takes for a clone.
