@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/galley-run/galley/pkg/doorbell/localbell"
-	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell/sqsbelltest"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -67,19 +66,9 @@ func invokeEvent(t *testing.T, app *lambdaapp.App, ev string) error {
 // many; a task state change still settles its worker.
 func TestReconcilerSweepsOnScheduleAndStillSettles(t *testing.T) {
 	c := sqsbelltest.Client(t)
-	prefix := sqsbelltest.Prefix(t, c, "galleyapp")
 	clk := servicetest.NewManualClock(time.Now())
-	bell, err := sqsbell.New(c, prefix, sqsbell.WithClock(clk.Now))
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := func(topic string) {
-		l, err := bell.Listen(t.Context(), topic)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.Close()
-	}
+	bell, prefix := sqsbelltest.NewBell(t, c, "galleyapp", clk.Now)
+	listen := func(topic string) { sqsbelltest.Touch(t, bell, topic) }
 	listen("mailbox/old-run")
 	clk.Advance(4 * time.Hour)
 	listen("mailbox/new-run")

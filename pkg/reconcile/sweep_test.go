@@ -39,19 +39,9 @@ func scheduled(id string) []byte {
 // a task state change.
 func TestScheduledEventSweepsIdleQueues(t *testing.T) {
 	c := sqsbelltest.Client(t)
-	prefix := sqsbelltest.Prefix(t, c, "galleyrec")
 	clk := servicetest.NewManualClock(time.Now())
-	bell, err := sqsbell.New(c, prefix, sqsbell.WithClock(clk.Now))
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := func(topic string) {
-		l, err := bell.Listen(t.Context(), topic)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.Close()
-	}
+	bell, _ := sqsbelltest.NewBell(t, c, "galleyrec", clk.Now)
+	listen := func(topic string) { sqsbelltest.Touch(t, bell, topic) }
 	listen("mailbox/old-run") // last listen now, idle 25 hours by the sweep
 	clk.Advance(25 * time.Hour)
 	listen("mailbox/new-run")

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -50,4 +51,28 @@ func Prefix(t testing.TB, c *sqs.Client, stem string) string {
 		}
 	})
 	return p
+}
+
+// NewBell is a doorbell on c under a fresh prefix starting with stem,
+// which it returns, telling time by now (tests age queues with a manual
+// clock).
+func NewBell(t testing.TB, c *sqs.Client, stem string, now func() time.Time) (*sqsbell.Bell, string) {
+	t.Helper()
+	prefix := Prefix(t, c, stem)
+	b, err := sqsbell.New(c, prefix, sqsbell.WithClock(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, prefix
+}
+
+// Touch listens on topic once, which creates its queue and marks it used
+// now.
+func Touch(t testing.TB, b *sqsbell.Bell, topic string) {
+	t.Helper()
+	l, err := b.Listen(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
 }
