@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/galley-run/galley/local/ecsstandin"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/runtime/ecsrt"
