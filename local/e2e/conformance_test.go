@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/galley-run/galley/pkg/conformance"
+	awsstandins "github.com/galley-run/galley/pkg/standins"
 )
 
 // TestConformanceAgainstServe runs the project's conformance suite, every
@@ -56,13 +56,7 @@ func passConformance(t *testing.T, s *server) {
 // their endpoints are not set, and fails it when make test asked for them.
 func requireStandins(t *testing.T) {
 	t.Helper()
-	if os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" && os.Getenv("AWS_ENDPOINT_URL_SQS") != "" {
-		return
-	}
-	if os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
-		t.Fatal("GALLEY_REQUIRE_STANDINS=1 but AWS_ENDPOINT_URL_DYNAMODB or AWS_ENDPOINT_URL_SQS is unset")
-	}
-	t.Skip("stand-ins not running (scripts/standins.sh start)")
+	awsstandins.Require(t, awsstandins.DynamoDB, awsstandins.SQS)
 }
 
 func randomSuffix() string {

@@ -23,19 +23,14 @@ import (
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/localserver"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/standins"
 )
 
 // requireStandins skips a test that needs DynamoDB Local and fauxqs when
 // their endpoints are not set, and fails it when make test asked for them.
 func requireStandins(t testing.TB) {
 	t.Helper()
-	if os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" && os.Getenv("AWS_ENDPOINT_URL_SQS") != "" {
-		return
-	}
-	if os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
-		t.Fatal("GALLEY_REQUIRE_STANDINS=1 but AWS_ENDPOINT_URL_DYNAMODB or AWS_ENDPOINT_URL_SQS is unset")
-	}
-	t.Skip("stand-ins not running (scripts/standins.sh start)")
+	standins.Require(t, standins.DynamoDB, standins.SQS)
 }
 
 // TestMain removes the binaries the tests built.

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"github.com/galley-run/galley/pkg/runtime/ecsrt"
 	"github.com/galley-run/galley/pkg/service"
 	"github.com/galley-run/galley/pkg/service/servicetest"
+	"github.com/galley-run/galley/pkg/standins"
 	"github.com/galley-run/galley/pkg/store"
 	"github.com/galley-run/galley/pkg/store/dynamostore"
 	"github.com/galley-run/galley/pkg/store/memstore"
@@ -66,12 +66,7 @@ func stores(t *testing.T) map[string]func(t *testing.T) store.Store {
 	return map[string]func(t *testing.T) store.Store{
 		"memstore": func(*testing.T) store.Store { return memstore.New() },
 		"dynamostore": func(t *testing.T) store.Store {
-			if os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") == "" {
-				if os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
-					t.Fatal("GALLEY_REQUIRE_STANDINS=1 but AWS_ENDPOINT_URL_DYNAMODB is unset")
-				}
-				t.Skip("AWS_ENDPOINT_URL_DYNAMODB unset: no DynamoDB stand-in (scripts/standins.sh start)")
-			}
+			standins.Require(t, standins.DynamoDB)
 			c, err := dynamostore.NewClientFromEnv(t.Context())
 			if err != nil {
 				t.Fatal(err)

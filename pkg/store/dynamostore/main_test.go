@@ -3,12 +3,12 @@ package dynamostore_test
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/galley-run/galley/pkg/standins"
 	"github.com/galley-run/galley/pkg/store/dynamostore"
 )
 
@@ -18,12 +18,7 @@ import (
 // that CI never passes by running nothing.
 func client(t testing.TB) *dynamodb.Client {
 	t.Helper()
-	if os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") == "" {
-		if os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
-			t.Fatal("GALLEY_REQUIRE_STANDINS=1 but AWS_ENDPOINT_URL_DYNAMODB is unset: run scripts/standins.sh start")
-		}
-		t.Skip("AWS_ENDPOINT_URL_DYNAMODB unset: no DynamoDB stand-in (scripts/standins.sh start)")
-	}
+	standins.Require(t, standins.DynamoDB)
 	c, err := dynamostore.NewClientFromEnv(t.Context())
 	if err != nil {
 		t.Fatal(err)

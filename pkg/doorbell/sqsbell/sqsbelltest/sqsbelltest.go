@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
+	"github.com/galley-run/galley/pkg/standins"
 )
 
 // Client returns a client of the SQS stand-in. It skips the test when
@@ -21,12 +21,7 @@ import (
 // GALLEY_REQUIRE_STANDINS=1, so that CI never passes by running nothing.
 func Client(t testing.TB) *sqs.Client {
 	t.Helper()
-	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" {
-		if os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
-			t.Fatal("GALLEY_REQUIRE_STANDINS=1 but AWS_ENDPOINT_URL_SQS is unset: run scripts/standins.sh start")
-		}
-		t.Skip("AWS_ENDPOINT_URL_SQS unset: no SQS stand-in (scripts/standins.sh start)")
-	}
+	standins.Require(t, standins.SQS)
 	c, err := sqsbell.NewClientFromEnv(context.Background())
 	if err != nil {
 		t.Fatal(err)
