@@ -26,8 +26,9 @@ const lockTimeoutMillis = "10000"
 // concurrent use, and several Repos (in several processes) may share one
 // repository.
 type Repo struct {
-	path   string // the repository's directory, absolute
-	gitDir string // its git directory, absolute
+	path      string // the repository's directory, absolute
+	gitDir    string // its git directory, absolute
+	commonDir string // where its refs live: gitDir, unless a linked worktree's
 
 	mu   sync.Mutex // go-git's Repository is not documented as goroutine-safe
 	repo *git.Repository
@@ -50,11 +51,17 @@ func Open(ctx context.Context, repo string) (*Repo, error) {
 	}
 	// go-git opened exactly path (no discovery upward), so git run in path
 	// finds the same repository.
-	out, err := gitexec.Run(ctx, path, "rev-parse", "--absolute-git-dir")
+	out, err := gitexec.Run(ctx, path, "rev-parse", "--absolute-git-dir", "--git-common-dir")
 	if err != nil {
 		return nil, galleyerr.E(op, galleyerr.Other, "locate git directory", err)
 	}
-	return &Repo{path: path, gitDir: strings.TrimSpace(out), repo: r}, nil
+	gitDir, common, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	if common = strings.TrimSpace(common); common == "" {
+		common = gitDir
+	} else if !filepath.IsAbs(common) {
+		common = filepath.Join(path, common) // relative to where git ran
+	}
+	return &Repo{path: path, gitDir: gitDir, commonDir: common, repo: r}, nil
 }
 
 // scpLike matches git's scp-like remote syntax, user@host:path.

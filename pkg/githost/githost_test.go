@@ -12,6 +12,7 @@ import (
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/githost/gitexec"
+	"github.com/galley-run/galley/pkg/githost/githosttest"
 )
 
 // gitHost is service.GitHost's method set, copied so that this test does not
@@ -19,6 +20,7 @@ import (
 type gitHost interface {
 	DefaultHead(ctx context.Context) (string, error)
 	BranchHead(ctx context.Context, branch string) (commit string, exists bool, err error)
+	BranchHeads(ctx context.Context, branches []string) (map[string]string, error)
 	CreateBranch(ctx context.Context, branch, commit string) error
 	DeleteBranch(ctx context.Context, branch string) error
 }
@@ -475,4 +477,25 @@ func ExampleOpen() {
 	// Output:
 	// <nil>
 	// conflict
+}
+
+func TestSuite(t *testing.T) {
+	githosttest.Run(t, func(t *testing.T) githosttest.Subject {
+		path, r := newHouse(t)
+		return githosttest.Subject{Host: r, Bare: path}
+	})
+}
+
+// A house repository that is not bare keeps its refs in .git.
+func TestSuiteNonBare(t *testing.T) {
+	githosttest.Run(t, func(t *testing.T) githosttest.Subject {
+		bare, _ := newHouse(t)
+		dir := filepath.Join(t.TempDir(), "house")
+		git(t, "", "clone", "-q", bare, dir)
+		r, err := githost.Open(context.Background(), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return githosttest.Subject{Host: r, Bare: filepath.Join(dir, ".git")}
+	})
 }

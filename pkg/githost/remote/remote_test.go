@@ -16,6 +16,7 @@ import (
 
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/githost"
+	"github.com/galley-run/galley/pkg/githost/githosttest"
 	"github.com/galley-run/galley/pkg/githost/remote"
 )
 
@@ -204,4 +205,28 @@ func TestCredential(t *testing.T) {
 	if _, err := remote.New("ssh://git@example.com/house.git", token(secret)); err == nil {
 		t.Error("an ssh URL was accepted")
 	}
+}
+
+func TestSuite(t *testing.T) {
+	githosttest.Run(t, func(t *testing.T) githosttest.Subject {
+		s := newServer(t)
+		r, err := remote.New(s.url, token(secret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return githosttest.Subject{Host: r, Bare: s.bare, Reads: s.advertisements}
+	})
+}
+
+// advertisements counts the reference advertisements the server sent.
+func (s *server) advertisements() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, u := range s.urls {
+		if strings.Contains(u, "/info/refs") {
+			n++
+		}
+	}
+	return n
 }
