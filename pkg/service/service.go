@@ -73,6 +73,7 @@ type Service struct {
 	bell    Doorbell
 	clock   Clock
 	log     *slog.Logger
+	inboxes *inboxCache
 }
 
 // Option configures a Service.
@@ -91,7 +92,8 @@ func WithLogger(l *slog.Logger) Option {
 // required.
 func New(cfg Config, opts ...Option) (*Service, error) {
 	cfg.setDefaults()
-	s := &Service{cfg: cfg, clock: SystemClock, log: slog.Default()}
+	s := &Service{cfg: cfg, clock: SystemClock, log: slog.Default(),
+		inboxes: newInboxCache(defaultInboxWorkers, defaultInboxBytes)}
 	for _, o := range opts {
 		o(s)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sort"
 	"time"
 	"unicode/utf8"
 
@@ -151,41 +152,79 @@ func (s *Service) inbox(ctx context.Context, handle string, after int64) (worker
 			ans.Outcome = res.Worker.Outcome
 		}
 	}
-	items, err := s.store.ListInbox(ctx, handle, 0)
+	// The view leaves out the second copies a retried effect appended.
+	v, err := s.inboxes.read(ctx, s.store, handle)
 	if err != nil {
 		return workerapi.InboxAnswer{}, err
 	}
-	seen := make(map[string]bool, len(items))
-	answered := map[string]bool{}
-	for _, it := range items {
-		dup := it.Key != "" && seen[it.Key]
-		seen[it.Key] = true
-		if it.Kind == "reply" && !dup {
-			// Only the answer the worker record holds is delivered, once: a
-			// reply that lost a race with another body never reaches the
-			// agent. A reply appended but not yet recorded holds back what
-			// follows it, so the harness's cursor cannot pass it; a record
-			// that never came (its effect died and was not retried) stops
-			// holding after two leases.
-			recorded := ""
-			if res.Worker != nil {
-				recorded = res.Worker.Questions[it.Question]
-			}
-			switch {
-			case recorded == "" && s.clock.Now().Sub(it.At) < 2*s.cfg.Lease:
-				return ans, nil
-			case recorded != it.Body || answered[it.Question]:
-				dup = true
-			default:
-				answered[it.Question] = true
-			}
+	if ans.Settled {
+		s.inboxes.drop(handle)
+	}
+	r := replyRules{w: res.Worker, now: s.clock.Now(), hold: 2 * s.cfg.Lease}
+	first := sort.Search(len(v.items), func(i int) bool { return v.items[i].Seq > after })
+	// The replies the harness's cursor passed still decide what follows
+	// them; the messages it passed decide nothing.
+	for _, i := range v.replies {
+		if i >= first {
+			break
 		}
-		if dup || it.Seq <= after {
-			continue
+		if r.fate(&v.items[i]) == replyHeld {
+			return ans, nil
+		}
+	}
+	for i := first; i < len(v.items); i++ {
+		it := &v.items[i]
+		if it.Kind == "reply" {
+			switch r.fate(it) {
+			case replyHeld:
+				return ans, nil
+			case replySkipped:
+				continue
+			}
 		}
 		ans.Items = append(ans.Items, workerapi.InboxItem{Seq: it.Seq, Kind: it.Kind, Question: it.Question, Body: it.Body})
 	}
 	return ans, nil
+}
+
+// replyRules decide the replies of one inbox read, in inbox order. Only the
+// answer the worker record holds is delivered, once: a reply that lost a
+// race with another body never reaches the agent. A reply appended but not
+// yet recorded holds back what follows it, so the harness's cursor cannot
+// pass it; a record that never came (its effect died and was not retried)
+// stops holding after two leases.
+type replyRules struct {
+	w        *store.Worker
+	now      time.Time
+	hold     time.Duration
+	answered map[string]bool
+}
+
+type replyFate int
+
+const (
+	replyDelivered replyFate = iota
+	replySkipped
+	replyHeld
+)
+
+// fate decides it, the first reply of its key.
+func (r *replyRules) fate(it *store.InboxItem) replyFate {
+	recorded := ""
+	if r.w != nil {
+		recorded = r.w.Questions[it.Question]
+	}
+	switch {
+	case recorded == "" && r.now.Sub(it.At) < r.hold:
+		return replyHeld
+	case recorded != it.Body || r.answered[it.Question]:
+		return replySkipped
+	}
+	if r.answered == nil {
+		r.answered = map[string]bool{}
+	}
+	r.answered[it.Question] = true
+	return replyDelivered
 }
 
 // WorkerUsage records the agent's usage report; what the worker did not
