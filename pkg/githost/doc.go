@@ -5,6 +5,9 @@
 //
 // Reading (HEAD, branch heads, commit objects) and making the first commit
 // use go-git, which reads loose and packed refs the way git writes them.
+// ExistingBranches, the inventory's read of many branches, lists the ref
+// folders and packed-refs itself: go-git opens a file per branch with
+// several system calls per path element.
 //
 // Creating and deleting a branch shell out to `git update-ref`. go-git's
 // CheckAndSetReference cannot express "must not exist" (a nil old value means

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -14,19 +15,21 @@ import (
 	"github.com/galley-run/galley/pkg/galleyerr"
 )
 
-// BranchHeads returns the commit each named branch points at; a branch
-// absent from the map does not exist. It is the inventory's read, so it
-// costs one small file read per branch and one read of packed-refs, takes
-// no lock and starts no process: it reads the files backend the way git
-// does (go-git's reader makes several system calls per path element).
+// ExistingBranches reports which of the named branches exist: the map
+// holds true for each that does. It is the inventory's read, so its cost
+// hardly grows with the names: one listing per folder of refs/heads that
+// the names lie in (most lie in one or two), one read of packed-refs if
+// any name is not a loose ref, no lock, no process, no file opened per
+// branch. A loose ref counts as a branch by its file alone, as git's
+// files backend keeps it.
 //
-// Every loose ref is read before packed-refs, as git's own reader does:
-// `git pack-refs` writes packed-refs before it deletes a loose ref, so a
-// branch that exists throughout is found in one or the other. A ref that
-// is not a plain commit id (symbolic, or unreadable) is read through
-// go-git, as BranchHead reads it.
-func (r *Repo) BranchHeads(ctx context.Context, branches []string) (map[string]string, error) {
-	const op = galleyerr.Op("githost.BranchHeads")
+// Loose refs are read before packed-refs, as git's own reader does: `git
+// pack-refs` writes packed-refs before it deletes a loose ref, so a branch
+// that exists throughout is found in one or the other. A name the listing
+// lacks is looked up by its path before packed-refs is read: POSIX lets a
+// listing miss an entry that a concurrent update renames over.
+func (r *Repo) ExistingBranches(ctx context.Context, branches []string) (map[string]bool, error) {
+	const op = galleyerr.Op("githost.ExistingBranches")
 	for _, b := range branches {
 		if err := ValidateBranch(b); err != nil {
 			return nil, galleyerr.E(op, err)
@@ -35,76 +38,91 @@ func (r *Repo) BranchHeads(ctx context.Context, branches []string) (map[string]s
 	if err := ctx.Err(); err != nil {
 		return nil, galleyerr.E(op, galleyerr.Unavailable, err)
 	}
-	heads := make(map[string]string, len(branches))
-	var notLoose, odd []string
+	heads := filepath.Join(r.commonDir, "refs", "heads")
+	exist := make(map[string]bool, len(branches))
+	listed := map[string]map[string]bool{} // folder under refs/heads -> its loose refs
+	var unlisted []string
 	for _, b := range branches {
-		h, err := readLoose(filepath.Join(r.commonDir, "refs", "heads", filepath.FromSlash(b)))
-		switch {
-		case err == nil && h != "":
-			heads[b] = h
-		case err == nil:
+		dir, name := path.Split(b)
+		files, ok := listed[dir]
+		if !ok {
+			var err error
+			if files, err = looseRefs(filepath.Join(heads, filepath.FromSlash(dir))); err != nil {
+				return nil, galleyerr.E(op, galleyerr.Unavailable, "list refs/heads/"+dir, err)
+			}
+			listed[dir] = files
+		}
+		if files[name] {
+			exist[b] = true
+		} else {
+			unlisted = append(unlisted, b)
+		}
+	}
+	var notLoose []string
+	for _, b := range unlisted {
+		switch fi, err := os.Lstat(filepath.Join(heads, filepath.FromSlash(b))); {
+		case err == nil && !fi.IsDir():
+			exist[b] = true
+		case err == nil, errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+			// A folder of branches, or a prefix of the name is a branch:
+			// no loose ref of this name.
 			notLoose = append(notLoose, b)
 		default:
-			odd = append(odd, b)
+			return nil, galleyerr.E(op, galleyerr.Unavailable, "read refs/heads/"+b, err)
 		}
 	}
 	if len(notLoose) > 0 {
-		packed, err := readPacked(filepath.Join(r.commonDir, "packed-refs"))
+		packed, err := packedBranches(filepath.Join(r.commonDir, "packed-refs"))
 		if err != nil {
 			return nil, galleyerr.E(op, galleyerr.Unavailable, "read packed-refs", err)
 		}
 		for _, b := range notLoose {
-			if h, ok := packed["refs/heads/"+b]; ok {
-				heads[b] = h
+			if packed[b] {
+				exist[b] = true
 			}
 		}
 	}
-	if len(odd) > 0 {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		for _, b := range odd {
-			h, exists, err := r.branchHead(b)
-			if err != nil {
-				return nil, galleyerr.E(op, err)
-			}
-			if exists {
-				heads[b] = h
-			}
+	return exist, nil
+}
+
+// looseRefs lists the files in dir, the loose refs of that folder; a
+// missing folder (or a file where it would be) has none.
+func looseRefs(dir string) (map[string]bool, error) {
+	f, err := os.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ents, err := f.ReadDir(-1)
+	if errors.Is(err, syscall.ENOTDIR) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	files := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		if !e.IsDir() {
+			files[e.Name()] = true
 		}
 	}
-	return heads, nil
+	return files, nil
 }
 
-// readLoose reads a loose ref file: its commit id, "" when there is no
-// such file (the branch may be packed, or absent), or an error for what
-// needs a closer look (a symbolic ref, an unreadable file).
-func readLoose(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR):
-		// ENOTDIR: a prefix of the name is a branch (a file); EISDIR: the
-		// name is a folder of branches. Neither is a loose ref of it.
-		return "", nil
-	case err != nil:
-		return "", err
-	}
-	if h := strings.TrimSpace(string(b)); isHash(h) {
-		return h, nil
-	}
-	return "", errors.New("not a plain commit id")
-}
-
-// readPacked reads packed-refs into name -> commit id; a missing file is
-// an empty one. Peeled lines (^...) and the header are skipped.
-func readPacked(path string) (map[string]string, error) {
-	b, err := os.ReadFile(path)
+// packedBranches reads the branch names packed-refs holds; a missing file
+// holds none. Peeled lines (^...) and the header are skipped.
+func packedBranches(name string) (map[string]bool, error) {
+	b, err := os.ReadFile(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	refs := map[string]string{}
+	refs := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
@@ -112,24 +130,11 @@ func readPacked(path string) (map[string]string, error) {
 		if line == "" || line[0] == '#' || line[0] == '^' {
 			continue
 		}
-		h, name, ok := strings.Cut(line, " ")
-		if ok && isHash(h) && strings.HasPrefix(name, "refs/heads/") {
-			refs[name] = h
+		if _, ref, ok := strings.Cut(line, " "); ok {
+			if branch, ok := strings.CutPrefix(ref, "refs/heads/"); ok {
+				refs[branch] = true
+			}
 		}
 	}
 	return refs, sc.Err()
-}
-
-// isHash reports whether s is a full object id (SHA-1 or SHA-256) in
-// lower-case hex.
-func isHash(s string) bool {
-	if len(s) != 40 && len(s) != 64 {
-		return false
-	}
-	for i := range len(s) {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }

@@ -20,7 +20,7 @@ import (
 type gitHost interface {
 	DefaultHead(ctx context.Context) (string, error)
 	BranchHead(ctx context.Context, branch string) (commit string, exists bool, err error)
-	BranchHeads(ctx context.Context, branches []string) (map[string]string, error)
+	ExistingBranches(ctx context.Context, branches []string) (map[string]bool, error)
 	CreateBranch(ctx context.Context, branch, commit string) error
 	DeleteBranch(ctx context.Context, branch string) error
 }
@@ -498,4 +498,64 @@ func TestSuiteNonBare(t *testing.T) {
 		}
 		return githosttest.Subject{Host: r, Bare: filepath.Join(dir, ".git")}
 	})
+}
+
+// Branches that exist throughout read as existing while other writers move
+// them (loose refs renamed over) and pack them (loose refs moved into
+// packed-refs and deleted), however the reads and writes interleave.
+func TestExistingBranchesUnderConcurrentWriters(t *testing.T) {
+	ctx := context.Background()
+	path, r := newHouse(t)
+	head, _ := r.DefaultHead(ctx)
+	other := commitOn(t, path, head, "other")
+	var names []string
+	var in strings.Builder
+	for i := range 40 {
+		names = append(names, fmt.Sprintf("kitchen/busy-%02d", i))
+		fmt.Fprintf(&in, "create refs/heads/%s %s\n", names[i], head)
+	}
+	if _, err := (gitexec.Cmd{Dir: path, Stdin: in.String()}).Run(ctx, "update-ref", "--stdin"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { // moves every branch back and forth: loose refs again
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			var in strings.Builder
+			for _, b := range names {
+				fmt.Fprintf(&in, "update refs/heads/%s %s\n", b, []string{other, head}[i%2])
+			}
+			_, _ = (gitexec.Cmd{Dir: path, Stdin: in.String()}).Run(ctx, "update-ref", "--stdin")
+		}
+	})
+	wg.Go(func() { // packs them all, deleting the loose refs
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			_, _ = gitexec.Run(ctx, path, "pack-refs", "--all", "--prune")
+		}
+	})
+	defer wg.Wait()
+	defer close(done)
+	for range 300 {
+		got, err := r.ExistingBranches(ctx, names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(names) {
+			for _, b := range names {
+				if !got[b] {
+					t.Fatalf("%s read as missing while it existed throughout", b)
+				}
+			}
+		}
+	}
 }

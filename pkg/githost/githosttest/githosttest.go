@@ -1,9 +1,10 @@
 // Package githosttest is the shared suite every git host passes, whether
 // the house repository is on this machine's disk (package githost) or on a
 // git server reached over smart HTTP (package remote): branch reads one at
-// a time and in a batch agree with each other and with git itself, across
-// loose and packed refs and changes made by other writers, and a batch is
-// one read of the repository however many names it holds.
+// a time (BranchHead) and in a batch (ExistingBranches) agree with each
+// other and with git itself, across loose and packed refs and changes made
+// by other writers, and a batch is one read of the repository however many
+// names it holds.
 //
 // An implementation's test supplies a Harness that builds a fresh host over
 // a fresh bare repository whose main branch has one commit (githost.InitBare
@@ -28,7 +29,7 @@ import (
 type Host interface {
 	DefaultHead(ctx context.Context) (string, error)
 	BranchHead(ctx context.Context, branch string) (commit string, exists bool, err error)
-	BranchHeads(ctx context.Context, branches []string) (map[string]string, error)
+	ExistingBranches(ctx context.Context, branches []string) (map[string]bool, error)
 	CreateBranch(ctx context.Context, branch, commit string) error
 	DeleteBranch(ctx context.Context, branch string) error
 }
@@ -55,11 +56,11 @@ func Run(t *testing.T, h Harness) {
 		name string
 		run  func(*testing.T, *suite)
 	}{
-		{"BranchHeadsAgreeWithGit", testAgree},
-		{"BranchHeadsFollowCreateAndDelete", testCreateDelete},
-		{"BranchHeadsEmpty", testEmpty},
-		{"BranchHeadsInvalid", testInvalid},
-		{"BranchHeadsManyInOneRead", testMany},
+		{"BranchReadsAgreeWithGit", testAgree},
+		{"BranchReadsFollowCreateAndDelete", testCreateDelete},
+		{"ExistingBranchesEmpty", testEmpty},
+		{"ExistingBranchesInvalid", testInvalid},
+		{"ExistingBranchesManyInOneRead", testMany},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,26 +128,40 @@ func (s *suite) commit(parent, msg string) string {
 	return s.git("", "-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", tree, "-p", parent, "-m", msg)
 }
 
-// check compares BranchHeads with git and with BranchHead, name by name.
+// existing is the set of truth's names.
+func existing(heads map[string]string) map[string]bool {
+	out := map[string]bool{}
+	for b := range heads {
+		out[b] = true
+	}
+	return out
+}
+
+// check compares BranchHead and ExistingBranches with git, name by name,
+// and returns the heads BranchHead read.
 func (s *suite) check(branches []string) map[string]string {
 	s.t.Helper()
 	ctx := context.Background()
-	got, err := s.Host.BranchHeads(ctx, branches)
+	exist, err := s.Host.ExistingBranches(ctx, branches)
 	if err != nil {
-		s.t.Fatalf("BranchHeads: %v", err)
+		s.t.Fatalf("ExistingBranches: %v", err)
 	}
 	want := s.truth(branches)
-	if !maps.Equal(got, want) {
-		s.t.Errorf("BranchHeads = %v, git says %v", got, want)
+	if !maps.Equal(exist, existing(want)) {
+		s.t.Errorf("ExistingBranches = %v, git has %v", exist, want)
 	}
+	got := map[string]string{}
 	for _, b := range branches {
-		h, exists, err := s.Host.BranchHead(ctx, b)
+		h, ok, err := s.Host.BranchHead(ctx, b)
 		if err != nil {
 			s.t.Fatalf("BranchHead(%s): %v", b, err)
 		}
-		if g, ok := got[b]; ok != exists || g != h {
-			s.t.Errorf("%s: BranchHeads says %q (exists %v), BranchHead %q (exists %v)", b, g, ok, h, exists)
+		if ok {
+			got[b] = h
 		}
+	}
+	if !maps.Equal(got, want) {
+		s.t.Errorf("BranchHead gives %v, git has %v", got, want)
 	}
 	return got
 }
@@ -165,17 +180,20 @@ func testAgree(t *testing.T, s *suite) {
 	s.git("", "pack-refs", "--all", "--prune")
 	s.git("", "update-ref", "refs/heads/packed-moved", other)
 	s.git("", "update-ref", "refs/heads/theirs", other)
+	s.git("", "update-ref", "refs/heads/loose/leaf", other)
 	s.git("", "update-ref", "-d", "refs/heads/gone")
+	// Names that are folders of loose or packed branches, or lie below a
+	// branch, are no branches.
 	got := s.check([]string{
-		"main", "kitchen/a", "dir/leaf", "packed", "packed-moved", "theirs", "gone",
-		"dir", "dir/leaf/deeper", "kitchen", "nope",
+		"main", "kitchen/a", "dir/leaf", "packed", "packed-moved", "theirs", "loose/leaf", "gone",
+		"dir", "dir/leaf/deeper", "kitchen", "loose", "loose/leaf/deeper", "nope",
 	})
 	if got["packed-moved"] != other || got["theirs"] != other || got["packed"] != head {
-		t.Errorf("BranchHeads = %v: packed %s, moved and theirs %s", got, head, other)
+		t.Errorf("BranchHead gives %v: packed %s, moved and theirs %s", got, head, other)
 	}
-	for _, absent := range []string{"gone", "dir", "dir/leaf/deeper", "kitchen", "nope"} {
+	for _, absent := range []string{"gone", "dir", "dir/leaf/deeper", "kitchen", "loose", "loose/leaf/deeper", "nope"} {
 		if h, ok := got[absent]; ok {
-			t.Errorf("BranchHeads has %s at %s; it does not exist", absent, h)
+			t.Errorf("BranchHead gives %s at %s; it does not exist", absent, h)
 		}
 	}
 }
@@ -185,7 +203,7 @@ func testCreateDelete(t *testing.T, s *suite) {
 	head := s.head()
 	names := []string{"kitchen/issue-1", "kitchen/issue-2"}
 	if got := s.check(names); len(got) != 0 {
-		t.Fatalf("BranchHeads before any creation = %v", got)
+		t.Fatalf("branches before any creation: %v", got)
 	}
 	if err := s.Host.CreateBranch(ctx, names[0], head); err != nil {
 		t.Fatal(err)
@@ -203,18 +221,18 @@ func testCreateDelete(t *testing.T, s *suite) {
 
 func testEmpty(t *testing.T, s *suite) {
 	for _, names := range [][]string{nil, {}} {
-		got, err := s.Host.BranchHeads(context.Background(), names)
+		got, err := s.Host.ExistingBranches(context.Background(), names)
 		if err != nil || len(got) != 0 {
-			t.Errorf("BranchHeads(%v) = %v, %v; want an empty map", names, got, err)
+			t.Errorf("ExistingBranches(%v) = %v, %v; want an empty map", names, got, err)
 		}
 	}
 }
 
 func testInvalid(t *testing.T, s *suite) {
 	for _, bad := range []string{"a..b", "-x", "HEAD", "", "a b"} {
-		_, err := s.Host.BranchHeads(context.Background(), []string{"main", bad})
+		_, err := s.Host.ExistingBranches(context.Background(), []string{"main", bad})
 		if !galleyerr.Is(galleyerr.Invalid, err) {
-			t.Errorf("BranchHeads with %q = %v, want an invalid error", bad, err)
+			t.Errorf("ExistingBranches with %q = %v, want an invalid error", bad, err)
 		}
 	}
 }
@@ -246,22 +264,22 @@ func testMany(t *testing.T, s *suite) {
 	if s.Reads != nil {
 		before = s.Reads()
 	}
-	got, err := s.Host.BranchHeads(context.Background(), slices.Clone(names))
+	got, err := s.Host.ExistingBranches(context.Background(), slices.Clone(names))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Reads != nil {
 		if reads := s.Reads() - before; reads != 1 {
-			t.Errorf("BranchHeads of %d names read the repository %d times, want once", len(names), reads)
+			t.Errorf("ExistingBranches of %d names read the repository %d times, want once", len(names), reads)
 		}
 	}
-	if want := s.truth(names); !maps.Equal(got, want) {
-		t.Errorf("BranchHeads of %d names: %d found, git has %d (%v)", len(names), len(got), len(want), diff(got, want))
+	if want := existing(s.truth(names)); !maps.Equal(got, want) {
+		t.Errorf("ExistingBranches of %d names: %d found, git has %d (%v)", len(names), len(got), len(want), diff(got, want))
 	}
 }
 
 // diff names the branches on which got and want disagree.
-func diff(got, want map[string]string) []string {
+func diff(got, want map[string]bool) []string {
 	var out []string
 	for k := range maps.Keys(want) {
 		if got[k] != want[k] {

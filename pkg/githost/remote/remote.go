@@ -187,29 +187,28 @@ func (r *Repo) BranchHead(ctx context.Context, branch string) (string, bool, err
 	return h.String(), true, nil
 }
 
-// BranchHeads returns the commit each named branch points at, from one
-// reference advertisement however many names; a branch absent from the
-// map does not exist.
-func (r *Repo) BranchHeads(ctx context.Context, branches []string) (map[string]string, error) {
+// ExistingBranches reports which of the named branches exist (true in the
+// map), from one reference advertisement however many names.
+func (r *Repo) ExistingBranches(ctx context.Context, branches []string) (map[string]bool, error) {
 	for _, b := range branches {
 		if err := githost.ValidateBranch(b); err != nil {
 			return nil, err
 		}
 	}
-	heads := make(map[string]string, len(branches))
+	exist := make(map[string]bool, len(branches))
 	if len(branches) == 0 {
-		return heads, nil
+		return exist, nil
 	}
 	ar, _, err := r.refs(ctx, transport.UploadPackServiceName)
 	if err != nil {
 		return nil, err
 	}
 	for _, b := range branches {
-		if h, ok := ar.References[plumbing.NewBranchReferenceName(b).String()]; ok {
-			heads[b] = h.String()
+		if _, ok := ar.References[plumbing.NewBranchReferenceName(b).String()]; ok {
+			exist[b] = true
 		}
 	}
-	return heads, nil
+	return exist, nil
 }
 
 // CreateBranch creates branch at commit only if it does not exist;
