@@ -15,7 +15,9 @@
 // the handle (StartedBy), and ListTasks filters on it. A Runtime also
 // remembers the tasks it started, and an optional TaskIndex (the store) can
 // remember them across processes, which spares the ListTasks call and covers
-// ListTasks' own lag right after a launch.
+// ListTasks' own lag right after a launch. Livenesses, the inventory's read,
+// describes 100 tasks a call, and lists the task definition's tasks once
+// for the handles it does not remember.
 //
 // With Config.WorkspaceRoot set (an EFS mount in the worker container),
 // every workspace lives below it and outlives its task; RemoveWorkspace

@@ -441,18 +441,7 @@ func (r *Runtime) Liveness(ctx context.Context, handle string) (service.Liveness
 	if err != nil {
 		return service.LivenessUnknown, wrap(op, err)
 	}
-	// One task per handle; if a second ever appeared, the worker runs while
-	// any of them does.
-	l := service.LivenessUnknown
-	for _, t := range tasks {
-		switch LivenessOf(aws.ToString(t.LastStatus)) {
-		case service.LivenessLive:
-			return service.LivenessLive, nil
-		case service.LivenessExited:
-			l = service.LivenessExited
-		}
-	}
-	return l, nil
+	return fold(tasks), nil
 }
 
 func wrapNil(op galleyerr.Op, err error) error {

@@ -154,6 +154,9 @@ func TestSuite(t *testing.T) {
 		e := newEnv(t)
 		return runtimetest.Subject{
 			Runtime: e.runtime(t),
+			// A fresh runtime remembers no task, as a cold function.
+			Restart: func() service.Runtime { return e.runtime(t) },
+			Calls:   func() int { return len(e.srv.Requests(ecsstandin.OpDescribeTasks, ecsstandin.OpListTasks)) },
 			Spec: func(handle string, b runtimetest.Behavior) service.WorkerSpec {
 				if b == runtimetest.ExitsByItself {
 					return spec(handle, "exit")

@@ -351,6 +351,51 @@ func (r *Runtime) Liveness(ctx context.Context, handle string) (service.Liveness
 	return service.LivenessExited, nil
 }
 
+// Livenesses answers Liveness for many handles under one hold of the lock,
+// mostly from memory: a harness this Runtime started is its child, whose
+// end the reaper learns of (SIGCHLD, or its tick) and records, so it is
+// live until recorded exited; an exit once seen is final. Only a harness
+// this Runtime did not start (an earlier server's) is verified with its
+// /proc record each time, as nothing would tell of its end, and a handle
+// not yet in memory is read from disk once. A malformed handle is Unknown.
+// After Close, with no reaper, children are checked as Liveness does.
+func (r *Runtime) Livenesses(ctx context.Context, handles []string) (map[string]service.Liveness, error) {
+	const op = galleyerr.Op("localproc.livenesses")
+	out := make(map[string]service.Liveness, len(handles))
+	var first error
+	failed := 0
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, h := range handles {
+		if !handleRE.MatchString(h) {
+			out[h] = service.LivenessUnknown
+			continue
+		}
+		w, err := r.lookupLocked(h)
+		switch {
+		case err != nil:
+			// Left out of the map: unverifiable.
+			if failed++; first == nil {
+				first = err
+			}
+		case w == nil:
+			out[h] = service.LivenessUnknown
+		case w.exited:
+			out[h] = service.LivenessExited
+		case w.child && !r.closed:
+			out[h] = service.LivenessLive
+		case r.runningLocked(w):
+			out[h] = service.LivenessLive
+		default:
+			out[h] = service.LivenessExited
+		}
+	}
+	if failed > 0 {
+		return out, galleyerr.E(op, strconv.Itoa(failed)+" workers unreadable", first)
+	}
+	return out, nil
+}
+
 // Stop sends SIGTERM to the worker's process group and returns; SIGKILL
 // follows after the grace unless the group has ended. The deadline is
 // recorded first, so a server that restarts meanwhile still kills it.

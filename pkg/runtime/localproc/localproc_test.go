@@ -134,9 +134,13 @@ func starts(r *Runtime, handle string) int {
 
 func TestSuite(t *testing.T) {
 	runtimetest.Run(t, func(t *testing.T) runtimetest.Subject {
-		r := newRuntime(t, "")
+		dir := t.TempDir()
+		r := newRuntime(t, dir)
 		return runtimetest.Subject{
 			Runtime: r,
+			// A second Runtime over the same directory: its workers are
+			// not its children, as after a server restart.
+			Restart: func() service.Runtime { return newRuntime(t, dir) },
 			Spec: func(handle string, b runtimetest.Behavior) service.WorkerSpec {
 				mode := "run"
 				if b == runtimetest.ExitsByItself {

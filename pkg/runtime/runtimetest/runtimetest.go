@@ -2,7 +2,10 @@
 // whether its workers are local processes or ECS tasks: Start is idempotent
 // per handle (also under concurrent calls, also after the worker ended),
 // Stop ends a worker and is idempotent, Liveness tells live, exited and
-// unknown apart, and RemoveWorkspace deletes only inside its folder.
+// unknown apart, Livenesses says the same of many workers at once (also in
+// a runtime that remembers nothing of them, as after a restart) at a cost
+// that does not grow with them, and RemoveWorkspace deletes only inside its
+// folder.
 //
 // An implementation's test supplies a Harness that builds a fresh runtime
 // with fake workers: a local runtime runs a fake harness binary, an ECS
@@ -15,8 +18,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,6 +65,14 @@ type Subject struct {
 	Workspaces string
 	// Patience bounds every wait for a state; zero means 30 s.
 	Patience time.Duration
+	// Restart, when set, returns another runtime over the same workers that
+	// remembers nothing of them, as a restarted server or a cold function
+	// builds it. Nil skips the checks after a restart.
+	Restart func() service.Runtime
+	// Calls, when set, counts the calls made so far to the platform the
+	// workers run on (ECS requests). Nil skips the checks that a batch
+	// costs the same however many handles it holds.
+	Calls func() int
 }
 
 // Harness returns a fresh Subject for one subtest. Subtests run in
@@ -85,6 +99,11 @@ func Run(t *testing.T, h Harness) {
 		{"LivenessUnknown", testLivenessUnknown},
 		{"SelfExit", testSelfExit},
 		{"WorkersAreIndependent", testIndependent},
+		{"LivenessesAgree", testLivenessesAgree},
+		{"LivenessesFollowStop", testLivenessesFollowStop},
+		{"LivenessesEmpty", testLivenessesEmpty},
+		{"LivenessesCostNoMoreForMore", testLivenessesCost},
+		{"LivenessesAfterRestart", testLivenessesAfterRestart},
 		{"RemoveWorkspace", testRemoveWorkspace},
 		{"RemoveWorkspaceStaysInside", testRemoveWorkspaceInside},
 	}
@@ -304,6 +323,157 @@ func testIndependent(t *testing.T, s *suite) {
 	}
 	s.wantStarts("w-a", 1)
 	s.wantStarts("w-b", 1)
+}
+
+// livenesses is one batch read of rt; it fails the test on error.
+func (s *suite) livenesses(rt service.Runtime, handles ...string) map[string]service.Liveness {
+	s.t.Helper()
+	got, err := rt.Livenesses(context.Background(), handles)
+	if err != nil {
+		s.t.Fatalf("Livenesses(%v): %v", handles, err)
+	}
+	for _, h := range handles {
+		if _, ok := got[h]; !ok {
+			s.t.Fatalf("Livenesses(%v) = %v: no answer for %s", handles, got, h)
+		}
+	}
+	return got
+}
+
+// awaitAll polls rt's batch read until every handle reads as want says.
+// A worker expected live must not read exited.
+func (s *suite) awaitAll(rt service.Runtime, want map[string]service.Liveness) {
+	s.t.Helper()
+	handles := slices.Sorted(maps.Keys(want))
+	deadline := time.Now().Add(s.Patience)
+	for {
+		got := s.livenesses(rt, handles...)
+		if maps.Equal(got, want) {
+			return
+		}
+		for h, w := range want {
+			if w == service.LivenessLive && got[h] == service.LivenessExited {
+				s.t.Fatalf("Livenesses: %s = exited, want live", h)
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("Livenesses = %s after %v, want %s", names(got), s.Patience, names(want))
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+func names(m map[string]service.Liveness) string {
+	var b strings.Builder
+	for _, h := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(&b, "%s:%s ", h, name(m[h]))
+	}
+	return strings.TrimSpace(b.String())
+}
+
+func testLivenessesAgree(t *testing.T, s *suite) {
+	s.start("w-batch-live", RunsUntilStopped)
+	s.start("w-batch-exit", ExitsByItself)
+	s.await("w-batch-live", service.LivenessLive)
+	s.await("w-batch-exit", service.LivenessExited)
+	want := map[string]service.Liveness{
+		"w-batch-live": service.LivenessLive, "w-batch-exit": service.LivenessExited,
+		"w-never-started": service.LivenessUnknown,
+	}
+	got := s.livenesses(s.Runtime, "w-batch-live", "w-batch-exit", "w-never-started")
+	if !maps.Equal(got, want) {
+		t.Errorf("Livenesses = %s, want %s", names(got), names(want))
+	}
+	for h, l := range got {
+		if one := s.liveness(h); one != l {
+			t.Errorf("%s: Livenesses says %s, Liveness %s", h, name(l), name(one))
+		}
+	}
+}
+
+func testLivenessesFollowStop(t *testing.T, s *suite) {
+	const a, b = "w-batch-a", "w-batch-b"
+	s.start(a, RunsUntilStopped)
+	s.start(b, RunsUntilStopped)
+	s.awaitAll(s.Runtime, map[string]service.Liveness{a: service.LivenessLive, b: service.LivenessLive})
+	s.stop(a)
+	s.awaitAll(s.Runtime, map[string]service.Liveness{a: service.LivenessExited, b: service.LivenessLive})
+	if got := s.liveness(a); got != service.LivenessExited {
+		t.Errorf("Liveness(%s) = %s after the batch read it exited", a, name(got))
+	}
+}
+
+func testLivenessesEmpty(t *testing.T, s *suite) {
+	for _, hs := range [][]string{nil, {}} {
+		got, err := s.Runtime.Livenesses(context.Background(), hs)
+		if err != nil || len(got) != 0 {
+			t.Errorf("Livenesses(%v) = %v, %v; want an empty map", hs, got, err)
+		}
+	}
+}
+
+// testLivenessesCost reads one worker, then several, in a batch: the
+// platform sees as many calls for both.
+func testLivenessesCost(t *testing.T, s *suite) {
+	if s.Calls == nil {
+		t.Skip("the runtime calls no platform")
+	}
+	hs := []string{"w-cost-0", "w-cost-1", "w-cost-2", "w-cost-3", "w-cost-4", "w-cost-5"}
+	want := map[string]service.Liveness{}
+	for _, h := range hs {
+		s.start(h, RunsUntilStopped)
+		want[h] = service.LivenessLive
+	}
+	s.awaitAll(s.Runtime, want)
+	before := s.Calls()
+	s.livenesses(s.Runtime, hs[0])
+	one := s.Calls() - before
+	before = s.Calls()
+	got := s.livenesses(s.Runtime, hs...)
+	all := s.Calls() - before
+	if all != one {
+		t.Errorf("Livenesses of %d workers made %d platform calls, of one worker %d", len(hs), all, one)
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("Livenesses = %s, want %s", names(got), names(want))
+	}
+}
+
+// testLivenessesAfterRestart reads workers through a runtime that did not
+// start them, which must still tell live from exited (and see a stop), in
+// fewer platform calls than it has handles.
+func testLivenessesAfterRestart(t *testing.T, s *suite) {
+	if s.Restart == nil {
+		t.Skip("the harness cannot restart the runtime")
+	}
+	live := []string{"w-re-0", "w-re-1", "w-re-2", "w-re-3", "w-re-4"}
+	want := map[string]service.Liveness{"w-re-exit": service.LivenessExited, "w-re-never": service.LivenessUnknown}
+	for _, h := range live {
+		s.start(h, RunsUntilStopped)
+		want[h] = service.LivenessLive
+	}
+	s.start("w-re-exit", ExitsByItself)
+	s.awaitAll(s.Runtime, want)
+	rt := s.Restart()
+	before := 0
+	if s.Calls != nil {
+		before = s.Calls()
+	}
+	handles := slices.Sorted(maps.Keys(want))
+	got := s.livenesses(rt, handles...)
+	if s.Calls != nil {
+		if n := s.Calls() - before; n >= len(handles) {
+			t.Errorf("Livenesses of %d workers after a restart made %d platform calls", len(handles), n)
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("Livenesses after a restart = %s, want %s", names(got), names(want))
+	}
+	if err := rt.Stop(context.Background(), live[0]); err != nil {
+		t.Fatalf("Stop(%s) after a restart: %v", live[0], err)
+	}
+	want[live[0]] = service.LivenessExited
+	s.awaitAll(rt, want)
 }
 
 // mkTree makes dir with a nested file and returns the file's path.
