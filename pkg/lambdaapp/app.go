@@ -369,12 +369,18 @@ func (u unwired) Stop(context.Context, string) error              { return u.err
 func (u unwired) Liveness(context.Context, string) (service.Liveness, error) {
 	return service.LivenessUnknown, u.err("worker runtime")
 }
+func (u unwired) Livenesses(context.Context, []string) (map[string]service.Liveness, error) {
+	return nil, u.err("worker runtime")
+}
 func (u unwired) RemoveWorkspace(context.Context, string, string) error {
 	return u.err("worker runtime")
 }
 func (u unwired) DefaultHead(context.Context) (string, error) { return "", u.err("git host") }
 func (u unwired) BranchHead(context.Context, string) (string, bool, error) {
 	return "", false, u.err("git host")
+}
+func (u unwired) ExistingBranches(context.Context, []string) (map[string]bool, error) {
+	return nil, u.err("git host")
 }
 func (u unwired) CreateBranch(context.Context, string, string) error { return u.err("git host") }
 func (u unwired) DeleteBranch(context.Context, string) error         { return u.err("git host") }

@@ -27,6 +27,13 @@ type Runtime interface {
 	Stop(ctx context.Context, handle string) error
 	// Liveness reports whether the worker's compute runs.
 	Liveness(ctx context.Context, handle string) (Liveness, error)
+	// Livenesses reports the liveness of many workers at once, for the
+	// inventory: its cost must not be a platform call (or a lock, or a
+	// file read) per handle. A handle it cannot tell, a malformed one
+	// included, reads LivenessUnknown. On error the map holds the handles
+	// it could still answer, perhaps none; the caller reads every other
+	// one as unverifiable.
+	Livenesses(ctx context.Context, handles []string) (map[string]Liveness, error)
 	// RemoveWorkspace deletes a worktree's files; never a branch.
 	RemoveWorkspace(ctx context.Context, handle, path string) error
 }
@@ -65,6 +72,12 @@ type GitHost interface {
 	DefaultHead(ctx context.Context) (string, error)
 	// BranchHead returns the commit a branch points at, or exists=false.
 	BranchHead(ctx context.Context, branch string) (commit string, exists bool, err error)
+	// ExistingBranches reports which of the named branches exist (true in
+	// the map), for the inventory: its cost must not be a request (or a
+	// process, or a lock) per name; one reference advertisement for a
+	// remote host. A name that is not a branch name (protocol.IsBranchName)
+	// is galleyerr.Invalid.
+	ExistingBranches(ctx context.Context, branches []string) (map[string]bool, error)
 	// CreateBranch creates branch at commit only if it does not exist
 	// (an expected-absent ref update); galleyerr.Conflict when it exists.
 	CreateBranch(ctx context.Context, branch, commit string) error

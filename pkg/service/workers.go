@@ -32,40 +32,82 @@ func (s *Service) Observe(ctx context.Context, r protocol.Resource) (protocol.Ob
 }
 
 // Inventory lists the resources galley manages for the house, newest last,
-// at most MaxInventory.
+// at most MaxInventory. It asks the runtime and the git host once each,
+// however many rows: a long-lived house has hundreds.
 func (s *Service) Inventory(ctx context.Context) (protocol.Inventory, error) {
 	all, err := s.store.ListResources(ctx)
 	if err != nil {
 		return protocol.Inventory{}, err
 	}
-	rows := make([]protocol.InventoryRow, 0, len(all))
+	kept := make([]store.Resource, 0, len(all))
 	for _, r := range all {
-		if r.Released {
-			continue
+		if !r.Released {
+			kept = append(kept, r)
 		}
-		row := protocol.InventoryRow{Resource: s.resource(r.Kind, r.Handle), Liveness: s.liveness(ctx, r)}
+	}
+	if len(kept) > MaxInventory {
+		kept = kept[len(kept)-MaxInventory:]
+	}
+	lv := s.livenesses(ctx, kept)
+	rows := make([]protocol.InventoryRow, 0, len(kept))
+	for _, r := range kept {
+		row := protocol.InventoryRow{Resource: s.resource(r.Kind, r.Handle), Liveness: lv.of(r)}
 		if r.Owner != "" {
 			owner := r.Owner
 			row.Owner = &owner
 		}
 		rows = append(rows, row)
 	}
-	if len(rows) > MaxInventory {
-		rows = rows[len(rows)-MaxInventory:]
-	}
 	return protocol.Inventory{Resources: rows}, nil
 }
 
-// liveness is honest: unverifiable where galley cannot tell.
-func (s *Service) liveness(ctx context.Context, r store.Resource) string {
+// inventoryLiveness is what one batch read of the runtime and one of the
+// git host said of the inventory's workers and branches.
+type inventoryLiveness struct {
+	workers  map[string]Liveness // absent: unverifiable
+	branches map[string]bool     // false: no such branch, unless !branchesRead
+	// branchesRead is false when the git host could not be read.
+	branchesRead bool
+}
+
+// livenesses asks the runtime about every worker whose exit galley has not
+// recorded, and the git host about every branch, one call each.
+func (s *Service) livenesses(ctx context.Context, rs []store.Resource) inventoryLiveness {
+	var handles, branches []string
+	for _, r := range rs {
+		switch {
+		case r.Kind == protocol.KindWorker && (r.Worker == nil || !r.Worker.Exited):
+			handles = append(handles, r.Handle)
+		case r.Kind == protocol.KindBranch && protocol.IsBranchName(r.Handle):
+			branches = append(branches, r.Handle)
+		}
+	}
+	lv := inventoryLiveness{branchesRead: true}
+	if len(handles) > 0 {
+		var err error
+		if lv.workers, err = s.runtime.Livenesses(ctx, handles); err != nil {
+			s.log.Warn("inventory: worker liveness unverifiable", "workers", len(handles)-len(lv.workers), "err", err)
+		}
+	}
+	if len(branches) > 0 {
+		var err error
+		if lv.branches, err = s.git.ExistingBranches(ctx, branches); err != nil {
+			lv.branchesRead = false
+			s.log.Warn("inventory: branch liveness unverifiable", "branches", len(branches), "err", err)
+		}
+	}
+	return lv
+}
+
+// of is r's liveness, honest: unverifiable where galley cannot tell.
+func (lv inventoryLiveness) of(r store.Resource) string {
 	switch r.Kind {
 	case protocol.KindWorker:
 		if r.Worker != nil && r.Worker.Exited {
 			return protocol.LivenessExited
 		}
-		l, err := s.runtime.Liveness(ctx, r.Handle)
-		switch {
-		case err != nil:
+		switch l, ok := lv.workers[r.Handle]; {
+		case !ok:
 			return protocol.LivenessUnverifiable
 		case l == LivenessLive:
 			return protocol.LivenessLive
@@ -74,11 +116,10 @@ func (s *Service) liveness(ctx context.Context, r store.Resource) string {
 		}
 		return protocol.LivenessUnverifiable
 	case protocol.KindBranch:
-		_, exists, err := s.git.BranchHead(ctx, r.Handle)
-		switch {
-		case err != nil:
+		if !lv.branchesRead || !protocol.IsBranchName(r.Handle) {
 			return protocol.LivenessUnverifiable
-		case exists:
+		}
+		if lv.branches[r.Handle] {
 			return protocol.LivenessLive
 		}
 		return protocol.LivenessExited

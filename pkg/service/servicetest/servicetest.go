@@ -1,7 +1,7 @@
 // Package servicetest builds a real service for tests of the packages
 // around it: the memory store, the in-process doorbell, a real git
-// repository, and a runtime fake that records what it was asked (the real
-// runtimes are tested by runtimetest).
+// repository (its reads counted), and a runtime fake that records what it
+// was asked (the real runtimes are tested by runtimetest).
 package servicetest
 
 import (
@@ -17,18 +17,37 @@ import (
 	"github.com/galley-run/galley/pkg/store/memstore"
 )
 
-// Runtime runs nothing; it records starts, stops and removals.
+// Runtime runs nothing; it records starts, stops and removals, and counts
+// the liveness reads it answers.
 type Runtime struct {
 	mu      sync.Mutex
 	Starts  map[string]int
 	Stopped map[string]bool
 	Removed []string
 	Specs   map[string]service.WorkerSpec
+	calls   map[string]int
+	failing error
 }
 
 // NewRuntime returns an empty fake runtime.
 func NewRuntime() *Runtime {
-	return &Runtime{Starts: map[string]int{}, Stopped: map[string]bool{}, Specs: map[string]service.WorkerSpec{}}
+	return &Runtime{Starts: map[string]int{}, Stopped: map[string]bool{}, Specs: map[string]service.WorkerSpec{},
+		calls: map[string]int{}}
+}
+
+// Calls reports how many times method ("Liveness", "Livenesses") was called.
+func (f *Runtime) Calls(method string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[method]
+}
+
+// FailLiveness makes every liveness read fail with err (nil: succeed
+// again), as a runtime whose platform cannot be reached.
+func (f *Runtime) FailLiveness(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failing = err
 }
 
 func (f *Runtime) Start(_ context.Context, spec service.WorkerSpec) error {
@@ -49,13 +68,35 @@ func (f *Runtime) Stop(_ context.Context, handle string) error {
 func (f *Runtime) Liveness(_ context.Context, handle string) (service.Liveness, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.calls["Liveness"]++
+	if f.failing != nil {
+		return service.LivenessUnknown, f.failing
+	}
+	return f.livenessLocked(handle), nil
+}
+
+func (f *Runtime) Livenesses(_ context.Context, handles []string) (map[string]service.Liveness, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["Livenesses"]++
+	if f.failing != nil {
+		return nil, f.failing
+	}
+	out := make(map[string]service.Liveness, len(handles))
+	for _, h := range handles {
+		out[h] = f.livenessLocked(h)
+	}
+	return out, nil
+}
+
+func (f *Runtime) livenessLocked(handle string) service.Liveness {
 	switch {
 	case f.Stopped[handle]:
-		return service.LivenessExited, nil
+		return service.LivenessExited
 	case f.Starts[handle] > 0:
-		return service.LivenessLive, nil
+		return service.LivenessLive
 	}
-	return service.LivenessUnknown, nil
+	return service.LivenessUnknown
 }
 
 func (f *Runtime) RemoveWorkspace(_ context.Context, handle, _ string) error {
@@ -70,6 +111,54 @@ func (f *Runtime) StartCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.Starts)
+}
+
+// Git is a git host that counts the branch reads it passes on to the real
+// one, and can fail them.
+type Git struct {
+	service.GitHost
+	mu      sync.Mutex
+	calls   map[string]int
+	failing error
+}
+
+// NewGit wraps host.
+func NewGit(host service.GitHost) *Git { return &Git{GitHost: host, calls: map[string]int{}} }
+
+// Calls reports how many times method ("BranchHead", "ExistingBranches")
+// was called.
+func (g *Git) Calls(method string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls[method]
+}
+
+// FailReads makes every branch read fail with err (nil: succeed again).
+func (g *Git) FailReads(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.failing = err
+}
+
+func (g *Git) count(method string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.calls[method]++
+	return g.failing
+}
+
+func (g *Git) BranchHead(ctx context.Context, branch string) (string, bool, error) {
+	if err := g.count("BranchHead"); err != nil {
+		return "", false, err
+	}
+	return g.GitHost.BranchHead(ctx, branch)
+}
+
+func (g *Git) ExistingBranches(ctx context.Context, branches []string) (map[string]bool, error) {
+	if err := g.count("ExistingBranches"); err != nil {
+		return nil, err
+	}
+	return g.GitHost.ExistingBranches(ctx, branches)
 }
 
 // ManualClock is a clock tests move by hand.
@@ -100,6 +189,9 @@ type Env struct {
 	Store   store.Store
 	Runtime *Runtime
 	Git     *githost.Repo
+	// GitHost is what the service reads and writes branches through: Git,
+	// counted.
+	GitHost *Git
 	Config  service.Config
 }
 
@@ -124,12 +216,12 @@ func New(t testing.TB, mod func(*service.Config), opts ...service.Option) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Env{Store: memstore.New(), Runtime: NewRuntime(), Git: repo, Config: Config(t)}
+	e := &Env{Store: memstore.New(), Runtime: NewRuntime(), Git: repo, GitHost: NewGit(repo), Config: Config(t)}
 	if mod != nil {
 		mod(&e.Config)
 	}
 	all := append([]service.Option{service.WithStore(e.Store), service.WithRuntime(e.Runtime),
-		service.WithGitHost(repo), service.WithDoorbell(localbell.New())}, opts...)
+		service.WithGitHost(e.GitHost), service.WithDoorbell(localbell.New())}, opts...)
 	e.Service, err = service.New(e.Config, all...)
 	if err != nil {
 		t.Fatal(err)
