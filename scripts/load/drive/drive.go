@@ -91,20 +91,26 @@ type outcome struct {
 }
 
 type effectAnswer struct {
-	Status  string           `json:"status"`
-	Reason  string           `json:"reason"`
-	Receipt protocol.Receipt `json:"receipt"`
+	Status            string           `json:"status"`
+	Reason            string           `json:"reason"`
+	RetryAfterSeconds int              `json:"retryAfterSeconds"`
+	Receipt           protocol.Receipt `json:"receipt"`
 }
 
 // apply sends an effect until it has an outcome, as kitchn does: an
 // uncertain answer is reconciled by lookup before any retry, and a
-// rate-limited one is retried after a pause. It gives up at ctx's end or
-// after patience.
+// rate-limited one, which is definite (nothing was applied), is resent
+// after the retryAfterSeconds it names, without a lookup. A lookup's
+// absence promise refuses copies that arrive within the deployment's
+// clock skew after it (a second on the AWS shape), so a lookup right
+// before each resend would keep every resend refused. It gives up at
+// ctx's end or after patience.
 func (c *caller) apply(ctx context.Context, client string, call protocol.EffectCall, patience time.Duration) (outcome, error) {
 	body := mustJSON(call)
 	key := call.Request.Key
 	deadline := time.Now().Add(patience)
 	for pause := 20 * time.Millisecond; ; pause = min(pause*2, time.Second) {
+		limited := time.Duration(-1)
 		{
 			op, err := c.do(ctx, client, history.Effect, body, key, 0)
 			if err == nil && op.Status == http.StatusOK {
@@ -117,12 +123,17 @@ func (c *caller) apply(ctx context.Context, client string, call protocol.EffectC
 						if a.Reason != protocol.ReasonRateLimited {
 							return outcome{reason: a.Reason}, nil
 						}
+						limited = max(time.Duration(a.RetryAfterSeconds)*time.Second, pause)
 					}
 				}
 			}
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			return outcome{}, fmt.Errorf("effect %s: no outcome within %v", key, patience)
+		}
+		if limited >= 0 {
+			sleep(ctx, min(limited+time.Duration(rand.Int64N(int64(pause))), time.Until(deadline)))
+			continue
 		}
 		sleep(ctx, pause+time.Duration(rand.Int64N(int64(pause))))
 		// Reconcile before resending. Unknown (a copy in flight, perhaps one

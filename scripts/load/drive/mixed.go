@@ -37,8 +37,17 @@ type MixedConfig struct {
 	AwaitWait   time.Duration
 	CancelAfter time.Duration
 	// Data is the server's data directory, when on this machine: the
-	// harness logs there time each question, for the await wake-up.
+	// harness logs there time each question, for the await wake-up. Both
+	// layouts are read: the local server's (<data>/workers/<handle>) and
+	// the aws-local stack's ECS stand-in (<data>/aws-local/ecs/procs/
+	// workers/<task>, named by the handle its lines carry).
 	Data string
+	// ServerPID, when set, is the galley process on this machine (the
+	// server, or the aws-local gateway); Procs are more process trees, such
+	// as the stand-ins (DynamoDB Local, fauxqs). The main phase reports
+	// their CPU by process class.
+	ServerPID int
+	Procs     []int
 	// ID names this run's runs, keys and branches (default random).
 	ID   string
 	Seed uint64
@@ -163,6 +172,12 @@ type Mixed struct {
 	Notes []string
 	// CheckTime is how long the invariant checks took.
 	CheckTime time.Duration
+	// CPU is what the server's and Procs' process trees used in the main
+	// phase, by class; SelfCPU is this process's CPU seconds then, and
+	// MachineCores the whole machine's busy cores.
+	CPU          ProcCPU
+	SelfCPU      float64
+	MachineCores float64
 }
 
 type sample struct {
@@ -182,6 +197,7 @@ type mixed struct {
 	errs  []string
 	notes []string
 	ws    []*worker
+	logs  map[string]string // worker handle -> its harness log
 }
 
 func (m *mixed) fail(format string, args ...any) {
@@ -222,12 +238,17 @@ func RunMixed(ctx context.Context, cfg MixedConfig) (*Mixed, error) {
 	res := &Mixed{Config: cfg, Start: time.Now()}
 	first := cfg.Recorder.Len()
 
+	roots := procRoots(cfg.ServerPID, cfg.Procs)
+	snap0, self0, mach0 := snapProcs(roots), selfCPU(), machineCPU()
 	var stopOnce sync.Once
 	var mainEnd time.Time
 	closeStop := func() {
 		stopOnce.Do(func() {
 			mainEnd = time.Now()
 			close(m.stop)
+			res.CPU = snapProcs(roots).since(snap0)
+			res.SelfCPU = selfCPU() - self0
+			res.MachineCores = (machineCPU() - mach0) / max(res.CPU.Seconds, 1e-9)
 		})
 	}
 	go func() {
@@ -296,6 +317,7 @@ func RunMixed(ctx context.Context, cfg MixedConfig) (*Mixed, error) {
 	res.Report = history.Check(ops, history.Options{Linearizability: true, LinearizeTimeout: 60 * time.Second})
 	res.CheckTime = time.Since(checkStart)
 	res.Routes = routeStats(ops, cfg.Recorder, res.Start, res.MainEnd)
+	m.logs = harnessLogs(cfg.Data)
 	res.Wake, res.Chain, res.StartUp = m.wakeUp(), latencyOf(m.chain), m.startUp()
 	res.Errors, res.Notes = m.errs, m.notes
 	for _, w := range m.ws {
@@ -503,6 +525,8 @@ func (co *coordinator) process(ctx context.Context, op history.Op, d *protocol.D
 			call := m.c.effect(co.run, "load-task", co.key("reply"), reply)
 			if out, err := m.c.apply(ctx, co.name, call, co.patience()); err == nil && out.applied {
 				co.applied = append(co.applied, call)
+			} else if err != nil {
+				m.tolerate("reply to %s: %v", w.handle, err)
 			}
 			if n == 1 {
 				// The script waits for a message next; its body says when
@@ -514,6 +538,8 @@ func (co *coordinator) process(ctx context.Context, op history.Op, d *protocol.D
 				if out, err := m.c.apply(ctx, co.name, call, co.patience()); err == nil && out.applied {
 					co.applied = append(co.applied, call)
 					w.msgAt = time.Now()
+				} else if err != nil {
+					m.tolerate("message to %s: %v", w.handle, err)
 				}
 			}
 		case protocol.MsgWorkerDone:
@@ -586,6 +612,8 @@ func (co *coordinator) extras(ctx context.Context) {
 				_, _ = m.c.do(ctx, co.name, history.Lookup, mustJSON(call), "", 0)
 				if out, err := m.c.apply(ctx, co.name, call, co.patience()); err == nil && out.applied {
 					co.applied = append(co.applied, call)
+				} else if err != nil {
+					m.tolerate("message to %s after its lookup: %v", w.handle, err)
 				}
 				break
 			}

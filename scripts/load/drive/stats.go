@@ -129,7 +129,7 @@ func (m *mixed) wakeUp() Latency {
 	for _, s := range m.wakes {
 		q, ok := posted[s.handle]
 		if !ok {
-			q = questionTimes(filepath.Join(m.cfg.Data, "workers", s.handle, "harness.log"))
+			q = questionTimes(m.logs[s.handle])
 			posted[s.handle] = q
 		}
 		at, ok := q[s.question]
@@ -159,12 +159,55 @@ func (m *mixed) startUp() Latency {
 		if w.handle == "" || w.answered.IsZero() {
 			continue
 		}
-		at, ok := agentStarted(filepath.Join(m.cfg.Data, "workers", w.handle, "harness.log"))
+		at, ok := agentStarted(m.logs[w.handle])
 		if ok {
 			ds = append(ds, at.Sub(w.answered))
 		}
 	}
 	return latencyOf(ds)
+}
+
+// harnessLogs finds every worker's harness log under a server's data
+// directory: the local server's runtime keeps <data>/workers/<handle>/
+// harness.log; the aws-local stack's ECS stand-in runs each task under
+// <data>/aws-local/ecs/procs/workers/<task id>/, whose log lines name the
+// worker's handle.
+func harnessLogs(data string) map[string]string {
+	out := map[string]string{}
+	if data == "" {
+		return out
+	}
+	local, _ := filepath.Glob(filepath.Join(data, "workers", "*", "harness.log"))
+	for _, p := range local {
+		out[filepath.Base(filepath.Dir(p))] = p
+	}
+	tasks, _ := filepath.Glob(filepath.Join(data, "aws-local", "ecs", "procs", "workers", "*", "harness.log"))
+	for _, p := range tasks {
+		if h := logWorker(p); h != "" {
+			out[h] = p
+		}
+	}
+	return out
+}
+
+// logWorker is the worker handle the first lines of a harness log name.
+func logWorker(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for i := 0; i < 20 && sc.Scan(); i++ {
+		var line struct {
+			Worker string `json:"worker"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Worker != "" {
+			return line.Worker
+		}
+	}
+	return ""
 }
 
 func agentStarted(path string) (time.Time, bool) {
