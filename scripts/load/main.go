@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -52,7 +53,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		clients   = fs.Int("clients", 8, "concurrent writers (writes)")
 		rounds    = fs.Int("rounds", 3, "alternating bare/galley rounds (reads)")
 		newConn   = fs.Bool("new-conn", false, "a new connection per call, as kitchn's client does (reads)")
-		serverPID = fs.Int("server-pid", 0, "the galley process, to report its CPU per phase (reads, writes)")
+		serverPID = fs.Int("server-pid", 0, "the galley process (the server, or the aws-local gateway), to report its process tree's CPU by class per phase")
+		pids      = fs.String("pids", "", "more process trees to report by class with the server's, comma-separated (the stand-ins: DynamoDB Local, fauxqs)")
+		probe     = fs.String("probe-store", "bolt", "the store the write run's probe measures alone: bolt (the local server's) or dynamodb (the aws-local stack's, at AWS_ENDPOINT_URL_DYNAMODB) (writes)")
 		data      = fs.String("data", "", "the server's data directory on this machine: harness logs time each question (await wake-up)")
 		probeDir  = fs.String("probe-dir", "", "directory for the store probe's file (writes; default the system temporary directory)")
 		settle    = fs.Duration("settle", 90*time.Second, "bound of the end phase that settles workers and drains mailboxes (mixed)")
@@ -82,6 +85,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "load: --duration must be between 0 and 1h")
 		return 2
 	}
+	procs, err := parsePIDs(*pids)
+	if err != nil {
+		fmt.Fprintf(stderr, "load: --pids: %v\n", err)
+		return 2
+	}
 	token, err := readToken(*tokenFile)
 	if err != nil {
 		fmt.Fprintf(stderr, "load: %v\n", err)
@@ -102,7 +110,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "mixed":
 		res, err := drive.RunMixed(ctx, drive.MixedConfig{Target: target, Duration: *duration, MaxRequests: *maxReqs,
 			Settle: *settle, Coordinators: *houses, Workers: *workers, Readers: *readers, AwaitWait: *awaitWait,
-			Data: *data, Seed: *seed, Log: log})
+			Data: *data, Seed: *seed, ServerPID: *serverPID, Procs: procs, Log: log})
 		if err != nil {
 			fmt.Fprintf(stderr, "load: %v\n", err)
 			return 1
@@ -129,7 +137,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			bare = []string{exe, "--mode", "bare-serve"}
 		}
 		res, err := drive.RunReads(ctx, drive.ReadsConfig{Target: target, Clients: *readers, Duration: *duration,
-			Rounds: *rounds, NewConn: *newConn, ServerPID: *serverPID, BareCommand: bare, Log: log})
+			Rounds: *rounds, NewConn: *newConn, ServerPID: *serverPID, Procs: procs, BareCommand: bare, Log: log})
 		if err != nil {
 			fmt.Fprintf(stderr, "load: %v\n", err)
 			return 1
@@ -138,7 +146,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		result = res
 	case "writes":
 		res, err := drive.RunWrites(ctx, drive.WritesConfig{Target: target, Clients: *clients, Duration: *duration,
-			ProbeDir: *probeDir, Workers: 4, ServerPID: *serverPID, Log: log})
+			ProbeDir: *probeDir, ProbeStore: *probe, Workers: 4, ServerPID: *serverPID, Procs: procs, Log: log})
 		if err != nil {
 			fmt.Fprintf(stderr, "load: %v\n", err)
 			return 1
@@ -160,6 +168,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return code
+}
+
+func parsePIDs(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a process id", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // readToken reads the bearer token; it is never printed.
@@ -214,6 +234,14 @@ func printMixed(w io.Writer, r *drive.Mixed) {
 	}
 	fmt.Fprintf(w, "message -> next question through a worker (upper bound of the wake-up): %s\n", r.Chain)
 	fmt.Fprintf(w, "launch answered -> agent started (harness log): %s\n", r.StartUp)
+	if r.CPU.Seconds > 0 {
+		calls := 0
+		if n := len(r.Routes); n > 0 {
+			calls = r.Routes[n-1].Calls
+		}
+		fmt.Fprintf(w, "CPU in the main phase by process class (machine %.2f cores busy; per call of the coordinators and readers):\n", r.MachineCores)
+		drive.PrintProcs(w, r.CPU, calls, r.SelfCPU)
+	}
 	fmt.Fprintf(w, "invariants: %s", r.Report)
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "ERROR %s\n", e)
@@ -236,6 +264,28 @@ func printReads(w io.Writer, r *drive.Reads) {
 	for _, k := range []string{"descriptor", "observe", "inventory", "next"} {
 		fmt.Fprintf(w, "  galley %-10s %s\n", k, r.PerRoute[k])
 	}
+	// The galley rounds' CPU by process class, pooled.
+	var pooled drive.ProcCPU
+	calls, self := 0, 0.0
+	for _, p := range r.Phases {
+		if p.Server != "galley" || p.CPU.Seconds <= 0 {
+			continue
+		}
+		if pooled.CPU == nil {
+			pooled.CPU = map[string]float64{}
+		}
+		pooled.Seconds += p.CPU.Seconds
+		for k, v := range p.CPU.CPU {
+			pooled.CPU[k] += v
+		}
+		pooled.Count, pooled.Instances = p.CPU.Count, p.CPU.Instances
+		calls += p.Calls
+		self += p.ClientCores * p.CPU.Seconds
+	}
+	if pooled.Seconds > 0 {
+		fmt.Fprintln(w, "galley rounds, CPU by process class:")
+		drive.PrintProcs(w, pooled, calls, self)
+	}
 }
 
 func fmtRatios(rs []float64) string {
@@ -252,6 +302,12 @@ func printWrites(w io.Writer, r *drive.Writes) {
 		fmt.Fprintf(w, "%s from %d clients: %.0f/s, %d store writes each (%.0f writes/s, %.0f%% of the store alone with as many writers); %s; errors %d; cores: galley %.2f load %.2f machine %.2f\n",
 			p.Name, r.Config.Clients, p.PerSec, p.StoreWrites, p.PerSec*float64(p.StoreWrites),
 			100*p.PerSec*float64(p.StoreWrites)/max(r.StoreConcurrent, 1), p.Latency, p.Errors, p.ServerCores, p.ClientCores, p.MachineCores)
+	}
+	for _, p := range r.Phases {
+		if p.CPU.Seconds > 0 {
+			fmt.Fprintf(w, "%s, CPU by process class:\n", p.Name)
+			drive.PrintProcs(w, p.CPU, int(p.PerSec*p.CPU.Seconds+0.5), p.ClientCores*p.CPU.Seconds)
+		}
 	}
 	fmt.Fprintf(w, "invariants: %s", r.Report)
 }

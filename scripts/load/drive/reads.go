@@ -36,8 +36,10 @@ type ReadsConfig struct {
 	// otherwise connections are kept alive.
 	NewConn bool
 	// ServerPID, when set, is the galley process on this machine, whose
-	// CPU time each phase reports.
+	// CPU time each phase reports; Procs are more process trees (the
+	// stand-ins), reported with the server's trees by process class.
 	ServerPID int
+	Procs     []int
 	// BareCommand starts the bare server as a process of its own, as
 	// galley is (see ServeBare); empty runs it inside this process.
 	BareCommand []string
@@ -56,6 +58,8 @@ type ReadPhase struct {
 	// generator, the server (galley, or the bare server when it runs as a
 	// process of its own) and the whole machine used, in cores.
 	ClientCores, ServerCores, MachineCores float64
+	// CPU is the galley process trees' CPU by class (ServerPID, Procs).
+	CPU ProcCPU
 }
 
 // Reads is the result of a read-throughput run.
@@ -145,10 +149,12 @@ func RunReads(ctx context.Context, cfg ReadsConfig) (*Reads, error) {
 			if srv.name == "bare" {
 				pid = barePID
 			}
-			c0, s0, m0, t0 := selfCPU(), procCPU(pid), machineCPU(), time.Now()
+			roots := procRoots(cfg.ServerPID, cfg.Procs)
+			c0, s0, m0, t0, snap0 := selfCPU(), procCPU(pid), machineCPU(), time.Now(), snapProcs(roots)
 			p, lat, per := hammer(ctx, hc, srv.base, cfg.Token, calls, cfg.Clients, phase)
 			secs := time.Since(t0).Seconds()
 			p.ClientCores, p.ServerCores, p.MachineCores = (selfCPU()-c0)/secs, (procCPU(pid)-s0)/secs, (machineCPU()-m0)/secs
+			p.CPU = snapProcs(roots).since(snap0)
 			p.Server, p.Round = srv.name, r
 			res.Phases = append(res.Phases, p)
 			fmt.Fprintf(cfg.Log, "round %d %-6s %8.0f calls/s %s errors=%d cores client %.2f server %.2f\n", r, srv.name, p.PerSec, p.Latency, p.Errors, p.ClientCores, p.ServerCores)

@@ -12,15 +12,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/galley-run/galley/pkg/history"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/store"
 	"github.com/galley-run/galley/pkg/store/boltstore"
+	"github.com/galley-run/galley/pkg/store/dynamostore"
 )
 
 // WritesConfig is a durable-write run, in three parts of a quarter,
-// a quarter and half of Duration: the embedded store alone (one writer,
-// then Clients writers, on a file in ProbeDir); lookups of keys never
+// a quarter and half of Duration: the store alone (one writer, then
+// Clients writers: the embedded store on a file in ProbeDir, or DynamoDB
+// at AWS_ENDPOINT_URL_DYNAMODB in a table of its own); lookups of keys never
 // sent, each of which galley answers only once its absence promise is
 // durable (one store write); and message-worker effects, each durable
 // before it is answered (three store writes) and each waking the worker's
@@ -31,11 +36,18 @@ type WritesConfig struct {
 	Duration time.Duration // the whole run
 	// ProbeDir holds the probe's store file; put it on the server's disk.
 	ProbeDir string
+	// ProbeStore is the store the probe writes to: "bolt" (default, the
+	// local server's) or "dynamodb" (the aws-local stack's: the stand-in
+	// at AWS_ENDPOINT_URL_DYNAMODB, which must be on this machine, in a
+	// throwaway table deleted at the end).
+	ProbeStore string
 	// Workers receive the messages, spread over them.
 	Workers int
 	// ServerPID, when set, is the galley process, whose CPU each phase
-	// reports.
+	// reports; Procs are more process trees (the stand-ins), reported with
+	// the server's by process class.
 	ServerPID int
+	Procs     []int
 	Log       io.Writer `json:"-"`
 }
 
@@ -50,6 +62,8 @@ type WritePhase struct {
 	// Cores are what galley (ServerPID), this process and the whole
 	// machine used during the phase.
 	ServerCores, ClientCores, MachineCores float64
+	// CPU is the galley process trees' CPU by class (ServerPID, Procs).
+	CPU ProcCPU
 }
 
 // Writes is the result of a durable-write run.
@@ -89,9 +103,12 @@ func RunWrites(ctx context.Context, cfg WritesConfig) (*Writes, error) {
 	}
 	res := &Writes{Config: cfg}
 	quarter := cfg.Duration / 4
-	if err := probeStore(ctx, cfg.ProbeDir, cfg.Clients, quarter, res); err != nil {
+	st, closeProbe, err := openProbe(ctx, cfg)
+	if err != nil {
 		return nil, err
 	}
+	probeStore(ctx, st, cfg.Clients, quarter, res)
+	closeProbe()
 	fmt.Fprintf(cfg.Log, "store probe: %.0f writes/s serial, %.0f writes/s with %d writers (%s)\n",
 		res.StoreSerial, res.StoreConcurrent, cfg.Clients, res.StoreLatency)
 
@@ -136,7 +153,8 @@ func writePhase(ctx context.Context, c *caller, cfg WritesConfig, name string, w
 	hctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	first := c.rec.Len()
-	c0, s0, m0, t0 := selfCPU(), procCPU(cfg.ServerPID), machineCPU(), time.Now()
+	roots := procRoots(cfg.ServerPID, cfg.Procs)
+	c0, s0, m0, t0, snap0 := selfCPU(), procCPU(cfg.ServerPID), machineCPU(), time.Now(), snapProcs(roots)
 	var wg sync.WaitGroup
 	for i := range cfg.Clients {
 		wg.Add(1)
@@ -158,7 +176,8 @@ func writePhase(ctx context.Context, c *caller, cfg WritesConfig, name string, w
 	wg.Wait()
 	secs := time.Since(t0).Seconds()
 	p := WritePhase{Name: name, StoreWrites: writes, ClientCores: (selfCPU() - c0) / secs,
-		ServerCores: (procCPU(cfg.ServerPID) - s0) / secs, MachineCores: (machineCPU() - m0) / secs}
+		ServerCores: (procCPU(cfg.ServerPID) - s0) / secs, MachineCores: (machineCPU() - m0) / secs,
+		CPU: snapProcs(roots).since(snap0)}
 	var lat []time.Duration
 	for _, op := range c.rec.Ops()[first:] {
 		if op.Status != 200 {
@@ -196,19 +215,50 @@ func machineCPU() float64 {
 	return busy / clockTicks
 }
 
-// probeStore measures the embedded store's durable writes: conditional
-// creates of new effect records, serially and from writers at once.
-func probeStore(ctx context.Context, dir string, writers int, d time.Duration, res *Writes) error {
-	path := filepath.Join(dir, fmt.Sprintf("galley-load-probe-%d.db", time.Now().UnixNano()))
-	st, err := boltstore.Open(path)
-	if err != nil {
-		return err
+// effectPutter is the one store call the probe makes.
+type effectPutter interface {
+	PutEffect(ctx context.Context, e store.Effect, prev store.Version) (store.Version, error)
+}
+
+// openProbe opens the probe's store, and what removes it.
+func openProbe(ctx context.Context, cfg WritesConfig) (effectPutter, func(), error) {
+	switch cfg.ProbeStore {
+	case "", "bolt":
+		path := filepath.Join(cfg.ProbeDir, fmt.Sprintf("galley-load-probe-%d.db", time.Now().UnixNano()))
+		st, err := boltstore.Open(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, func() { st.Close(); os.Remove(path) }, nil
+	case "dynamodb":
+		ep := os.Getenv("AWS_ENDPOINT_URL_DYNAMODB")
+		if err := history.CheckLoopback(ep); err != nil {
+			return nil, nil, fmt.Errorf("the dynamodb probe writes to a stand-in on this machine only: AWS_ENDPOINT_URL_DYNAMODB=%q", ep)
+		}
+		c, err := dynamostore.NewClientFromEnv(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		table := fmt.Sprintf("galley-load-probe-%d", time.Now().UnixNano())
+		st := dynamostore.New(c, table)
+		if err := st.EnsureTable(ctx); err != nil {
+			return nil, nil, err
+		}
+		return st, func() {
+			_, _ = c.DeleteTable(context.WithoutCancel(ctx), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+		}, nil
 	}
-	defer os.Remove(path)
-	defer st.Close()
+	return nil, nil, fmt.Errorf("probe store %q: bolt or dynamodb", cfg.ProbeStore)
+}
+
+// probeStore measures the store's durable writes: conditional creates of
+// new effect records, serially and from writers at once.
+func probeStore(ctx context.Context, st effectPutter, writers int, d time.Duration, res *Writes) {
 	var lat []time.Duration
 	var mu sync.Mutex
-	measure := func(writers int, d time.Duration) float64 {
+	// Each measure writes keys of its own: a key the serial measure
+	// created would make the next one's conditional create fail.
+	measure := func(phase string, writers int, d time.Duration) float64 {
 		pctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
 		var n atomic.Int64
@@ -220,7 +270,7 @@ func probeStore(ctx context.Context, dir string, writers int, d time.Duration, r
 				defer wg.Done()
 				var local []time.Duration
 				for i := 0; pctx.Err() == nil; i++ {
-					e := store.Effect{Key: fmt.Sprintf("probe-%d-%d-%d", writers, w, i), Fingerprint: "sha256:probe",
+					e := store.Effect{Key: fmt.Sprintf("probe-%s-%d-%d", phase, w, i), Fingerprint: "sha256:probe",
 						Operation: protocol.OpMessage, State: store.EffectInFlight, Lease: "probe"}
 					t0 := time.Now()
 					if _, err := st.PutEffect(context.Background(), e, store.NoVersion); err == nil {
@@ -236,9 +286,8 @@ func probeStore(ctx context.Context, dir string, writers int, d time.Duration, r
 		wg.Wait()
 		return float64(n.Load()) / time.Since(start).Seconds()
 	}
-	res.StoreSerial = measure(1, d/2)
+	res.StoreSerial = measure("serial", 1, d/2)
 	lat = nil
-	res.StoreConcurrent = measure(writers, d/2)
+	res.StoreConcurrent = measure("concurrent", writers, d/2)
 	res.StoreLatency = latencyOf(lat)
-	return nil
 }
