@@ -8,7 +8,12 @@
 //	go run ./scripts/load --mode reads --readers 16 --duration 40s
 //	go run ./scripts/load --mode writes --clients 8 --duration 20s
 //
-// docs/BENCHMARKS.md records what it measured and how.
+// Against the aws-local stack, --server-pid (the galley process) and --pids
+// (DynamoDB Local, fauxqs) report CPU by process class, and --probe-store
+// dynamodb measures DynamoDB Local alone.
+//
+// docs/BENCHMARKS-load.md and docs/BENCHMARKS-aws-local-load.md record
+// what it measured and how.
 package main
 
 import (
