@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
@@ -181,7 +182,7 @@ func (s *Service) claim(ctx context.Context, key, fp, operation string, arrived 
 			return nil, nil, galleyerr.Errorf(galleyerr.Invalid, "key %s was already used for another request", quoteShort(key))
 		case rec.State == store.EffectApplied:
 			return nil, rec.Receipt, nil
-		case rec.State == store.EffectInFlight && now.Before(rec.LeaseExpires):
+		case rec.State == store.EffectInFlight && now.Before(rec.LeaseExpires) && !s.orphaned(rec.Lease):
 			return nil, nil, galleyerr.Errorf(galleyerr.InFlight, "another copy of this request is being applied")
 		case rec.State == store.EffectInFlight:
 			resumed = true
@@ -193,7 +194,7 @@ func (s *Service) claim(ctx context.Context, key, fp, operation string, arrived 
 				Msg: "absence of this key was promised after the request arrived; retry"}
 		}
 		rec.State = store.EffectInFlight
-		rec.Lease = newLease()
+		rec.Lease = s.newLease()
 		rec.LeaseExpires = now.Add(s.cfg.Lease)
 		rec.Updated = now
 		nv, err := s.store.PutEffect(ctx, rec, ver)
@@ -328,10 +329,21 @@ func (s *Service) derive(prefix, key string) string {
 	return prefix + hex.EncodeToString(h[:10])
 }
 
-func newLease() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+// newLease names a claim: this Service's incarnation, then random bytes.
+func (s *Service) newLease() string { return s.incarnation + "." + randomHex(12) }
+
+// orphaned reports whether a claim's holder is certainly dead: with an
+// exclusive store, every lease not of this incarnation was taken by a
+// process that has ended (a killed server restarted), and nothing else
+// can still act on it.
+func (s *Service) orphaned(lease string) bool {
+	return s.cfg.ExclusiveStore && !strings.HasPrefix(lease, s.incarnation+".")
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // quoteShort quotes a client-supplied value for a message, cut short so an

@@ -31,6 +31,11 @@ type Config struct {
 	// Lease bounds how long one request may hold an effect key before a
 	// retry may take it over.
 	Lease time.Duration
+	// ExclusiveStore says this process is the only one that writes the
+	// store (the local server's bbolt file is locked to one process). A
+	// claim left in flight by an earlier process is then certainly dead,
+	// and a retry takes it over at once instead of waiting out its lease.
+	ExclusiveStore bool
 	// ClockSkew is the largest difference between the clocks that stamp a
 	// request's arrival and a lookup's promise (0 on one machine).
 	ClockSkew time.Duration
@@ -74,6 +79,9 @@ type Service struct {
 	clock   Clock
 	log     *slog.Logger
 	inboxes *inboxCache
+	// incarnation names this Service in the leases it takes, so that with
+	// an exclusive store a lease of any other incarnation is known dead.
+	incarnation string
 }
 
 // Option configures a Service.
@@ -93,7 +101,7 @@ func WithLogger(l *slog.Logger) Option {
 func New(cfg Config, opts ...Option) (*Service, error) {
 	cfg.setDefaults()
 	s := &Service{cfg: cfg, clock: SystemClock, log: slog.Default(),
-		inboxes: newInboxCache(defaultInboxWorkers, defaultInboxBytes)}
+		inboxes: newInboxCache(defaultInboxWorkers, defaultInboxBytes), incarnation: randomHex(8)}
 	for _, o := range opts {
 		o(s)
 	}
