@@ -108,14 +108,18 @@ func (s *Service) WorkerPost(ctx context.Context, handle string, req workerapi.P
 	return workerapi.PostAnswer{ID: id}, nil
 }
 
-// settle settles a worker with outcome unless it settled already.
+// settle settles a worker with outcome unless it settled already, and
+// rings its inbox: the harness's long poll answers "settled" at once
+// instead of holding its call (on AWS, a Lambda instance) to the deadline.
 func (s *Service) settle(ctx context.Context, handle, outcome string, exited bool) error {
+	settled := false
 	_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
 		changed := false
 		if exited && !w.Exited {
 			w.Exited, changed = true, true
 		}
-		if w.State != protocol.StateSettled {
+		settled = w.State != protocol.StateSettled
+		if settled {
 			w.State, w.Outcome, changed = protocol.StateSettled, outcome, true
 		}
 		if !changed {
@@ -123,6 +127,9 @@ func (s *Service) settle(ctx context.Context, handle, outcome string, exited boo
 		}
 		return nil
 	})
+	if err == nil && settled {
+		s.ring(ctx, inboxTopic(handle))
+	}
 	return err
 }
 
