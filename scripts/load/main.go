@@ -58,6 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		clients   = fs.Int("clients", 8, "concurrent writers (writes)")
 		rounds    = fs.Int("rounds", 3, "alternating bare/galley rounds (reads)")
 		newConn   = fs.Bool("new-conn", false, "a new connection per call, as kitchn's client does (reads)")
+		netHTTP   = fs.Bool("net-http", false, "kept-alive calls through net/http's client instead of a lean connection per client (reads)")
 		serverPID = fs.Int("server-pid", 0, "the galley process (the server, or the aws-local gateway), to report its process tree's CPU by class per phase")
 		pids      = fs.String("pids", "", "more process trees to report by class with the server's, comma-separated (the stand-ins: DynamoDB Local, fauxqs)")
 		probe     = fs.String("probe-store", "bolt", "the store the write run's probe measures alone: bolt (the local server's) or dynamodb (the aws-local stack's, at AWS_ENDPOINT_URL_DYNAMODB) (writes)")
@@ -142,7 +143,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			bare = []string{exe, "--mode", "bare-serve"}
 		}
 		res, err := drive.RunReads(ctx, drive.ReadsConfig{Target: target, Clients: *readers, Duration: *duration,
-			Rounds: *rounds, NewConn: *newConn, ServerPID: *serverPID, Procs: procs, BareCommand: bare, Log: log})
+			Rounds: *rounds, NewConn: *newConn, NetHTTP: *netHTTP, ServerPID: *serverPID, Procs: procs, BareCommand: bare, Log: log})
 		if err != nil {
 			fmt.Fprintf(stderr, "load: %v\n", err)
 			return 1
@@ -255,9 +256,12 @@ func printMixed(w io.Writer, r *drive.Mixed) {
 
 func printReads(w io.Writer, r *drive.Reads) {
 	c := r.Config
-	conn := "kept alive"
-	if c.NewConn {
+	conn := "kept alive, one lean connection per client"
+	switch {
+	case c.NewConn:
 		conn = "one per call"
+	case c.NetHTTP:
+		conn = "kept alive, through net/http's client"
 	}
 	fmt.Fprintf(w, "reads: %d clients, connections %s, %d rounds over %s; inventory of %d rows\n", c.Clients, conn, c.Rounds, c.Duration, r.InventoryRows)
 	for _, p := range r.Phases {

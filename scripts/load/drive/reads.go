@@ -35,6 +35,10 @@ type ReadsConfig struct {
 	// NewConn opens a connection per call, as kitchn's client does;
 	// otherwise connections are kept alive.
 	NewConn bool
+	// NetHTTP drives kept-alive connections through net/http's client
+	// instead of one lean connection per client (connClient), which
+	// leaves more of the shared CPU to the servers.
+	NetHTTP bool
 	// ServerPID, when set, is the galley process on this machine, whose
 	// CPU time each phase reports; Procs are more process trees (the
 	// stand-ins), reported with the server's trees by process class.
@@ -151,7 +155,7 @@ func RunReads(ctx context.Context, cfg ReadsConfig) (*Reads, error) {
 			}
 			roots := procRoots(cfg.ServerPID, cfg.Procs)
 			c0, s0, m0, t0, snap0 := selfCPU(), procCPU(pid), machineCPU(), time.Now(), snapProcs(roots)
-			p, lat, per := hammer(ctx, hc, srv.base, cfg.Token, calls, cfg.Clients, phase)
+			p, lat, per := hammer(ctx, cfg.caller(hc, srv.base), calls, cfg.Clients, phase)
 			secs := time.Since(t0).Seconds()
 			p.ClientCores, p.ServerCores, p.MachineCores = (selfCPU()-c0)/secs, (procCPU(pid)-s0)/secs, (machineCPU()-m0)/secs
 			p.CPU = snapProcs(roots).since(snap0)
@@ -230,8 +234,36 @@ func readOnce(ctx context.Context, hc *http.Client, base, token string, rc readC
 	return resp.StatusCode, b, err
 }
 
-// hammer runs clients calling calls in turn against base for d.
-func hammer(ctx context.Context, hc *http.Client, base, token string, calls []readCall, clients int, d time.Duration) (ReadPhase, []time.Duration, map[string][]time.Duration) {
+// readFunc makes one call and answers its status.
+type readFunc func(rc readCall) (int, error)
+
+// caller returns what gives each client its way to call base: a lean
+// connection of its own when connections are kept alive (unless NetHTTP),
+// else net/http's client, shared.
+func (cfg ReadsConfig) caller(hc *http.Client, base string) func() (readFunc, func()) {
+	if cfg.NewConn || cfg.NetHTTP {
+		return func() (readFunc, func()) {
+			return func(rc readCall) (int, error) {
+				st, _, err := readOnce(context.Background(), hc, base, cfg.Token, rc)
+				return st, err
+			}, func() {}
+		}
+	}
+	return func() (readFunc, func()) {
+		c, err := newConnClient(base)
+		if err != nil {
+			return func(readCall) (int, error) { return 0, err }, func() {}
+		}
+		return func(rc readCall) (int, error) {
+			st, _, err := c.do(rc.method, rc.path, cfg.Token, rc.body)
+			return st, err
+		}, c.close
+	}
+}
+
+// hammer runs clients, each calling calls in turn through its own
+// readFunc, for d.
+func hammer(ctx context.Context, newClient func() (readFunc, func()), calls []readCall, clients int, d time.Duration) (ReadPhase, []time.Duration, map[string][]time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var mu sync.Mutex
@@ -244,12 +276,14 @@ func hammer(ctx context.Context, hc *http.Client, base, token string, calls []re
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			call, done := newClient()
+			defer done()
 			local := map[string][]time.Duration{}
 			e := 0
 			for n := i; ctx.Err() == nil; n++ {
 				rc := calls[n%len(calls)]
 				t0 := time.Now()
-				st, _, err := readOnce(context.Background(), hc, base, token, rc)
+				st, err := call(rc)
 				if err != nil || st != http.StatusOK {
 					e++
 					continue
