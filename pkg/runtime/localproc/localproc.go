@@ -27,6 +27,12 @@ import (
 // kills the worker's process group.
 const DefaultGrace = 5 * time.Second
 
+// DefaultNice is the scheduling niceness workers run at. On one machine the
+// workers (agents, their tools, git) and the API server share the CPU; a
+// niced worker yields it to the server, which answers kitchn and wakes
+// waiting coordinators, as a worker on AWS never competes with the API.
+const DefaultNice = 10
+
 // stopPoll is how often a pending stop checks whether the group has ended,
 // and reapEvery how often the reaper looks when no SIGCHLD arrives.
 const (
@@ -46,6 +52,7 @@ type Runtime struct {
 	log        *slog.Logger
 	clock      service.Clock
 	grace      time.Duration
+	nice       int
 	onExit     func(handle string)
 	optErr     string // the first bad option, reported by New
 
@@ -133,6 +140,10 @@ func WithOnExit(f func(handle string)) Option { return func(r *Runtime) { r.onEx
 // WithGrace sets how long Stop waits after SIGTERM before SIGKILL.
 func WithGrace(d time.Duration) Option { return func(r *Runtime) { r.grace = d } }
 
+// WithNice sets the niceness workers run at (DefaultNice unless set; 0
+// leaves them at the server's own).
+func WithNice(n int) Option { return func(r *Runtime) { r.nice = n } }
+
 // New returns a Runtime over its data directory. It finishes the stops an
 // earlier server left pending, and starts a reaper for the harnesses it
 // starts; Close ends the reaper and leaves the workers running.
@@ -142,6 +153,7 @@ func New(opts ...Option) (*Runtime, error) {
 		log:     slog.New(slog.DiscardHandler),
 		clock:   service.SystemClock,
 		grace:   DefaultGrace,
+		nice:    DefaultNice,
 		sigchld: make(chan os.Signal, 1),
 		done:    make(chan struct{}),
 		workers: map[string]*worker{},
@@ -306,6 +318,13 @@ func (r *Runtime) spawn(spec service.WorkerSpec) (*worker, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, err
+	}
+	if r.nice != 0 {
+		// The whole group: a process the harness already forked is niced
+		// too, and every later one inherits the harness's niceness.
+		if err := syscall.Setpriority(syscall.PRIO_PGRP, cmd.Process.Pid, r.nice); err != nil {
+			r.log.Warn("could not lower the worker's priority", "handle", h, "err", err)
+		}
 	}
 	w := &worker{handle: h, pid: cmd.Process.Pid, child: true}
 	// The reaper waits by pid, so no goroutine blocks on a worker that
