@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"maps"
 	"time"
 
 	"github.com/galley-run/galley/pkg/protocol"
@@ -62,6 +63,46 @@ type Resource struct {
 	Worker   *Worker `json:"worker,omitempty"`
 	// Path is where a worktree lives (runtime-specific).
 	Path string `json:"path,omitempty"`
+}
+
+// Clone answers a deep copy of r that shares no pointer, map or slice with
+// it, so a caller may change the copy (a worker's fields, its Questions)
+// while r stays as it was: a store that keeps decoded records hands out
+// clones. records_test.go walks every field by reflection, so a field added
+// here without a copy in Clone fails the test.
+func (r Resource) Clone() Resource {
+	if r.Worker != nil {
+		w := *r.Worker
+		w.Questions = maps.Clone(w.Questions)
+		if w.Agent != nil {
+			a := *w.Agent
+			w.Agent = &a
+		}
+		if w.Usage != nil {
+			u := *w.Usage
+			if u.Tokens != nil {
+				t := *u.Tokens
+				t.Input, t.Output = cloneInt(t.Input), cloneInt(t.Output)
+				t.CacheRead, t.CacheWrite = cloneInt(t.CacheRead), cloneInt(t.CacheWrite)
+				u.Tokens = &t
+			}
+			if u.Cost != nil {
+				c := *u.Cost
+				u.Cost = &c
+			}
+			w.Usage = &u
+		}
+		r.Worker = &w
+	}
+	return r
+}
+
+func cloneInt(p *int64) *int64 {
+	if p == nil {
+		return nil
+	}
+	n := *p
+	return &n
 }
 
 // Worker is the state of one worker.
