@@ -17,9 +17,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/awslocal"
-	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
 	"github.com/galley-run/galley/pkg/localserver"
-	"github.com/galley-run/galley/pkg/store/dynamostore"
 )
 
 func main() {
@@ -57,8 +55,19 @@ commands:
 }
 
 // awsBackends opens the DynamoDB store and the SQS doorbell when asked,
-// from the AWS SDK's standard variables.
-func awsBackends(ctx context.Context, o *localserver.Options, storeKind, bellKind, table, prefix string) error {
+// from the AWS SDK's standard variables, their clients injecting the
+// faults of faultSpec when one is given (testing only).
+func awsBackends(ctx context.Context, o *localserver.Options, storeKind, bellKind, table, prefix, faultSpec string) error {
+	if faultSpec != "" {
+		if storeKind != "dynamodb" && bellKind != "sqs" {
+			return fmt.Errorf("--inject-aws-faults needs --store dynamodb or --doorbell sqs")
+		}
+		f, err := localserver.ParseAWSFaults(faultSpec)
+		if err != nil {
+			return fmt.Errorf("--inject-aws-faults: %w", err)
+		}
+		o.AWSFaults = f
+	}
 	house := o.House
 	if house == "" {
 		house = "local"
@@ -69,7 +78,7 @@ func awsBackends(ctx context.Context, o *localserver.Options, storeKind, bellKin
 		if table == "" {
 			table = "galley-" + house
 		}
-		st, err := dynamostore.Open(ctx, table)
+		st, err := localserver.OpenDynamoStore(ctx, table, o.AWSFaults)
 		if err != nil {
 			return fmt.Errorf("dynamodb store (table %s): %w", table, err)
 		}
@@ -83,7 +92,7 @@ func awsBackends(ctx context.Context, o *localserver.Options, storeKind, bellKin
 		if prefix == "" {
 			prefix = "galley-" + house
 		}
-		bell, err := sqsbell.Open(ctx, prefix)
+		bell, err := localserver.OpenSQSBell(ctx, prefix, o.AWSFaults)
 		if err != nil {
 			return fmt.Errorf("sqs doorbell (prefix %s): %w", prefix, err)
 		}
@@ -119,7 +128,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	stack := fs.String("stack", "local", "local (one process) or aws-local (the AWS shape on this machine: gateway, functions under the Lambda emulator, DynamoDB Local, fauxqs, the ECS stand-in)")
 	table := fs.String("table", "", "DynamoDB table with --store dynamodb, created when missing (default galley-<house>)")
 	queuePrefix := fs.String("queue-prefix", "", "SQS queue name prefix with --doorbell sqs (default galley-<house>)")
+	faultSpec := fs.String("inject-aws-faults", "", "TESTING ONLY: inject faults into the DynamoDB and SQS clients at seeded rates, e.g. "+
+		"'throttle=0.02,timeout=0.01,lost-response=0.02,delayed=0.01,condition-failed=0.01,seed=7' (also ops=ReceiveMessage+SendMessage, delay=50ms); "+
+		"needs --store dynamodb or --doorbell sqs; the counts are logged at shutdown")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *faultSpec != "" && *stack != "local" {
+		fmt.Fprintf(stderr, "galley serve: --inject-aws-faults works with --stack local only\n")
 		return 2
 	}
 	switch *stack {
@@ -137,7 +153,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "galley serve: --stack must be local or aws-local\n")
 		return 2
 	}
-	if err := awsBackends(ctx, &o, *storeKind, *bellKind, *table, *queuePrefix); err != nil {
+	if err := awsBackends(ctx, &o, *storeKind, *bellKind, *table, *queuePrefix, *faultSpec); err != nil {
 		fmt.Fprintf(stderr, "galley serve: %v\n", err)
 		return 2
 	}
@@ -160,7 +176,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout, "galley: shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
+	err = srv.Shutdown(sctx)
+	if f := o.AWSFaults; f != nil {
+		c := f.Counts()
+		fmt.Fprintf(stdout, "galley: %d AWS faults injected %v; calls that reached AWS %v\n", c.Total(), c.Injected, c.Calls)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "galley serve: shutdown: %v\n", err)
 		return 1
 	}
