@@ -295,7 +295,7 @@ func (s *Service) createResource(ctx context.Context, r store.Resource) error {
 func (s *Service) message(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
 	handle := eff.Worker.Handle
 	if _, _, err := s.liveWorker(ctx, handle); err != nil {
-		return nil, err
+		return s.actedBefore(ctx, c, handle, err)
 	}
 	c.acted = true
 	item := store.InboxItem{Key: c.rec.Key, Kind: "message", Body: *eff.Body, At: s.clock.Now()}
@@ -310,7 +310,7 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 	handle, question, body := eff.Worker.Handle, *eff.Question, *eff.Body
 	res, _, err := s.liveWorker(ctx, handle)
 	if err != nil {
-		return nil, err
+		return s.actedBefore(ctx, c, handle, err)
 	}
 	answer, asked := res.Worker.Questions[question]
 	switch {
@@ -352,6 +352,13 @@ func (s *Service) cancel(ctx context.Context, c *claim, eff protocol.WorkerEffec
 	handle := eff.Worker.Handle
 	c.acted = true
 	if err := s.settleCancelled(ctx, handle); err != nil {
+		if c.resumed && galleyerr.Is(galleyerr.Invalid, err) {
+			// Taken over from a holder that acted, and the worker has been
+			// released since: it is stopped and settled, as asked.
+			if res, _, rerr := s.store.GetResource(ctx, protocol.KindWorker, handle); rerr == nil && res.Released {
+				return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
+			}
+		}
 		return nil, err
 	}
 	if err := s.runtime.Stop(ctx, handle); err != nil {
@@ -379,6 +386,11 @@ func (s *Service) settleCancelled(ctx context.Context, handle string) error {
 func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
 	r := *eff.Resource
 	res, _, err := s.store.GetResource(ctx, r.Kind, r.Handle)
+	if err == nil && res.Released && c.resumed {
+		// Released by the holder this claim was taken over from (or by
+		// another key): what this release asked for holds.
+		return s.touchedReceipt(c, s.resource(r.Kind, r.Handle))
+	}
 	if galleyerr.Is(galleyerr.NotFound, err) || (err == nil && res.Released) {
 		return nil, galleyerr.Errorf(galleyerr.Invalid, "%s %s does not exist", r.Kind, quoteShort(r.Handle))
 	}
@@ -444,6 +456,29 @@ func (s *Service) touchedReceipt(c *claim, touched ...protocol.Resource) (json.R
 
 func (s *Service) resource(kind, handle string) protocol.Resource {
 	return protocol.Resource{Kind: kind, Backend: s.cfg.Backend, Handle: handle}
+}
+
+// actedBefore answers a message or reply that found its worker gone
+// (settled or released: refused) when its claim was taken over from a
+// holder that acted and then failed to record the receipt: the worker moved
+// on meanwhile, so the operation cannot run again, yet it happened if the
+// worker's inbox holds the item the holder appended under this key. Then
+// the answer is the receipt the holder would have recorded; otherwise
+// refused stays refused (uncertain, as a taken-over claim counts as acted).
+func (s *Service) actedBefore(ctx context.Context, c *claim, handle string, refused error) (json.RawMessage, error) {
+	if !c.resumed || !galleyerr.Is(galleyerr.Invalid, refused) {
+		return nil, refused
+	}
+	items, err := s.store.ListInbox(ctx, handle, 0)
+	if err != nil {
+		return nil, err
+	}
+	for _, it := range items {
+		if it.Key == c.rec.Key {
+			return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
+		}
+	}
+	return nil, refused
 }
 
 // liveWorker returns a worker that exists, is not released and has not
