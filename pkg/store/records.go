@@ -71,38 +71,48 @@ type Resource struct {
 // clones. records_test.go walks every field by reflection, so a field added
 // here without a copy in Clone fails the test.
 func (r Resource) Clone() Resource {
-	if r.Worker != nil {
-		w := *r.Worker
-		w.Questions = maps.Clone(w.Questions)
-		if w.Agent != nil {
-			a := *w.Agent
-			w.Agent = &a
-		}
-		if w.Usage != nil {
-			u := *w.Usage
-			if u.Tokens != nil {
-				t := *u.Tokens
-				t.Input, t.Output = cloneInt(t.Input), cloneInt(t.Output)
-				t.CacheRead, t.CacheWrite = cloneInt(t.CacheRead), cloneInt(t.CacheWrite)
-				u.Tokens = &t
-			}
-			if u.Cost != nil {
-				c := *u.Cost
-				u.Cost = &c
-			}
-			w.Usage = &u
-		}
-		r.Worker = &w
+	if r.Worker == nil {
+		return r
 	}
+	// One allocation holds the worker and everything it points to but its
+	// map: stores clone on every read, and the allocations were the cost.
+	b := new(struct {
+		w Worker
+		a protocol.AgentSelection
+		u protocol.UsageReport
+		t protocol.Tokens
+		c protocol.Cost
+		n [4]int64
+	})
+	b.w = *r.Worker
+	w := &b.w
+	w.Questions = maps.Clone(w.Questions)
+	if w.Agent != nil {
+		b.a = *w.Agent
+		w.Agent = &b.a
+	}
+	if w.Usage != nil {
+		b.u = *w.Usage
+		u := &b.u
+		if u.Tokens != nil {
+			b.t = *u.Tokens
+			t := &b.t
+			for i, p := range []**int64{&t.Input, &t.Output, &t.CacheRead, &t.CacheWrite} {
+				if *p != nil {
+					b.n[i] = **p
+					*p = &b.n[i]
+				}
+			}
+			u.Tokens = t
+		}
+		if u.Cost != nil {
+			b.c = *u.Cost
+			u.Cost = &b.c
+		}
+		w.Usage = u
+	}
+	r.Worker = w
 	return r
-}
-
-func cloneInt(p *int64) *int64 {
-	if p == nil {
-		return nil
-	}
-	n := *p
-	return &n
 }
 
 // Worker is the state of one worker.
