@@ -54,7 +54,8 @@ var keyFormat = []byte("format")
 // Store is a store.Store in one bbolt file. It is safe for concurrent use;
 // writes are serialized by bbolt, reads run concurrently.
 type Store struct {
-	db *bolt.DB
+	db        *bolt.DB
+	resources *decodedResources
 }
 
 var _ store.Store = (*Store)(nil)
@@ -119,7 +120,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		db.Close()
 		return nil, classify(op, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, resources: newDecodedResources(decodedCap)}, nil
 }
 
 func syncDir(dir string) error {
@@ -292,12 +293,12 @@ func (s *Store) GetResource(ctx context.Context, kind, handle string) (store.Res
 	var r store.Resource
 	var v store.Version
 	err = s.view(ctx, op, func(tx *bolt.Tx) error {
-		var ok bool
-		var err error
-		v, ok, err = getVersioned(op, tx.Bucket(bucketResources), key, &r)
-		if err == nil && !ok {
-			err = galleyerr.E(op, galleyerr.NotFound, "no such resource")
+		val := tx.Bucket(bucketResources).Get(key)
+		if val == nil {
+			return galleyerr.E(op, galleyerr.NotFound, "no such resource")
 		}
+		var err error
+		r, v, err = s.resources.get(op, key, val)
 		return err
 	})
 	if err != nil {
@@ -337,13 +338,13 @@ func (s *Store) ListResources(ctx context.Context) ([]store.Resource, error) {
 	const op = galleyerr.Op("boltstore.ListResources")
 	var out []store.Resource
 	err := s.view(ctx, op, func(tx *bolt.Tx) error {
-		resources := tx.Bucket(bucketResources)
-		return tx.Bucket(bucketResourceOrder).ForEach(func(_, key []byte) error {
-			var r store.Resource
-			_, ok, err := getVersioned(op, resources, key, &r)
-			if err == nil && !ok {
-				err = galleyerr.E(op, "corrupt store: resource in the creation index but not stored")
+		resources, order := tx.Bucket(bucketResources), tx.Bucket(bucketResourceOrder)
+		return order.ForEach(func(_, key []byte) error {
+			val := resources.Get(key)
+			if val == nil {
+				return galleyerr.E(op, "corrupt store: resource in the creation index but not stored")
 			}
+			r, _, err := s.resources.get(op, key, val)
 			out = append(out, r)
 			return err
 		})
