@@ -28,6 +28,7 @@ import (
 	"github.com/galley-run/galley/pkg/doorbell/localbell"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/harness"
+	"github.com/galley-run/galley/pkg/logbuf"
 	"github.com/galley-run/galley/pkg/runtime/localproc"
 	"github.com/galley-run/galley/pkg/service"
 	"github.com/galley-run/galley/pkg/store"
@@ -61,7 +62,8 @@ type Options struct {
 	Families []string
 	// AgentBinDir is where the claude and codex CLIs are looked up first.
 	AgentBinDir string
-	// Logger receives the request log; default JSON on stderr.
+	// Logger receives the request log; default JSON on stderr, buffered
+	// (pkg/logbuf) and written out at least every 100 ms.
 	Logger *slog.Logger
 }
 
@@ -99,8 +101,19 @@ type Server struct {
 // Start prepares the data directory and starts serving. It returns once the
 // listener is bound.
 func Start(ctx context.Context, o Options) (*Server, error) {
+	// The default request log is buffered: a JSON line per request written
+	// one by one would cost a system call each (see pkg/logbuf). Closed
+	// last, so every line reaches stderr.
+	var logw *logbuf.Writer
+	if o.Logger == nil {
+		logw = logbuf.New(os.Stderr, 0)
+		o.Logger = logbuf.NewJSONLogger(logw, nil)
+	}
 	o.Defaults()
 	s := &Server{opts: o}
+	if logw != nil {
+		s.closers = append(s.closers, logw)
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -195,6 +208,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		House: o.House, Backend: o.Backend, Credential: o.Credential, DefaultAgent: o.DefaultAgent,
 		Families: families, Model: model, Effort: effort, AwaitCap: o.AwaitCap,
 		MaxWorkers: o.MaxWorkers, WorkerSecret: workerSecret, WorkspaceRoot: filepath.Join(data, "workspaces"),
+		// The embedded store is locked to this process: a claim an earlier
+		// process left in flight is dead. A DynamoDB table may be shared.
+		ExclusiveStore: o.Store == nil,
 	}, service.WithStore(st), service.WithRuntime(rt), service.WithGitHost(git), service.WithDoorbell(bell),
 		service.WithLogger(o.Logger))
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -105,7 +106,16 @@ func awsBackends(ctx context.Context, o *localserver.Options, storeKind, bellKin
 	return nil
 }
 
+// serverGCPercent is the garbage collector's target for the server when
+// GOGC is not set: its live heap is a few MiB and every request allocates a
+// little, so a fivefold heap (tens of MiB) buys back the CPU a collection
+// per few thousand requests costs (docs/BENCHMARKS.md).
+const serverGCPercent = 400
+
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(serverGCPercent)
+	}
 	fs := flag.NewFlagSet("galley serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o localserver.Options
