@@ -229,28 +229,46 @@ func (s *Service) savePlan(ctx context.Context, c *claim, plan any) error {
 	return nil
 }
 
-// complete records the receipt; only the current lease holder can.
+// completeAttempts bounds the writes of a receipt whose outcome was unknown.
+const completeAttempts = 3
+
+// complete records the receipt; only the current lease holder can. A write
+// that failed without a definite answer (a timeout may hide a write that
+// happened) is settled by reading the record: applied with this request's
+// fingerprint means done; still in flight under this holder's lease means
+// the write did not happen, and it is tried again. If it cannot be
+// recorded, the lease is ended, so a retry takes over at once and
+// converges instead of waiting the lease out.
 func (s *Service) complete(ctx context.Context, c *claim, receipt json.RawMessage) (json.RawMessage, error) {
 	rec := c.rec
 	rec.State = store.EffectApplied
 	rec.Receipt = receipt
 	rec.Lease, rec.LeaseExpires = "", time.Time{}
 	rec.Updated = s.clock.Now()
-	_, err := s.store.PutEffect(ctx, rec, c.version)
-	if galleyerr.Is(galleyerr.Conflict, err) {
-		// Our lease was taken over. If the new holder finished, its receipt
-		// is the answer (it converged on the same resources); otherwise the
-		// outcome is not ours to tell.
-		cur, _, gerr := s.store.GetEffect(ctx, rec.Key)
-		if gerr == nil && cur.State == store.EffectApplied && cur.Fingerprint == rec.Fingerprint {
-			return cur.Receipt, nil
+	ver := c.version
+	var err error
+	for range completeAttempts {
+		if _, err = s.store.PutEffect(ctx, rec, ver); err == nil {
+			return receipt, nil
 		}
+		cur, cver, gerr := s.store.GetEffect(ctx, rec.Key)
+		switch {
+		case gerr != nil:
+			continue
+		case cur.State == store.EffectApplied && cur.Fingerprint == rec.Fingerprint:
+			// Written by this holder (its answer was lost) or by one that
+			// took over and converged on the same resources.
+			return cur.Receipt, nil
+		case cur.State == store.EffectInFlight && cur.Lease == c.rec.Lease:
+			ver = cver
+			continue
+		}
+		// Taken over by a holder that has not finished: not ours to tell.
 		return nil, galleyerr.E(galleyerr.InFlight, "the claim was taken over before completion", err)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return receipt, nil
+	c.version = ver
+	s.abandon(ctx, c)
+	return nil, galleyerr.E(galleyerr.Unavailable, "the effect was applied but its receipt could not be recorded; a retry converges", err)
 }
 
 // refuse turns a held claim into the promise that the key is absent, then
