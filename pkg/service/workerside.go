@@ -93,7 +93,7 @@ func (s *Service) WorkerPost(ctx context.Context, handle string, req workerapi.P
 	}
 	worker := s.resource(protocol.KindWorker, handle)
 	row := protocol.MailMessage{ID: id, Kind: req.Kind, Worker: &worker, Subject: req.Subject, Body: req.Body, Outcome: req.Outcome}
-	if _, err := s.store.AppendMessage(ctx, res.Worker.Run, store.Message{Row: row, At: s.clock.Now()}); err != nil {
+	if _, _, err := s.store.AppendMessage(ctx, res.Worker.Run, store.Message{Row: row, At: s.clock.Now()}); err != nil {
 		return workerapi.PostAnswer{}, err
 	}
 	if req.Kind == protocol.MsgWorkerDone {
@@ -271,7 +271,7 @@ func (s *Service) WorkerExited(ctx context.Context, handle string, code int, rea
 		worker := s.resource(protocol.KindWorker, handle)
 		row := protocol.MailMessage{ID: newMessageID(), Kind: protocol.MsgWorkerDone, Worker: &worker,
 			Outcome: protocol.OutcomeFailed, Body: body}
-		if _, err := s.store.AppendMessage(ctx, res.Worker.Run, store.Message{Row: row, At: s.clock.Now()}); err != nil {
+		if _, _, err := s.store.AppendMessage(ctx, res.Worker.Run, store.Message{Row: row, At: s.clock.Now()}); err != nil {
 			return err
 		}
 		defer s.ring(ctx, runTopic(res.Worker.Run))

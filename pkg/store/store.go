@@ -30,7 +30,16 @@ type Mailboxes interface {
 	PutMailbox(ctx context.Context, m Mailbox, prev Version) (Version, error)
 	// AppendMessage gives m the run's next sequence (1, 2, ...) and stores it
 	// atomically: messages become visible in sequence order, without gaps.
-	AppendMessage(ctx context.Context, run string, m Message) (int64, error)
+	//
+	// It is idempotent by m.Row.ID within the run: when a message with that
+	// id was appended to run before, it appends nothing and answers that
+	// message's sequence with existed true. The check is part of the append
+	// (one transaction), so concurrent appends of one id append it once, and
+	// a caller may retry an append whose answer was lost (Unavailable)
+	// without ever storing the row twice. Different runs may share an id. An
+	// empty id is never deduplicated. A store that lets messages expire
+	// forgets their ids with them.
+	AppendMessage(ctx context.Context, run string, m Message) (seq int64, existed bool, err error)
 	// ListMessages returns up to limit messages with Seq > after, in order.
 	ListMessages(ctx context.Context, run string, after int64, limit int) ([]Message, error)
 }

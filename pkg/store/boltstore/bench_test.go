@@ -33,9 +33,10 @@ func BenchmarkPutEffect(b *testing.B) {
 func BenchmarkAppendMessage(b *testing.B) {
 	stores(b, func(b *testing.B, s store.Store) {
 		ctx := b.Context()
-		m := store.Message{Row: protocol.MailMessage{ID: "m", Kind: protocol.MsgStatus, Body: "working on it"}}
-		for b.Loop() {
-			if _, err := s.AppendMessage(ctx, "run", m); err != nil {
+		m := store.Message{Row: protocol.MailMessage{Kind: protocol.MsgStatus, Body: "working on it"}}
+		for i := 0; b.Loop(); i++ {
+			m.Row.ID = fmt.Sprint("m-", i) // a repeated id would append nothing
+			if _, _, err := s.AppendMessage(ctx, "run", m); err != nil {
 				b.Fatal(err)
 			}
 		}

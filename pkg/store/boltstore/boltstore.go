@@ -30,6 +30,7 @@ import (
 //	resource-order  creation number (8 bytes) -> kind NUL handle
 //	mailboxes       run -> version | mailbox JSON
 //	messages        run -> bucket: seq (8 bytes) -> message JSON; the bucket's sequence is the run's counter
+//	message-ids     run -> bucket: row id -> seq (8 bytes), written with the message
 //	inboxes         worker -> bucket: seq (8 bytes) -> item JSON; likewise
 //
 // version is 8 bytes big-endian; numbers in keys are big-endian so that
@@ -42,12 +43,17 @@ var (
 	bucketMailboxes     = []byte("mailboxes")
 	bucketMessages      = []byte("messages")
 	bucketInboxes       = []byte("inboxes")
-	allBuckets          = [][]byte{bucketMeta, bucketEffects, bucketResources, bucketResourceOrder, bucketMailboxes, bucketMessages, bucketInboxes}
+	bucketMessageIDs    = []byte("message-ids")
+	allBuckets          = [][]byte{bucketMeta, bucketEffects, bucketResources, bucketResourceOrder, bucketMailboxes, bucketMessages, bucketInboxes, bucketMessageIDs}
 )
 
 // formatVersion names the layout above; a file of another format is
-// refused rather than misread.
-const formatVersion = "1"
+// refused rather than misread. Format 1 lacked message-ids; Open upgrades
+// it by indexing the messages it holds.
+const (
+	formatVersion = "2"
+	formatNoIDs   = "1"
+)
 
 var keyFormat = []byte("format")
 
@@ -105,6 +111,11 @@ func Open(path string, opts ...Option) (*Store, error) {
 		meta := tx.Bucket(bucketMeta)
 		switch f := meta.Get(keyFormat); {
 		case f == nil:
+			return meta.Put(keyFormat, []byte(formatVersion))
+		case string(f) == formatNoIDs:
+			if err := indexMessageIDs(tx); err != nil {
+				return err
+			}
 			return meta.Put(keyFormat, []byte(formatVersion))
 		case string(f) != formatVersion:
 			return galleyerr.E(op, fmt.Sprintf("store file has format %q, this galley reads %q", f, formatVersion))
@@ -406,26 +417,57 @@ func (s *Store) appendTo(ctx context.Context, op galleyerr.Op, parent []byte, na
 		return 0, err
 	}
 	var seq int64
-	err := s.update(ctx, op, func(tx *bolt.Tx) error {
-		b, err := tx.Bucket(parent).CreateBucketIfNotExists([]byte(name))
-		if err != nil {
-			return err
-		}
-		n, err := b.NextSequence()
-		if err != nil {
-			return err
-		}
-		body, err := json.Marshal(setSeq(int64(n)))
-		if err != nil {
-			return galleyerr.E(op, galleyerr.Invalid, err)
-		}
-		seq = int64(n)
-		return b.Put(u64(n), body)
+	err := s.update(ctx, op, func(tx *bolt.Tx) (err error) {
+		seq, err = appendIn(tx, op, parent, name, setSeq)
+		return err
 	})
 	if err != nil {
 		return 0, err
 	}
 	return seq, nil
+}
+
+// appendIn is appendTo's work inside the caller's transaction.
+func appendIn(tx *bolt.Tx, op galleyerr.Op, parent []byte, name string, setSeq func(int64) any) (int64, error) {
+	b, err := tx.Bucket(parent).CreateBucketIfNotExists([]byte(name))
+	if err != nil {
+		return 0, err
+	}
+	n, err := b.NextSequence()
+	if err != nil {
+		return 0, err
+	}
+	body, err := json.Marshal(setSeq(int64(n)))
+	if err != nil {
+		return 0, galleyerr.E(op, galleyerr.Invalid, err)
+	}
+	return int64(n), b.Put(u64(n), body)
+}
+
+// indexMessageIDs fills message-ids from the messages a format-1 file
+// holds, keeping each id's first sequence.
+func indexMessageIDs(tx *bolt.Tx) error {
+	ids := tx.Bucket(bucketMessageIDs)
+	return tx.Bucket(bucketMessages).ForEachBucket(func(run []byte) error {
+		idx, err := ids.CreateBucketIfNotExists(run)
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketMessages).Bucket(run).ForEach(func(k, v []byte) error {
+			var m struct {
+				Row struct {
+					ID string `json:"id"`
+				} `json:"row"`
+			}
+			if err := json.Unmarshal(v, &m); err != nil {
+				return galleyerr.E("boltstore.Open", "corrupt message", err)
+			}
+			if m.Row.ID == "" || idx.Get([]byte(m.Row.ID)) != nil {
+				return nil
+			}
+			return idx.Put([]byte(m.Row.ID), k)
+		})
+	})
 }
 
 // listFrom decodes up to limit (all if limit <= 0) entries of ledger name
@@ -459,11 +501,47 @@ func listFrom[T any](s *Store, ctx context.Context, op galleyerr.Op, parent []by
 	return out, nil
 }
 
-func (s *Store) AppendMessage(ctx context.Context, run string, m store.Message) (int64, error) {
-	return s.appendTo(ctx, "boltstore.AppendMessage", bucketMessages, run, func(seq int64) any {
-		m.Seq = seq
-		return &m
+// AppendMessage appends m unless a message with its id is in the run
+// already (see store.Mailboxes): the id's entry in message-ids is read and
+// written in the append's transaction.
+func (s *Store) AppendMessage(ctx context.Context, run string, m store.Message) (int64, bool, error) {
+	const op = galleyerr.Op("boltstore.AppendMessage")
+	if err := needKeys(op, run); err != nil {
+		return 0, false, err
+	}
+	var seq int64
+	var existed bool
+	err := s.update(ctx, op, func(tx *bolt.Tx) error {
+		existed = false
+		id := []byte(m.Row.ID)
+		var idx *bolt.Bucket
+		if len(id) > 0 {
+			var err error
+			if idx, err = tx.Bucket(bucketMessageIDs).CreateBucketIfNotExists([]byte(run)); err != nil {
+				return err
+			}
+			if v := idx.Get(id); v != nil {
+				if len(v) != 8 {
+					return galleyerr.E(op, "corrupt message id entry")
+				}
+				seq, existed = int64(binary.BigEndian.Uint64(v)), true
+				return nil
+			}
+		}
+		var err error
+		seq, err = appendIn(tx, op, bucketMessages, run, func(n int64) any {
+			m.Seq = n
+			return &m
+		})
+		if err != nil || idx == nil {
+			return err
+		}
+		return idx.Put(id, u64(uint64(seq)))
 	})
+	if err != nil {
+		return 0, false, err
+	}
+	return seq, existed, nil
 }
 
 func (s *Store) ListMessages(ctx context.Context, run string, after int64, limit int) ([]store.Message, error) {

@@ -2,6 +2,9 @@ package boltstore_test
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,6 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/store"
 	"github.com/galley-run/galley/pkg/store/boltstore"
 	"github.com/galley-run/galley/pkg/store/storetest"
@@ -94,6 +98,74 @@ func TestOpenRefusesOtherFormat(t *testing.T) {
 	}
 }
 
+// A file of format 1 (before message ids were indexed) is upgraded on
+// open: the messages it holds are indexed, so a repeat of one appends
+// nothing, and an old binary can no longer open the file.
+func TestOpenIndexesFormat1Messages(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "galley.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucket([]byte("meta"))
+		if err != nil {
+			return err
+		}
+		if err := meta.Put([]byte("format"), []byte("1")); err != nil {
+			return err
+		}
+		msgs, err := tx.CreateBucket([]byte("messages"))
+		if err != nil {
+			return err
+		}
+		run, err := msgs.CreateBucket([]byte("run"))
+		if err != nil {
+			return err
+		}
+		for i, id := range []string{"a", "b", "a"} { // a repeat from before the index
+			n, err := run.NextSequence()
+			if err != nil {
+				return err
+			}
+			body, _ := json.Marshal(store.Message{Seq: int64(n), Row: protocol.MailMessage{ID: id, Kind: protocol.MsgStatus, Body: fmt.Sprint(i)}})
+			if err := run.Put(binary.BigEndian.AppendUint64(nil, n), body); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s := open(t, path)
+	ctx := t.Context()
+	for _, tc := range []struct {
+		id      string
+		seq     int64
+		existed bool
+	}{{"a", 1, true}, {"b", 2, true}, {"c", 4, false}, {"c", 4, true}} {
+		seq, existed, err := s.AppendMessage(ctx, "run", store.Message{Row: protocol.MailMessage{ID: tc.id, Kind: protocol.MsgStatus}})
+		if err != nil || seq != tc.seq || existed != tc.existed {
+			t.Errorf("append %s: (%d, existed %v, %v), want (%d, %v)", tc.id, seq, existed, err, tc.seq, tc.existed)
+		}
+	}
+	s.Close()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.View(func(tx *bolt.Tx) error {
+		if f := tx.Bucket([]byte("meta")).Get([]byte("format")); string(f) != "2" {
+			t.Errorf("format after the upgrade %q, want 2", f)
+		}
+		return nil
+	})
+}
+
 func TestErrors(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "galley.db"))
 	ctx := t.Context()
@@ -110,7 +182,7 @@ func TestErrors(t *testing.T) {
 			_, err := s.PutResource(ctx, store.Resource{Kind: "a\x00b", Handle: "h"}, 0)
 			return err
 		}, galleyerr.Invalid},
-		{"empty run", func() error { _, err := s.AppendMessage(ctx, "", store.Message{}); return err }, galleyerr.Invalid},
+		{"empty run", func() error { _, _, err := s.AppendMessage(ctx, "", store.Message{}); return err }, galleyerr.Invalid},
 		{"key too large", func() error {
 			_, err := s.PutEffect(ctx, store.Effect{Key: string(make([]byte, 40000))}, 0)
 			return err

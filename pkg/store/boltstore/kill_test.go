@@ -48,7 +48,7 @@ func TestKillChild(t *testing.T) {
 	// sooner (SIGPIPE).
 	for i := range 20000 {
 		id := fmt.Sprintf("r%s-m%d", round, i)
-		seq, err := s.AppendMessage(ctx, "run", store.Message{Row: protocol.MailMessage{ID: id, Kind: protocol.MsgStatus}})
+		seq, _, err := s.AppendMessage(ctx, "run", store.Message{Row: protocol.MailMessage{ID: id, Kind: protocol.MsgStatus}})
 		if err != nil {
 			fail(err)
 		}

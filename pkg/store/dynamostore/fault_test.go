@@ -162,16 +162,22 @@ func TestLostResponseOnTransaction(t *testing.T) {
 	ctx := t.Context()
 
 	inj.Script(awsfault.Step{Op: "TransactWriteItems", Fault: awsfault.LostResponse})
-	seq, err := s.AppendMessage(ctx, "run", msg("a"))
+	seq, _, err := s.AppendMessage(ctx, "run", msg("a"))
 	mustOK(t, "append with a lost answer", err)
 	if seq != 1 {
 		t.Errorf("seq %d, want 1", seq)
 	}
 	inj.Script(awsfault.Step{Op: "TransactWriteItems", Fault: awsfault.Timeout})
-	seq, err = s.AppendMessage(ctx, "run", msg("b"))
+	seq, _, err = s.AppendMessage(ctx, "run", msg("b"))
 	mustOK(t, "append after a timeout", err)
 	if seq != 2 {
 		t.Errorf("seq %d, want 2", seq)
+	}
+	checkMessages(t, s, "run", "a", "b")
+	// The caller's own retry of a finds it: nothing is appended.
+	seq, existed, err := s.AppendMessage(ctx, "run", msg("a"))
+	if err != nil || seq != 1 || !existed {
+		t.Errorf("the caller's retry of a: (%d, existed %v, %v), want (1, true)", seq, existed, err)
 	}
 	checkMessages(t, s, "run", "a", "b")
 
@@ -200,12 +206,12 @@ func TestTransactionDefiniteFaults(t *testing.T) {
 	s := faulty(t, inj)
 	ctx := t.Context()
 	inj.Script(awsfault.Step{Op: "TransactWriteItems", Fault: awsfault.Throttle})
-	_, err := s.AppendMessage(ctx, "run", msg("a"))
+	_, _, err := s.AppendMessage(ctx, "run", msg("a"))
 	wantKind(t, "throttled append", err, galleyerr.Unavailable)
 	checkMessages(t, s, "run")
 
 	inj.Script(awsfault.Step{Op: "TransactWriteItems", Fault: awsfault.ConditionFailed})
-	seq, err := s.AppendMessage(ctx, "run", msg("b"))
+	seq, _, err := s.AppendMessage(ctx, "run", msg("b"))
 	mustOK(t, "append refused once", err)
 	if seq != 1 {
 		t.Errorf("seq %d, want 1", seq)
@@ -227,13 +233,18 @@ func TestDelayedAppendLandsInOrder(t *testing.T) {
 		awsfault.Step{Op: "TransactWriteItems", Fault: awsfault.Timeout},
 		awsfault.Step{Op: "TransactWriteItems", Fault: awsfault.Timeout},
 	)
-	_, err := s.AppendMessage(ctx, "run", msg("late"))
+	_, _, err := s.AppendMessage(ctx, "run", msg("late"))
 	wantKind(t, "append that gave up", err, galleyerr.Unavailable)
 	inj.Wait()
-	seq, err := s.AppendMessage(ctx, "run", msg("next"))
+	seq, _, err := s.AppendMessage(ctx, "run", msg("next"))
 	mustOK(t, "next append", err)
 	if seq != 2 {
 		t.Errorf("seq %d, want 2 (after the late one)", seq)
+	}
+	// The caller's retry of the one that gave up finds the late write.
+	seq, existed, err := s.AppendMessage(ctx, "run", msg("late"))
+	if err != nil || seq != 1 || !existed {
+		t.Errorf("retry of late: (%d, existed %v, %v), want (1, true)", seq, existed, err)
 	}
 	checkMessages(t, s, "run", "late", "next")
 }
@@ -259,7 +270,7 @@ func TestAppendsUnderFaults(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				id := fmt.Sprintf("w%d-%02d", w, i)
-				seq, err := s.AppendMessage(ctx, "run", msg(id))
+				seq, _, err := s.AppendMessage(ctx, "run", msg(id))
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -301,6 +312,67 @@ func TestAppendsUnderFaults(t *testing.T) {
 		inj.Injected("", awsfault.LostResponse), inj.Injected("", awsfault.Delayed), inj.Injected("", awsfault.ConditionFailed))
 	if inj.Injected("", awsfault.LostResponse) == 0 || inj.Injected("", awsfault.Delayed) == 0 {
 		t.Error("the run injected no lost or delayed answer: the test proved nothing")
+	}
+}
+
+// A caller that retries every uncertain append with the same row id (as
+// the service does with a worker's post) stores each row exactly once,
+// under a seeded mix of every fault, whatever became of the tries it gave
+// up on: each retry answers the sequence its row holds.
+func TestRetriedAppendsUnderFaults(t *testing.T) {
+	inj := awsfault.New()
+	inj.SetDelay(5 * time.Millisecond)
+	s := faulty(t, inj)
+	ctx := t.Context()
+	inj.SetRates(43, map[awsfault.Fault]float64{
+		awsfault.Throttle: 0.05, awsfault.Timeout: 0.1, awsfault.LostResponse: 0.15,
+		awsfault.Delayed: 0.1, awsfault.ConditionFailed: 0.05,
+	})
+	const writers, each = 3, 12
+	var mu sync.Mutex
+	acked := map[string]int64{}
+	retried := 0
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				id := fmt.Sprintf("w%d-%02d", w, i)
+				for try := 0; ; try++ {
+					seq, _, err := s.AppendMessage(ctx, "run", msg(id))
+					if err == nil {
+						mu.Lock()
+						acked[id], retried = seq, retried+min(try, 1)
+						mu.Unlock()
+						break
+					}
+					if !galleyerr.Is(galleyerr.Unavailable, err) || try == 50 {
+						t.Errorf("append %s: %v", id, err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	inj.Wait()
+	inj.SetRates(0, nil)
+	ms, err := dynamostore.New(client(t), s.Table()).ListMessages(ctx, "run", 0, 0)
+	mustOK(t, "list", err)
+	if len(ms) != writers*each {
+		t.Errorf("%d messages stored, want %d", len(ms), writers*each)
+	}
+	for i, m := range ms {
+		if m.Seq != int64(i+1) {
+			t.Fatalf("message %d has sequence %d: a gap", i+1, m.Seq)
+		}
+		if acked[m.Row.ID] != m.Seq {
+			t.Errorf("%s stored at %d, its append answered %d", m.Row.ID, m.Seq, acked[m.Row.ID])
+		}
+	}
+	t.Logf("%d appends retried; faults: lost %d, delayed %d, timeout %d", retried,
+		inj.Injected("", awsfault.LostResponse), inj.Injected("", awsfault.Delayed), inj.Injected("", awsfault.Timeout))
+	if retried == 0 {
+		t.Error("no append needed a retry: the test proved nothing")
 	}
 }
 

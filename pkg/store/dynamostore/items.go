@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -31,6 +32,7 @@ const (
 	attrPlan     = "pl"      // an effect's plan, byte for byte (B)
 	attrOrdinal  = "o"       // a resource's creation ordinal (N)
 	attrCounter  = "n"       // a sequence counter's last value (N)
+	attrSeq      = "s"       // the sequence a message id took (N)
 	attrExpires  = "expires" // TTL: epoch seconds after which the item is gone (N)
 	counterSK    = "#seq"
 	headSK       = "H"
@@ -49,6 +51,7 @@ const (
 	typeMessage  = "message"
 	typeInbox    = "inbox"
 	typeCounter  = "counter"
+	typeMsgID    = "message-id"
 )
 
 func effectKey(key string) map[string]types.AttributeValue {
@@ -65,6 +68,20 @@ func runPK(run string) string      { return "M#" + run }
 func inboxPK(worker string) string { return "I#" + worker }
 func messageSK(seq int64) string   { return fmt.Sprintf("m#%0*d", seqDigits, seq) }
 func inboxItemSK(seq int64) string { return fmt.Sprintf("i#%0*d", seqDigits, seq) }
+
+// messageIDSK is the sort key of the item that records which sequence a
+// message id took in its run. An id too long for a sort key (1 KB) is
+// hashed, under its own prefix so that no plain id can collide with it.
+func messageIDSK(id string) string {
+	if len(id) > maxPlainID {
+		h := sha256.Sum256([]byte(id))
+		return "y#" + hex.EncodeToString(h[:])
+	}
+	return "x#" + id
+}
+
+const maxPlainID = 512
+
 func headKey(run string) map[string]types.AttributeValue {
 	return keyOf(runPK(run), headSK)
 }

@@ -40,7 +40,7 @@ func TestAppendsAcrossProcesses(t *testing.T) {
 	for p, s := range ss {
 		wg.Go(func() {
 			for i := range each {
-				seq, err := s.AppendMessage(ctx, "run", msg(fmt.Sprintf("p%d-%02d", p, i)))
+				seq, _, err := s.AppendMessage(ctx, "run", msg(fmt.Sprintf("p%d-%02d", p, i)))
 				if err != nil {
 					t.Errorf("process %d: %v", p, err)
 					return
@@ -109,6 +109,47 @@ func TestCreatesAcrossProcesses(t *testing.T) {
 	}
 }
 
+// Processes appending the same row id at once (a retried post served by
+// another Lambda instance): the id's item decides, so the row is stored
+// once and every process answers its sequence.
+func TestRepeatsAcrossProcesses(t *testing.T) {
+	ss := instances(t, 4)
+	ctx := t.Context()
+	const rounds = 8
+	for r := range rounds {
+		id := fmt.Sprint("same-", r)
+		seqs := make([]int64, len(ss))
+		existed := make([]bool, len(ss))
+		var wg sync.WaitGroup
+		for p, s := range ss {
+			wg.Go(func() {
+				var err error
+				if seqs[p], existed[p], err = s.AppendMessage(ctx, "run", msg(id)); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		appended := 0
+		for p := range ss {
+			if seqs[p] != int64(r+1) {
+				t.Errorf("round %d: process %d answered %d, want %d", r, p, seqs[p], r+1)
+			}
+			if !existed[p] {
+				appended++
+			}
+		}
+		if appended != 1 {
+			t.Errorf("round %d: %d processes appended %s, want 1", r, appended, id)
+		}
+	}
+	ms, err := ss[0].ListMessages(ctx, "run", 0, 0)
+	mustOK(t, "list", err)
+	if len(ms) != rounds {
+		t.Errorf("%d messages stored, want %d", len(ms), rounds)
+	}
+}
+
 // Appends never move the head, so a coordinator's conditional head write
 // races only other head writes, whatever the workers append meanwhile.
 func TestHeadWritesRaceOnlyHeadWrites(t *testing.T) {
@@ -119,7 +160,7 @@ func TestHeadWritesRaceOnlyHeadWrites(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for i := range 20 {
-			if _, err := ss[1].AppendMessage(ctx, "run", msg(fmt.Sprint("m", i))); err != nil {
+			if _, _, err := ss[1].AppendMessage(ctx, "run", msg(fmt.Sprint("m", i))); err != nil {
 				t.Error(err)
 			}
 		}
@@ -151,12 +192,12 @@ func TestRetention(t *testing.T) {
 		t.Errorf("TTL not enabled on expires: %+v", d)
 	}
 
-	_, err = s.AppendMessage(ctx, "run", msg("old"))
+	_, _, err = s.AppendMessage(ctx, "run", msg("old"))
 	mustOK(t, "append", err)
 	_, err = s.AppendInbox(ctx, "w", store.InboxItem{Key: "k-old", Kind: "message", Body: "old"})
 	mustOK(t, "append inbox", err)
 	advance(45 * time.Minute)
-	seq, err := s.AppendMessage(ctx, "run", msg("new"))
+	seq, _, err := s.AppendMessage(ctx, "run", msg("new"))
 	mustOK(t, "append", err)
 	if seq != 2 {
 		t.Errorf("seq %d, want 2", seq)
@@ -173,12 +214,22 @@ func TestRetention(t *testing.T) {
 	if len(items) != 0 {
 		t.Errorf("an expired inbox item is listed")
 	}
+	// An id lives as long as its message: new's is remembered, old's is
+	// forgotten with it.
+	seq, existed, err := s.AppendMessage(ctx, "run", msg("new"))
+	if err != nil || seq != 2 || !existed {
+		t.Errorf("repeat of new: (%d, existed %v, %v), want (2, true)", seq, existed, err)
+	}
+	seq, existed, err = s.AppendMessage(ctx, "run", msg("old"))
+	if err != nil || seq != 3 || existed {
+		t.Errorf("old again after it expired: (%d, existed %v, %v), want (3, false)", seq, existed, err)
+	}
 	// The counter never expires: sequences are never reused.
 	advance(2 * time.Hour)
-	seq, err = s.AppendMessage(ctx, "run", msg("later"))
+	seq, _, err = s.AppendMessage(ctx, "run", msg("later"))
 	mustOK(t, "append", err)
-	if seq != 3 {
-		t.Errorf("seq %d after expiry, want 3", seq)
+	if seq != 4 {
+		t.Errorf("seq %d after expiry, want 4", seq)
 	}
 }
 

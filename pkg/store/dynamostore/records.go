@@ -94,7 +94,7 @@ func (s *Store) PutResource(ctx context.Context, r store.Resource, prev store.Ve
 		return s.putVersioned(ctx, op, key, f, prev)
 	}
 	w := newWriteID()
-	_, err := s.allocate(ctx, seqWrite{
+	_, _, err := s.allocate(ctx, seqWrite{
 		op:      op,
 		counter: keyOf(resourcesPK, counterSK),
 		key:     func(int64) map[string]types.AttributeValue { return key },
@@ -188,11 +188,19 @@ func (s *Store) PutMailbox(ctx context.Context, m store.Mailbox, prev store.Vers
 }
 
 // AppendMessage stores m as the run's next message and returns its
-// sequence.
-func (s *Store) AppendMessage(ctx context.Context, run string, m store.Message) (int64, error) {
+// sequence, unless a message with m's id is in the run already: then it
+// appends nothing and answers that message's sequence (see
+// store.Mailboxes). The id's item (pk M#<run>, sk x#<id>) names the
+// sequence it took; it is put, if absent or expired, in the append's
+// transaction, and expires with the message.
+func (s *Store) AppendMessage(ctx context.Context, run string, m store.Message) (int64, bool, error) {
 	const op = galleyerr.Op("dynamostore.AppendMessage")
 	pk := runPK(run)
-	return s.appendSeq(ctx, op, pk, typeMessage, messageSK, func(n int64) any {
+	var once map[string]types.AttributeValue
+	if m.Row.ID != "" {
+		once = keyOf(pk, messageIDSK(m.Row.ID))
+	}
+	return s.appendSeq(ctx, op, pk, typeMessage, messageSK, once, func(n int64) any {
 		m.Seq = n
 		return m
 	})
@@ -202,19 +210,25 @@ func (s *Store) AppendMessage(ctx context.Context, run string, m store.Message) 
 // sequence.
 func (s *Store) AppendInbox(ctx context.Context, worker string, it store.InboxItem) (int64, error) {
 	const op = galleyerr.Op("dynamostore.AppendInbox")
-	return s.appendSeq(ctx, op, inboxPK(worker), typeInbox, inboxItemSK, func(n int64) any {
+	n, _, err := s.appendSeq(ctx, op, inboxPK(worker), typeInbox, inboxItemSK, nil, func(n int64) any {
 		it.Seq = n
 		return it
 	})
+	return n, err
 }
 
-func (s *Store) appendSeq(ctx context.Context, op galleyerr.Op, pk, typ string, sk func(int64) string, withSeq func(int64) any) (int64, error) {
+// appendSeq appends the item withSeq makes to ledger pk. With onceKey set,
+// the item at onceKey decides whether it was appended before (see
+// seqWrite.once).
+func (s *Store) appendSeq(ctx context.Context, op galleyerr.Op, pk, typ string, sk func(int64) string,
+	onceKey map[string]types.AttributeValue, withSeq func(int64) any) (int64, bool, error) {
 	w := newWriteID()
+	now := s.now()
 	var exp int64
 	if s.retention > 0 {
-		exp = s.now().Add(s.retention).Unix()
+		exp = now.Add(s.retention).Unix()
 	}
-	return s.allocate(ctx, seqWrite{
+	sw := seqWrite{
 		op:      op,
 		counter: keyOf(pk, counterSK),
 		key:     func(n int64) map[string]types.AttributeValue { return keyOf(pk, sk(n)) },
@@ -229,7 +243,26 @@ func (s *Store) appendSeq(ctx context.Context, op galleyerr.Op, pk, typ string, 
 			}
 			return s.fullItem(op, keyOf(pk, sk(n)), f)
 		},
-	}, w)
+	}
+	if onceKey != nil {
+		sw.once = &onceWrite{
+			key: onceKey,
+			item: func(n int64) map[string]types.AttributeValue {
+				item := map[string]types.AttributeValue{attrType: str(typeMsgID), attrSeq: num(n), attrWriter: str(w)}
+				if exp > 0 {
+					item[attrExpires] = num(exp)
+				}
+				for k, v := range onceKey {
+					item[k] = v
+				}
+				return item
+			},
+			// Fixed for the whole call, so that a resent transaction is
+			// identical to the first try.
+			now: now.Unix(),
+		}
+	}
+	return s.allocate(ctx, sw, w)
 }
 
 // ListMessages returns up to limit (all when limit <= 0) messages of run

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -174,26 +175,42 @@ type seqWrite struct {
 	// resource's key is taken. When nil the item's key depends on n, and
 	// the counter guarantees it is free.
 	keyTaken error
+	// once, when set, makes the write idempotent by an identity (a
+	// message's id): see onceWrite.
+	once *onceWrite
 }
 
-// allocate runs the transaction {counter: n-1 → n; put item if absent},
-// retrying with the counter's new value while other writers win, and
-// returns n. The counter and the item move together or not at all, so item
-// n is visible only once items 1..n-1 are, and a try that lost the counter
-// can never be applied later.
-func (s *Store) allocate(ctx context.Context, sw seqWrite, w string) (int64, error) {
+// onceWrite is a third item of the transaction, put only if absent (or
+// expired), that names the number the write took. When it exists, the
+// identity was appended before and its number is the answer: an earlier
+// try of this very write whose answer was lost (its write id is ours), or
+// another write of the same identity.
+type onceWrite struct {
+	key  map[string]types.AttributeValue
+	item func(n int64) map[string]types.AttributeValue // with key, w and n
+	now  int64                                         // epoch seconds: an item expired by then is free
+}
+
+// allocate runs the transaction {counter: n-1 → n; put item if absent
+// [; put once-item if absent]}, retrying with the counter's new value while
+// other writers win, and returns n. The counter and the item move together
+// or not at all, so item n is visible only once items 1..n-1 are, and a try
+// that lost the counter can never be applied later. existed says that the
+// once-item named an earlier write's n: nothing was written.
+func (s *Store) allocate(ctx context.Context, sw seqWrite, w string) (n int64, existed bool, err error) {
 	lockKey := getS(sw.counter, attrPK) + "\x00" + getS(sw.counter, attrSK)
 	l, err := s.counters.lock(ctx, lockKey)
 	if err != nil {
-		return 0, mapErr(sw.op, err, false)
+		return 0, false, mapErr(sw.op, err, false)
 	}
 	defer s.counters.unlock(lockKey, l)
-	n, err := s.allocateLocked(ctx, sw, w, l.last, l.known)
-	l.last, l.known = n, err == nil
-	return n, err
+	n, existed, err = s.allocateLocked(ctx, sw, w, l.last, l.known)
+	// A repeat's n is not the counter's value: read it next time.
+	l.last, l.known = n, err == nil && !existed
+	return n, existed, err
 }
 
-func (s *Store) allocateLocked(ctx context.Context, sw seqWrite, w string, obs int64, known bool) (int64, error) {
+func (s *Store) allocateLocked(ctx context.Context, sw seqWrite, w string, obs int64, known bool) (int64, bool, error) {
 	// pending is the number a try with a lost answer asked for, or -1:
 	// that try may have been applied.
 	var pending int64 = -1
@@ -201,7 +218,7 @@ func (s *Store) allocateLocked(ctx context.Context, sw seqWrite, w string, obs i
 		if !known {
 			var err error
 			if obs, err = s.readCounter(ctx, sw.counter); err != nil {
-				return 0, mapErr(sw.op, err, pending >= 0)
+				return 0, false, mapErr(sw.op, err, pending >= 0)
 			}
 		}
 		known = false
@@ -210,14 +227,14 @@ func (s *Store) allocateLocked(ctx context.Context, sw seqWrite, w string, obs i
 			// committed item: ours, or another's and ours is dead.
 			n, done, err := s.resolvePending(ctx, sw, w, pending)
 			if done || err != nil {
-				return n, err
+				return n, false, err
 			}
 			pending = -1
 		}
 		n := obs + 1
 		in, err := s.seqTransaction(sw, w, obs, n)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		for try := 0; ; try++ {
 			_, err = s.db.TransactWriteItems(ctx, in)
@@ -226,45 +243,76 @@ func (s *Store) allocateLocked(ctx context.Context, sw seqWrite, w string, obs i
 			}
 			pending = n
 			if try >= s.ambiguousRetries || ctx.Err() != nil {
-				return 0, mapErr(sw.op, err, true)
+				return 0, false, mapErr(sw.op, err, true)
 			}
 			s.sleep(ctx, try)
 		}
 		if err == nil {
-			return n, nil
+			return n, false, nil
 		}
 		tce, codes := reasonCodes(err)
-		if tce == nil || len(codes) != 2 {
-			return 0, mapErr(sw.op, err, pending >= 0)
+		if tce == nil || len(codes) != len(in.TransactItems) {
+			return 0, false, mapErr(sw.op, err, pending >= 0)
 		}
 		// Cancelled: nothing of this try was applied.
 		switch {
+		case sw.once != nil && codes[2] == "ConditionalCheckFailed":
+			// Checked first: DynamoDB may report the counter's failure
+			// too, and the identity's answer holds whatever the counter.
+			n, existed, ok, err := s.resolveOnce(ctx, sw, w, tce.CancellationReasons[2].Item, pending >= 0)
+			if ok || err != nil {
+				return n, existed, err
+			}
+			// No item to answer (an injected cancellation, or expired
+			// and deleted since): try again.
 		case codes[1] == "ConditionalCheckFailed" && sw.keyTaken != nil:
 			// The resource exists: created by an earlier try of ours
 			// whose answer was lost, or by another writer.
 			if pending >= 0 {
 				n, done, err := s.resolvePending(ctx, sw, w, pending)
 				if done || err != nil {
-					return n, err
+					return n, false, err
 				}
 			}
-			return 0, sw.keyTaken
+			return 0, false, sw.keyTaken
 		case codes[0] == "ConditionalCheckFailed":
 			// Another write took n: carry on from the counter it left.
 			if v, ok := getN(tce.CancellationReasons[0].Item, attrCounter); ok && v > obs {
 				obs, known = v, true
 			}
-		case codes[0] == "TransactionConflict" || codes[1] == "TransactionConflict":
+		case slices.Contains(codes, "TransactionConflict"):
 			s.sleep(ctx, min(attempt, 4))
 		default:
 			// Throttling and the like, reported per item.
-			return 0, mapErr(sw.op, errors.Join(err, errCancelled(codes)), pending >= 0)
+			return 0, false, mapErr(sw.op, errors.Join(err, errCancelled(codes)), pending >= 0)
 		}
 		if ctx.Err() != nil {
-			return 0, mapErr(sw.op, ctx.Err(), pending >= 0)
+			return 0, false, mapErr(sw.op, ctx.Err(), pending >= 0)
 		}
 	}
-	return 0, galleyerr.E(sw.op, galleyerr.Unavailable, fmt.Sprintf("no sequence number after %d attempts under contention", maxSeqAttempts))
+	return 0, false, galleyerr.E(sw.op, galleyerr.Unavailable, fmt.Sprintf("no sequence number after %d attempts under contention", maxSeqAttempts))
+}
+
+// resolveOnce answers a write whose once-item exists (item, as the
+// cancellation returned it, or read again when it did not): the number it
+// names, and whether another write made it (existed) rather than an earlier
+// try of this one whose answer was lost. Not ok: there is no such item, and
+// the write may try again. Expiry is judged by the clock the condition
+// used, so that the answer and the condition never disagree.
+func (s *Store) resolveOnce(ctx context.Context, sw seqWrite, w string, item map[string]types.AttributeValue, uncertain bool) (n int64, existed, ok bool, err error) {
+	if item == nil {
+		if item, err = s.getItem(ctx, sw.once.key); err != nil {
+			return 0, false, false, mapErr(sw.op, err, uncertain)
+		}
+		if item == nil || expired(item, time.Unix(sw.once.now, 0)) {
+			return 0, false, false, nil
+		}
+	}
+	n, found := getN(item, attrSeq)
+	if !found || n < 1 {
+		return 0, false, false, corrupt(sw.op, fmt.Errorf("item %s/%s names no sequence", getS(item, attrPK), getS(item, attrSK)))
+	}
+	return n, getS(item, attrWriter) != w, true, nil
 }
 
 type errCancelled []string
@@ -299,7 +347,7 @@ func (s *Store) seqTransaction(sw seqWrite, w string, obs, n int64) (*dynamodb.T
 	}
 	upd := "SET " + e.name(attrCounter) + " = " + e.value(num(n)) + ", " + e.name(attrType) + " = " + e.value(str(typeCounter))
 	pe := newExpr()
-	return &dynamodb.TransactWriteItemsInput{
+	in := &dynamodb.TransactWriteItemsInput{
 		// The same token on a resend makes DynamoDB answer a repeat of an
 		// applied transaction with success instead of applying it again.
 		ClientRequestToken: aws.String(requestToken(w, n)),
@@ -320,7 +368,22 @@ func (s *Store) seqTransaction(sw seqWrite, w string, obs, n int64) (*dynamodb.T
 				ExpressionAttributeNames: pe.namesOrNil(),
 			}},
 		},
-	}, nil
+	}
+	if o := sw.once; o != nil {
+		// Absent, or expired but not yet deleted by DynamoDB: the store
+		// forgets an id when its message expires.
+		oe := newExpr()
+		cond := "attribute_not_exists(" + oe.name(attrPK) + ") OR " + oe.name(attrExpires) + " <= " + oe.value(num(o.now))
+		in.TransactItems = append(in.TransactItems, types.TransactWriteItem{Put: &types.Put{
+			TableName:                           aws.String(s.table),
+			Item:                                o.item(n),
+			ConditionExpression:                 aws.String(cond),
+			ExpressionAttributeNames:            oe.namesOrNil(),
+			ExpressionAttributeValues:           oe.valuesOrNil(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}})
+	}
+	return in, nil
 }
 
 func requestToken(w string, n int64) string {

@@ -355,15 +355,15 @@ func (s *Store) PutMailbox(ctx context.Context, m store.Mailbox, prev store.Vers
 	return v, nil
 }
 
-func (s *Store) AppendMessage(ctx context.Context, run string, m store.Message) (seq int64, err error) {
+func (s *Store) AppendMessage(ctx context.Context, run string, m store.Message) (seq int64, existed bool, err error) {
 	err = s.do(ctx, Call{"AppendMessage", run}, func() (err error) {
-		seq, err = s.inner.AppendMessage(ctx, run, m)
+		seq, existed, err = s.inner.AppendMessage(ctx, run, m)
 		return err
 	})
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	return seq, nil
+	return seq, existed, nil
 }
 
 func (s *Store) ListMessages(ctx context.Context, run string, after int64, limit int) (ms []store.Message, err error) {

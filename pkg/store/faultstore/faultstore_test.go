@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/store"
 	"github.com/galley-run/galley/pkg/store/faultstore"
 	"github.com/galley-run/galley/pkg/store/memstore"
@@ -55,7 +56,7 @@ var writes = []write{
 		func(ctx context.Context, s store.Store) bool { _, v, _ := s.GetMailbox(ctx, "run"); return v != 0 }},
 	{"AppendMessage",
 		func(ctx context.Context, s store.Store) error {
-			_, err := s.AppendMessage(ctx, "run", store.Message{})
+			_, _, err := s.AppendMessage(ctx, "run", store.Message{})
 			return err
 		},
 		func(ctx context.Context, s store.Store) bool {
@@ -119,6 +120,31 @@ func TestFaults(t *testing.T) {
 	}
 }
 
+// An append whose answer was lost (the row is stored) is retried by its
+// caller with the same row id: the retry answers the stored row's sequence
+// and the run holds the row once.
+func TestLostAppendRetried(t *testing.T) {
+	ctx := t.Context()
+	inner := memstore.New()
+	s := faultstore.New(inner, faultstore.WithFaults(faultstore.Fault{Method: "AppendMessage", When: faultstore.After, Times: 1}))
+	m := store.Message{Row: protocol.MailMessage{ID: "msg-1", Kind: protocol.MsgWorkerDone, Outcome: protocol.OutcomeSucceeded}}
+	if _, _, err := s.AppendMessage(ctx, "run", m); !galleyerr.Is(galleyerr.Unavailable, err) {
+		t.Fatalf("append with a lost answer: %v, want Unavailable", err)
+	}
+	seq, existed, err := s.AppendMessage(ctx, "run", m)
+	if err != nil || seq != 1 || !existed {
+		t.Fatalf("retry: (%d, existed %v, %v), want (1, true)", seq, existed, err)
+	}
+	seq, existed, err = s.AppendMessage(ctx, "run", store.Message{Row: protocol.MailMessage{ID: "msg-2", Kind: protocol.MsgStatus}})
+	if err != nil || seq != 2 || existed {
+		t.Fatalf("next row: (%d, existed %v, %v), want (2, false)", seq, existed, err)
+	}
+	ms, err := inner.ListMessages(ctx, "run", 0, 0)
+	if err != nil || len(ms) != 2 || ms[0].Row.ID != "msg-1" || ms[1].Row.ID != "msg-2" {
+		t.Errorf("the run holds %+v (%v), want msg-1 then msg-2", ms, err)
+	}
+}
+
 // A call held at a gate has not reached the store; releasing the gate lets
 // it through.
 func TestGate(t *testing.T) {
@@ -175,7 +201,7 @@ func TestSkipTimesKeyMethod(t *testing.T) {
 	s.Inject(faultstore.Fault{Key: "run-x", When: faultstore.Conflict}) // any method
 	var got []bool
 	for range 5 {
-		_, err := s.AppendMessage(ctx, "run", store.Message{})
+		_, _, err := s.AppendMessage(ctx, "run", store.Message{})
 		got = append(got, err != nil)
 	}
 	if want := []bool{false, true, true, false, false}; fmt.Sprint(got) != fmt.Sprint(want) {

@@ -22,6 +22,7 @@ type Store struct {
 	order     []resourceKey // creation order
 	mailboxes map[string]versioned[store.Mailbox]
 	messages  map[string][]store.Message   // messages[run][seq-1]
+	msgIDs    map[msgKey]int64             // a message's sequence by run and row id
 	inboxes   map[string][]store.InboxItem // inboxes[worker][seq-1]
 }
 
@@ -32,6 +33,8 @@ type versioned[T any] struct {
 
 type resourceKey struct{ kind, handle string }
 
+type msgKey struct{ run, id string }
+
 var _ store.Store = (*Store)(nil)
 
 // New returns an empty store.
@@ -41,6 +44,7 @@ func New() *Store {
 		resources: map[resourceKey]versioned[store.Resource]{},
 		mailboxes: map[string]versioned[store.Mailbox]{},
 		messages:  map[string][]store.Message{},
+		msgIDs:    map[msgKey]int64{},
 		inboxes:   map[string][]store.InboxItem{},
 	}
 }
@@ -186,16 +190,25 @@ func (s *Store) PutMailbox(ctx context.Context, m store.Mailbox, prev store.Vers
 	return prev + 1, nil
 }
 
-func (s *Store) AppendMessage(ctx context.Context, run string, m store.Message) (int64, error) {
+// AppendMessage appends m unless a message with its id is in the run
+// already (see store.Mailboxes).
+func (s *Store) AppendMessage(ctx context.Context, run string, m store.Message) (int64, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(ctx, "memstore.AppendMessage", run); err != nil {
-		return 0, err
+		return 0, false, err
+	}
+	k := msgKey{run, m.Row.ID}
+	if seq, ok := s.msgIDs[k]; ok && k.id != "" {
+		return seq, true, nil
 	}
 	m = clone(m)
 	m.Seq = int64(len(s.messages[run]) + 1)
 	s.messages[run] = append(s.messages[run], m)
-	return m.Seq, nil
+	if k.id != "" {
+		s.msgIDs[k] = m.Seq
+	}
+	return m.Seq, false, nil
 }
 
 func (s *Store) ListMessages(ctx context.Context, run string, after int64, limit int) ([]store.Message, error) {

@@ -69,7 +69,7 @@ func testAliasing(t *testing.T, open func(*testing.T) store.Store) {
 	t.Run("Message", func(t *testing.T) {
 		s, ctx := open(t), t.Context()
 		m := fullMessage("m")
-		_, err := s.AppendMessage(ctx, "run", m)
+		_, _, err := s.AppendMessage(ctx, "run", m)
 		mustOK(t, "append", err)
 		m.Row.Worker.Handle = "changed"
 		want := fullMessage("m")

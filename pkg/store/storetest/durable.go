@@ -125,7 +125,7 @@ func (l *ledger) write(t *testing.T, s store.Store, session int) {
 		}
 		for i := range n {
 			msg := fullMessage(fmt.Sprintf("s%d-m%d", session, i))
-			seq, err := s.AppendMessage(ctx, run, msg)
+			seq, _, err := s.AppendMessage(ctx, run, msg)
 			mustOK(t, "append to "+run, err)
 			if want := int64(len(l.messages[run]) + 1); seq != want {
 				t.Errorf("append to %s answered sequence %d, want %d", run, seq, want)
@@ -182,6 +182,16 @@ func (l *ledger) verify(t *testing.T, s store.Store, when string) {
 		got, err := s.ListMessages(ctx, run, 0, 0)
 		mustOK(t, when+": list "+run, err)
 		checkSame(t, when+": messages of "+run, got, l.messages[run])
+		// The run remembers its ids: a repeat of its last message
+		// answers that message and appends nothing.
+		if ms := l.messages[run]; len(ms) > 0 {
+			last := ms[len(ms)-1]
+			seq, existed, err := s.AppendMessage(ctx, run, last)
+			mustOK(t, when+": append "+last.Row.ID+" again", err)
+			if seq != last.Seq || !existed {
+				t.Errorf("%s: repeating %s in %s answered (%d, existed %v), want (%d, true)", when, last.Row.ID, run, seq, existed, last.Seq)
+			}
+		}
 	}
 	for _, w := range l.inboxUsers {
 		got, err := s.ListInbox(ctx, w, 0)

@@ -51,7 +51,7 @@ func testLargeValues(t *testing.T, open func(*testing.T) store.Store) {
 
 	m := fullMessage("big")
 	m.Row.Body = text(16<<10, 3)
-	_, err = s.AppendMessage(ctx, "run", m)
+	_, _, err = s.AppendMessage(ctx, "run", m)
 	mustOK(t, "append a 16 KiB message", err)
 	it := fullInboxItem("big")
 	it.Body = text(16<<10, 4)

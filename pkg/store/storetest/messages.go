@@ -16,7 +16,7 @@ func testMessages(t *testing.T, open func(*testing.T) store.Store) {
 		var want []store.Message
 		for i := range 5 {
 			m := fullMessage(fmt.Sprint("m", i))
-			seq, err := s.AppendMessage(ctx, "run", m)
+			seq, _, err := s.AppendMessage(ctx, "run", m)
 			mustOK(t, "append", err)
 			if seq != int64(i+1) {
 				t.Fatalf("append %d answered sequence %d, want %d", i, seq, i+1)
@@ -32,7 +32,7 @@ func testMessages(t *testing.T, open func(*testing.T) store.Store) {
 	t.Run("Pagination", func(t *testing.T) {
 		s, ctx := open(t), t.Context()
 		for i := range 5 {
-			_, err := s.AppendMessage(ctx, "run", fullMessage(fmt.Sprint("m", i)))
+			_, _, err := s.AppendMessage(ctx, "run", fullMessage(fmt.Sprint("m", i)))
 			mustOK(t, "append", err)
 		}
 		for _, tc := range []struct {
@@ -65,10 +65,10 @@ func testMessages(t *testing.T, open func(*testing.T) store.Store) {
 	t.Run("RunsIndependent", func(t *testing.T) {
 		s, ctx := open(t), t.Context()
 		for i := range 3 {
-			_, err := s.AppendMessage(ctx, "run-a", fullMessage(fmt.Sprint("a", i)))
+			_, _, err := s.AppendMessage(ctx, "run-a", fullMessage(fmt.Sprint("a", i)))
 			mustOK(t, "append a", err)
 		}
-		seq, err := s.AppendMessage(ctx, "run-b", fullMessage("b0"))
+		seq, _, err := s.AppendMessage(ctx, "run-b", fullMessage("b0"))
 		mustOK(t, "append b", err)
 		if seq != 1 {
 			t.Errorf("first message of another run has sequence %d, want 1", seq)
@@ -94,7 +94,7 @@ func testMessages(t *testing.T, open func(*testing.T) store.Store) {
 		const writers, each = 8, 50
 		appendSeq := func(ctx context.Context, i int) (int64, string, error) {
 			id := fmt.Sprintf("w%d-%02d", i/each, i%each)
-			seq, err := s.AppendMessage(ctx, "run", fullMessage(id))
+			seq, _, err := s.AppendMessage(ctx, "run", fullMessage(id))
 			return seq, id, err
 		}
 		list := func(ctx context.Context, after int64) ([]int64, []string, error) {
@@ -106,6 +106,121 @@ func testMessages(t *testing.T, open func(*testing.T) store.Store) {
 			return seqs(ms), ids, err
 		}
 		concurrentAppend(t, writers, each, appendSeq, list)
+	})
+}
+
+// testRepeatedIDs checks that AppendMessage is idempotent by the row's id
+// within a run: a repeat appends nothing and answers the first sequence.
+func testRepeatedIDs(t *testing.T, open func(*testing.T) store.Store) {
+	appendOK := func(t *testing.T, s store.Store, run string, m store.Message, wantSeq int64, wantExisted bool) {
+		t.Helper()
+		seq, existed, err := s.AppendMessage(t.Context(), run, m)
+		mustOK(t, "append "+m.Row.ID, err)
+		if seq != wantSeq || existed != wantExisted {
+			t.Errorf("append %s to %s answered (%d, existed %v), want (%d, %v)", m.Row.ID, run, seq, existed, wantSeq, wantExisted)
+		}
+	}
+	listed := func(t *testing.T, s store.Store, run string) []string {
+		t.Helper()
+		ms, err := s.ListMessages(t.Context(), run, 0, 0)
+		mustOK(t, "list "+run, err)
+		ids := make([]string, len(ms))
+		for i, m := range ms {
+			ids[i] = m.Row.ID
+		}
+		return ids
+	}
+
+	t.Run("Repeat", func(t *testing.T) {
+		s := open(t)
+		appendOK(t, s, "run", fullMessage("a"), 1, false)
+		appendOK(t, s, "run", fullMessage("b"), 2, false)
+		again := fullMessage("a")
+		again.Row.Body = "a different body"
+		appendOK(t, s, "run", again, 1, true)
+		appendOK(t, s, "run", fullMessage("b"), 2, true)
+		appendOK(t, s, "run", fullMessage("c"), 3, false)
+		ms, err := s.ListMessages(t.Context(), "run", 0, 0)
+		mustOK(t, "list", err)
+		want := []store.Message{fullMessage("a"), fullMessage("b"), fullMessage("c")}
+		for i := range want {
+			want[i].Seq = int64(i + 1)
+		}
+		checkSame(t, "messages after repeats (the first copy stays)", ms, want)
+	})
+
+	t.Run("PerRun", func(t *testing.T) {
+		s := open(t)
+		appendOK(t, s, "run-a", fullMessage("x"), 1, false)
+		appendOK(t, s, "run-b", fullMessage("b0"), 1, false)
+		appendOK(t, s, "run-b", fullMessage("x"), 2, false)
+		appendOK(t, s, "run-a", fullMessage("x"), 1, true)
+		appendOK(t, s, "run-b", fullMessage("x"), 2, true)
+		if got := fmt.Sprint(listed(t, s, "run-a"), listed(t, s, "run-b")); got != "[x] [b0 x]" {
+			t.Errorf("runs list %s, want [x] [b0 x]", got)
+		}
+	})
+
+	t.Run("EmptyIDAppendsEachTime", func(t *testing.T) {
+		s := open(t)
+		appendOK(t, s, "run", fullMessage(""), 1, false)
+		appendOK(t, s, "run", fullMessage(""), 2, false)
+	})
+
+	// Rounds of 6 writers appending the same id at once, beside a writer
+	// of fresh ids: each id is stored once, every writer of it answers its
+	// one sequence, and exactly one of them appended it.
+	t.Run("ConcurrentRepeats", func(t *testing.T) {
+		s, ctx := open(t), t.Context()
+		const rounds, writers = 5, 6
+		var want []string
+		for r := range rounds {
+			id := fmt.Sprint("same-", r)
+			seqOf := make([]int64, writers)
+			existed := make([]bool, writers)
+			var fresh string
+			race(writers+1, func(i int) {
+				if i == writers {
+					fresh = fmt.Sprint("fresh-", r)
+					_, _, err := s.AppendMessage(ctx, "run", fullMessage(fresh))
+					mustOK(t, "append "+fresh, err)
+					return
+				}
+				var err error
+				seqOf[i], existed[i], err = s.AppendMessage(ctx, "run", fullMessage(id))
+				mustOK(t, "append "+id, err)
+			})
+			if t.Failed() {
+				return
+			}
+			appended := 0
+			for i := range writers {
+				if seqOf[i] != seqOf[0] {
+					t.Errorf("round %d: writers answered sequences %v", r, seqOf)
+					break
+				}
+				if !existed[i] {
+					appended++
+				}
+			}
+			if appended != 1 {
+				t.Errorf("round %d: %d writers say they appended %s, want 1", r, appended, id)
+			}
+			want = append(want, id, fresh)
+		}
+		got := listed(t, s, "run")
+		if len(got) != len(want) {
+			t.Fatalf("the run lists %d messages %v, want %d", len(got), got, len(want))
+		}
+		count := map[string]int{}
+		for _, id := range got {
+			count[id]++
+		}
+		for _, id := range want {
+			if count[id] != 1 {
+				t.Errorf("%s is listed %d times, want once", id, count[id])
+			}
+		}
 	})
 }
 

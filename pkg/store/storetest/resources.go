@@ -100,7 +100,7 @@ func testMailboxes(t *testing.T, open func(*testing.T) store.Store) {
 	// every message.
 	t.Run("AppendsLeaveHead", func(t *testing.T) {
 		s, ctx := open(t), t.Context()
-		_, err := s.AppendMessage(ctx, "run", fullMessage("m0"))
+		_, _, err := s.AppendMessage(ctx, "run", fullMessage("m0"))
 		mustOK(t, "append before any head", err)
 		m, v, err := s.GetMailbox(ctx, "run")
 		mustOK(t, "get head", err)
@@ -111,7 +111,7 @@ func testMailboxes(t *testing.T, open func(*testing.T) store.Store) {
 		v1, err := s.PutMailbox(ctx, fullMailbox("run"), store.NoVersion)
 		mustOK(t, "create head", err)
 		for i := range 3 {
-			_, err := s.AppendMessage(ctx, "run", fullMessage(fmt.Sprint("m", i+1)))
+			_, _, err := s.AppendMessage(ctx, "run", fullMessage(fmt.Sprint("m", i+1)))
 			mustOK(t, "append", err)
 		}
 		_, v, err = s.GetMailbox(ctx, "run")

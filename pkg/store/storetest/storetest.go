@@ -2,9 +2,10 @@
 // implementation passes: memstore, boltstore, dynamostore and decorators such
 // as faultstore. It checks the whole contract of package store: conditional
 // create and update, NotFound, increasing versions, creation order, gap-free
-// sequences under concurrency, races that only a condition inside the write
-// can win, exact round trips of every field, and (RunDurable) that what was
-// acknowledged survives a close or a kill.
+// sequences under concurrency, messages appended once per id, races that
+// only a condition inside the write can win, exact round trips of every
+// field, and (RunDurable) that what was acknowledged survives a close or a
+// kill.
 //
 // The suite is sized to run against DynamoDB Local too (about 1 ms a call):
 // it makes a few thousand calls in all.
@@ -19,8 +20,9 @@ import (
 // Run runs the suite. open must return a fresh, empty store for each subtest
 // and arrange its Close (t.Cleanup); the suite never closes it.
 //
-// Beyond package store's comments, the suite fixes one detail: ListMessages
-// with limit <= 0 returns every message after the given sequence.
+// Beyond package store's comments, the suite fixes two details: ListMessages
+// with limit <= 0 returns every message after the given sequence, and an
+// empty row id is never deduplicated.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Effects", func(t *testing.T) { testRecords(t, open, effectCase) })
 	t.Run("Resources", func(t *testing.T) {
@@ -31,7 +33,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		testRecords(t, open, mailboxCase)
 		testMailboxes(t, open)
 	})
-	t.Run("Messages", func(t *testing.T) { testMessages(t, open) })
+	t.Run("Messages", func(t *testing.T) {
+		testMessages(t, open)
+		testRepeatedIDs(t, open)
+	})
 	t.Run("Inboxes", func(t *testing.T) { testInboxes(t, open) })
 	t.Run("Aliasing", func(t *testing.T) { testAliasing(t, open) })
 	t.Run("LargeValues", func(t *testing.T) { testLargeValues(t, open) })
