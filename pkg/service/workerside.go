@@ -56,6 +56,11 @@ func (s *Service) WorkerReady(ctx context.Context, handle, evidence string) erro
 }
 
 // WorkerPost appends one row to the worker's run mailbox and answers its id.
+// A post retried with the same client id (its answer was lost, or a write
+// after the append failed) makes the same row id, and the store appends a
+// row once per id: the retry finds the row where the first try put it and
+// completes what that try left undone (the settle, the ring), so the
+// coordinator never gets the row twice.
 func (s *Service) WorkerPost(ctx context.Context, handle string, req workerapi.PostRequest) (workerapi.PostAnswer, error) {
 	if err := checkPost(req); err != nil {
 		return workerapi.PostAnswer{}, err
@@ -93,8 +98,12 @@ func (s *Service) WorkerPost(ctx context.Context, handle string, req workerapi.P
 	}
 	worker := s.resource(protocol.KindWorker, handle)
 	row := protocol.MailMessage{ID: id, Kind: req.Kind, Worker: &worker, Subject: req.Subject, Body: req.Body, Outcome: req.Outcome}
-	if _, _, err := s.store.AppendMessage(ctx, res.Worker.Run, store.Message{Row: row, At: s.clock.Now()}); err != nil {
+	_, existed, err := s.store.AppendMessage(ctx, res.Worker.Run, store.Message{Row: row, At: s.clock.Now()})
+	if err != nil {
 		return workerapi.PostAnswer{}, err
+	}
+	if existed {
+		s.log.Info("a retried post found its row appended", "worker", handle, "id", id, "kind", req.Kind)
 	}
 	if req.Kind == protocol.MsgWorkerDone {
 		if err := s.settle(ctx, handle, req.Outcome, false); err != nil {
