@@ -310,7 +310,18 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 	handle, question, body := eff.Worker.Handle, *eff.Question, *eff.Body
 	res, _, err := s.liveWorker(ctx, handle)
 	if err != nil {
-		return s.actedBefore(ctx, c, handle, err)
+		if c.resumed && galleyerr.Is(galleyerr.Invalid, err) {
+			// Taken over after the worker moved on (settled, released). A
+			// reply reaches the agent only once its answer is recorded, and
+			// none can be recorded any more: recorded with this body, it
+			// was delivered; otherwise it never will be, whatever the
+			// holder before did, and not applied is a promise galley keeps.
+			if res.Worker != nil && res.Worker.Questions[question] == body {
+				return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
+			}
+			c.acted = false
+		}
+		return nil, err
 	}
 	answer, asked := res.Worker.Questions[question]
 	switch {
@@ -458,7 +469,7 @@ func (s *Service) resource(kind, handle string) protocol.Resource {
 	return protocol.Resource{Kind: kind, Backend: s.cfg.Backend, Handle: handle}
 }
 
-// actedBefore answers a message or reply that found its worker gone
+// actedBefore answers a message that found its worker gone
 // (settled or released: refused) when its claim was taken over from a
 // holder that acted and then failed to record the receipt: the worker moved
 // on meanwhile, so the operation cannot run again, yet it happened if the
