@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 )
 
 // connClient is one kept-alive HTTP/1.1 connection driven by one goroutine:
@@ -36,9 +37,13 @@ func newConnClient(base string) (*connClient, error) {
 	return &connClient{host: u.Host}, nil
 }
 
-// do sends one request and answers the status and body. A call on a
-// connection the server had closed is retried once on a new connection
-// only when nothing of the answer was read (the reads are idempotent).
+// callTimeout bounds one call, so a server that stalls cannot hold a
+// client (and the phase that waits for it) for ever.
+const callTimeout = 10 * time.Second
+
+// do sends one request and answers the status and body. A call that fails
+// on a kept-alive connection (the server may have closed it) is tried once
+// more on a new connection: the reads it drives are idempotent.
 func (c *connClient) do(method, path, token string, body []byte) (int, []byte, error) {
 	fresh := c.conn == nil
 	st, b, err := c.try(method, path, token, body)
@@ -51,7 +56,7 @@ func (c *connClient) do(method, path, token string, body []byte) (int, []byte, e
 
 func (c *connClient) try(method, path, token string, body []byte) (int, []byte, error) {
 	if c.conn == nil {
-		conn, err := net.Dial("tcp", c.host)
+		conn, err := net.DialTimeout("tcp", c.host, callTimeout)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -73,6 +78,10 @@ func (c *connClient) try(method, path, token string, body []byte) (int, []byte, 
 	}
 	c.req.WriteString("\r\n")
 	c.req.Write(body)
+	if err := c.conn.SetDeadline(time.Now().Add(callTimeout)); err != nil {
+		c.close()
+		return 0, nil, err
+	}
 	if _, err := c.conn.Write(c.req.Bytes()); err != nil {
 		c.close()
 		return 0, nil, err
