@@ -137,6 +137,10 @@ func (e *inboxEntry) merge(items []store.InboxItem) int64 {
 // its bounds; an entry alone beyond the byte bound is dropped too, and its
 // worker read in full on every call, as without the cache.
 func (c *inboxCache) evict() {
+	// One inbox beyond the byte bound goes alone, not with every other.
+	if front := c.lru.Front(); front != nil && front.Value.(*inboxEntry).bytes > c.maxBytes {
+		c.remove(front)
+	}
 	for c.lru.Len() > 0 && (c.lru.Len() > c.maxWorkers || c.bytes > c.maxBytes) {
 		c.remove(c.lru.Back())
 	}

@@ -485,6 +485,21 @@ func TestWorkerInboxCacheBounds(t *testing.T) {
 		t.Fatalf("cache holds %d workers, %d bytes, beyond its bound", n, bytes)
 	}
 
+	// An inbox alone beyond the bound goes alone: the others stay cached.
+	big := r.launch("k-launch-big")
+	r.add(big, store.InboxItem{Key: "k-big", Kind: "message", Body: strings.Repeat("x", 2000)})
+	mixed := r.service(counted, service.WithInboxCache(8, 1000))
+	r.agree("small beside big", b, 0, mixed)
+	r.agree("big", big, 0, mixed)
+	if n, _ := service.InboxCacheLen(mixed); n != 1 {
+		t.Fatalf("after an oversized inbox the cache holds %d workers, want the small one", n)
+	}
+	counted.take()
+	r.agree("small beside big", b, 3, mixed)
+	if got, want := counted.take(), []listCall{{b, 3, 0}}; !slices.Equal(got, want) {
+		t.Fatalf("the small inbox was evicted with the big one: ListInbox calls %+v, want %+v", got, want)
+	}
+
 	off := r.service(counted, service.WithInboxCache(0, 0))
 	r.agree("off", a, 0, off)
 	r.agree("off", a, 0, off)
