@@ -71,8 +71,9 @@ type ReadyRequest struct {
 // PostRequest posts one mailbox row for the worker's coordinator. Kind is
 // question, worker-done, escalation, heartbeat or status; Outcome only on
 // worker-done. ClientID, chosen by the harness once per post, makes the
-// row's id: a post retried after a lost answer can at worst repeat the row
-// with the same id, never make a second question.
+// row's id: the store appends a row once per id in its run, so a post
+// retried after a lost answer (or after a later write failed) finds its
+// row instead of repeating it, and never makes a second question.
 type PostRequest struct {
 	ClientID string `json:"clientId,omitempty"`
 	Kind     string `json:"kind"`

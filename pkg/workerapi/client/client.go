@@ -126,9 +126,9 @@ func (c *Client) Ready(ctx context.Context, evidence string) error {
 }
 
 // Post posts one mailbox row. It carries a client id chosen once per post,
-// from which galley makes the row's id: a retry after a lost answer can at
-// worst repeat the row under the same id (delivery is at least once), never
-// ask a second question.
+// from which galley makes the row's id: a retry after a lost answer finds
+// the row its first try appended (galley appends a row once per id), so
+// the coordinator reads it once and no second question is asked.
 func (c *Client) Post(ctx context.Context, req workerapi.PostRequest) (workerapi.PostAnswer, error) {
 	if req.ClientID == "" {
 		req.ClientID = newClientID()
