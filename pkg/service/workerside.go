@@ -2,8 +2,6 @@ package service
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"sort"
 	"time"
@@ -322,11 +320,7 @@ func checkPost(req workerapi.PostRequest) error {
 	return nil
 }
 
-func newMessageID() string {
-	var b [10]byte
-	_, _ = rand.Read(b[:])
-	return "msg-" + hex.EncodeToString(b[:])
-}
+func newMessageID() string { return "msg-" + randomHex(10) }
 
 func truncate(s string, n int) string {
 	if len(s) > n {
