@@ -23,7 +23,6 @@ const DefaultInterval = 100 * time.Millisecond
 type Writer struct {
 	mu     sync.Mutex
 	buf    *bufio.Writer
-	dirty  bool
 	stop   chan struct{}
 	done   chan struct{}
 	closed bool
@@ -62,7 +61,6 @@ func (b *Writer) Write(p []byte) (int, error) {
 	if err == nil && b.closed {
 		err = b.buf.Flush()
 	}
-	b.dirty = b.buf.Buffered() > 0
 	return n, err
 }
 
@@ -70,10 +68,9 @@ func (b *Writer) Write(p []byte) (int, error) {
 func (b *Writer) Flush() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.dirty {
+	if b.buf.Buffered() == 0 {
 		return nil
 	}
-	b.dirty = false
 	return b.buf.Flush()
 }
 
@@ -91,7 +88,6 @@ func (b *Writer) Close() error {
 	<-b.done
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.dirty = false
 	return b.buf.Flush()
 }
 
