@@ -190,66 +190,65 @@ func harnessLogs(data string) map[string]string {
 	return out
 }
 
+// harnessLine is what the load generator reads of a harness log line.
+type harnessLine struct {
+	Time     time.Time `json:"time"`
+	Msg      string    `json:"msg"`
+	Question string    `json:"question"`
+	Worker   string    `json:"worker"`
+}
+
+// scanHarnessLog calls fn with each line of the harness log (JSON lines) at
+// path, in order, until fn answers false; a line that is not JSON comes as
+// the zero line, and a file that cannot be read has none.
+func scanHarnessLog(path string, fn func(harnessLine) bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var line harnessLine
+		if json.Unmarshal(sc.Bytes(), &line) != nil {
+			line = harnessLine{}
+		}
+		if !fn(line) {
+			return
+		}
+	}
+}
+
 // logWorker is the worker handle the first lines of a harness log name.
 func logWorker(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for i := 0; i < 20 && sc.Scan(); i++ {
-		var line struct {
-			Worker string `json:"worker"`
-		}
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Worker != "" {
-			return line.Worker
-		}
-	}
-	return ""
+	worker, n := "", 0
+	scanHarnessLog(path, func(l harnessLine) bool {
+		worker, n = l.Worker, n+1
+		return worker == "" && n < 20
+	})
+	return worker
 }
 
-func agentStarted(path string) (time.Time, bool) {
-	f, err := os.Open(path)
-	if err != nil {
+func agentStarted(path string) (at time.Time, ok bool) {
+	scanHarnessLog(path, func(l harnessLine) bool {
+		at, ok = l.Time, l.Msg == "agent started"
+		return !ok
+	})
+	if !ok {
 		return time.Time{}, false
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var line struct {
-			Time time.Time `json:"time"`
-			Msg  string    `json:"msg"`
-		}
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "agent started" {
-			return line.Time, true
-		}
-	}
-	return time.Time{}, false
+	return at, true
 }
 
-// questionTimes reads a harness log (JSON lines) for the questions it
-// posted.
+// questionTimes reads a harness log for the questions it posted.
 func questionTimes(path string) map[string]time.Time {
 	out := map[string]time.Time{}
-	f, err := os.Open(path)
-	if err != nil {
-		return out
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var line struct {
-			Time     time.Time `json:"time"`
-			Msg      string    `json:"msg"`
-			Question string    `json:"question"`
+	scanHarnessLog(path, func(l harnessLine) bool {
+		if l.Msg == "question posted, awaiting the reply" && l.Question != "" {
+			out[l.Question] = l.Time
 		}
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "question posted, awaiting the reply" && line.Question != "" {
-			out[line.Question] = line.Time
-		}
-	}
+		return true
+	})
 	return out
 }
