@@ -47,11 +47,7 @@ func TestTakeoverAfterTheWorkerMovedOn(t *testing.T) {
 		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := servicetest.NewManualClock(time.Unix(1_800_000_000, 0))
-			e := newEnv(t, func(cfg *service.Config, o *[]service.Option) {
-				cfg.Lease = 10 * time.Second
-				*o = append(*o, service.WithClock(clock))
-			})
+			e, clock := takeoverEnv(t)
 			ctx := context.Background()
 			w := e.launch(t, "run-1", "k-launch", "")
 			if err := e.svc.WorkerReady(ctx, w, "test"); err != nil {
@@ -102,23 +98,11 @@ func TestTakeoverAfterTheWorkerMovedOn(t *testing.T) {
 // settled since, is neither applied (nothing shows it happened) nor
 // refused (the holder may have acted): it stays uncertain.
 func TestTakeoverWithoutEvidenceStaysUncertain(t *testing.T) {
-	clock := servicetest.NewManualClock(time.Unix(1_800_000_000, 0))
-	e := newEnv(t, func(cfg *service.Config, o *[]service.Option) {
-		cfg.Lease = 10 * time.Second
-		*o = append(*o, service.WithClock(clock))
-	})
+	e, clock := takeoverEnv(t)
 	ctx := context.Background()
 	w := e.launch(t, "run-1", "k-launch", "")
 	c := call("run-1", "k-message", `{"type":"message-worker","worker":`+workerRef(w)+`,"body":"hello"}`)
-	fp, err := protocol.Fingerprint(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := store.Effect{Key: "k-message", Fingerprint: fp, Operation: protocol.OpMessage, State: store.EffectInFlight,
-		Lease: "dead", LeaseExpires: clock.Now().Add(10 * time.Second), Updated: clock.Now()}
-	if _, err := e.store.PutEffect(ctx, rec, store.NoVersion); err != nil {
-		t.Fatal(err)
-	}
+	deadClaim(t, e, clock, c, protocol.OpMessage)
 	if _, err := e.svc.WorkerPost(ctx, w, workerapi.PostRequest{Kind: protocol.MsgWorkerDone, Outcome: protocol.OutcomeSucceeded}); err != nil {
 		t.Fatal(err)
 	}
@@ -128,5 +112,76 @@ func TestTakeoverWithoutEvidenceStaysUncertain(t *testing.T) {
 	}
 	if ans, _, err := e.svc.Lookup(ctx, c); err != nil || ans.Status == protocol.StatusApplied || ans.Status == protocol.StatusAbsent {
 		t.Fatalf("lookup: %+v %v", ans, err)
+	}
+}
+
+// TestTakenOverReplyNeverRecordedIsNotApplied: a holder appended its reply
+// to the worker's inbox and died before recording the answer; the worker
+// then settled. The reply never reached the agent (an unrecorded reply is
+// held back, then skipped) and never can, since a settled worker records
+// nothing: the retry that takes the claim over answers not-applied, and a
+// lookup then says absent, instead of a receipt for a reply never given.
+func TestTakenOverReplyNeverRecordedIsNotApplied(t *testing.T) {
+	e, clock := takeoverEnv(t)
+	ctx := context.Background()
+	w := e.launch(t, "run-1", "k-launch", "")
+	if err := e.svc.WorkerReady(ctx, w, "test"); err != nil {
+		t.Fatal(err)
+	}
+	q, err := e.svc.WorkerPost(ctx, w, workerapi.PostRequest{Kind: protocol.MsgQuestion, Body: "v1 or v2?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := call("run-1", "k-reply", `{"type":"reply-to-worker","worker":`+workerRef(w)+`,"question":"`+q.ID+`","body":"v2"}`)
+	// What the dead holder left: its claim in flight, its item in the inbox,
+	// no answer recorded.
+	deadClaim(t, e, clock, c, protocol.OpReply)
+	if _, err := e.store.AppendInbox(ctx, w, store.InboxItem{Key: "k-reply", Kind: "reply", Question: q.ID, Body: "v2", At: clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.WorkerExited(ctx, w, 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(11 * time.Second)
+	if _, err := e.svc.Apply(ctx, c, clock.Now()); !galleyerr.Is(galleyerr.Invalid, err) {
+		t.Fatalf("taken-over reply never recorded: %v, want not-applied", err)
+	}
+	if ans, _, err := e.svc.Lookup(ctx, c); err != nil || ans.Status != protocol.StatusAbsent {
+		t.Fatalf("lookup after it: %+v %v, want absent", ans, err)
+	}
+	inbox, err := e.svc.WorkerInbox(ctx, w, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range inbox.Items {
+		if it.Kind == "reply" {
+			t.Fatalf("the unrecorded reply reached the worker: %+v", inbox.Items)
+		}
+	}
+}
+
+// takeoverEnv is a service whose leases last 10 s on a manual clock.
+func takeoverEnv(t *testing.T) (*env, *manualClock) {
+	t.Helper()
+	clock := servicetest.NewManualClock(time.Unix(1_800_000_000, 0))
+	e := newEnv(t, func(cfg *service.Config, o *[]service.Option) {
+		cfg.Lease = 10 * time.Second
+		*o = append(*o, service.WithClock(clock))
+	})
+	return e, clock
+}
+
+// deadClaim stores what a holder that died before acting on c leaves: its
+// claim in flight under a lease nobody will complete.
+func deadClaim(t *testing.T, e *env, clock *manualClock, c protocol.EffectCall, operation string) {
+	t.Helper()
+	fp, err := protocol.Fingerprint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := store.Effect{Key: c.Request.Key, Fingerprint: fp, Operation: operation, State: store.EffectInFlight,
+		Lease: "dead", LeaseExpires: clock.Now().Add(10 * time.Second), Updated: clock.Now()}
+	if _, err := e.store.PutEffect(context.Background(), rec, store.NoVersion); err != nil {
+		t.Fatal(err)
 	}
 }
