@@ -362,7 +362,7 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 func (s *Service) cancel(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
 	handle := eff.Worker.Handle
 	c.acted = true
-	if err := s.settleCancelled(ctx, handle); err != nil {
+	if err := s.settle(ctx, handle, protocol.OutcomeCancelled, false); err != nil {
 		if c.resumed && galleyerr.Is(galleyerr.Invalid, err) {
 			// Taken over from a holder that acted, and the worker has been
 			// released since: it is stopped and settled, as asked.
@@ -376,22 +376,6 @@ func (s *Service) cancel(ctx context.Context, c *claim, eff protocol.WorkerEffec
 		return nil, err
 	}
 	return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
-}
-
-// settleCancelled settles a worker cancelled at once, unless it settled
-// already: a settled worker never changes state again.
-func (s *Service) settleCancelled(ctx context.Context, handle string) error {
-	_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
-		if w.State == protocol.StateSettled {
-			return errNoChange
-		}
-		w.State, w.Outcome = protocol.StateSettled, protocol.OutcomeCancelled
-		return nil
-	})
-	if err == nil {
-		s.ring(ctx, inboxTopic(handle))
-	}
-	return err
 }
 
 func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
@@ -413,7 +397,7 @@ func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffe
 	}
 	switch r.Kind {
 	case protocol.KindWorker:
-		if err := s.settleCancelled(ctx, r.Handle); err != nil {
+		if err := s.settle(ctx, r.Handle, protocol.OutcomeCancelled, false); err != nil {
 			return nil, err
 		}
 		if err := s.runtime.Stop(ctx, r.Handle); err != nil {
