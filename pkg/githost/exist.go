@@ -86,7 +86,8 @@ func (r *Repo) ExistingBranches(ctx context.Context, branches []string) (map[str
 }
 
 // looseRefs lists the files in dir, the loose refs of that folder; a
-// missing folder (or a file where it would be) has none.
+// missing folder (or a file where it would be, or one removed while it is
+// read) has none.
 func looseRefs(dir string) (map[string]bool, error) {
 	f, err := os.Open(dir)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
@@ -97,7 +98,9 @@ func looseRefs(dir string) (map[string]bool, error) {
 	}
 	defer f.Close()
 	ents, err := f.ReadDir(-1)
-	if errors.Is(err, syscall.ENOTDIR) {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		// Removed while listed (git prunes emptied folders as it packs
+		// refs): none listed here; each name is then looked up alone.
 		return nil, nil
 	}
 	if err != nil {
