@@ -240,7 +240,11 @@ func gitHost(ctx context.Context, cfg Config, secrets func() (SecretsAPI, error)
 		}
 		token = cachedSecret(sm, cfg.GitSecretArn, DefaultTokenCache, clock.Now)
 	}
-	return remote.New(cfg.Repository, token)
+	var opts []remote.Option
+	if cfg.GitUsername != "" {
+		opts = append(opts, remote.WithUser(cfg.GitUsername))
+	}
+	return remote.New(cfg.Repository, token, opts...)
 }
 
 // cachedSecret reads a secret's current value at most once per maxAge,

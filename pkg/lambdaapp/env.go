@@ -33,7 +33,10 @@ const (
 	EnvWorkerContainer = "GALLEY_WORKER_CONTAINER"
 	EnvAssignPublicIP  = "GALLEY_ASSIGN_PUBLIC_IP"
 	EnvSecretGit       = "GALLEY_SECRET_GIT"
-	EnvWorkspace       = "GALLEY_WORKSPACE"
+	// EnvGitUsername is the user name sent with the git credential
+	// (default x-access-token, which GitHub accepts with any token).
+	EnvGitUsername = "GALLEY_GIT_USERNAME"
+	EnvWorkspace   = "GALLEY_WORKSPACE"
 	// EnvWorkspaceRoot is where the shared file system (EFS) is mounted in
 	// the worker container: every worktree lives below it and outlives its
 	// task. Unset, workspaces live in each task's ephemeral storage.
@@ -145,6 +148,7 @@ type Config struct {
 
 	Repository   string
 	GitSecretArn string
+	GitUsername  string
 	// WorkspaceRoot is where worktrees are made (service.Config): the
 	// shared root when set, else GALLEY_WORKSPACE, else /workspace.
 	WorkspaceRoot string
@@ -183,6 +187,7 @@ func ConfigFromEnv(fn Function, getenv func(string) string) (Config, error) {
 		WorkerEndpoint:      getenv(EnvWorkerEndpoint),
 		Repository:          getenv(EnvRepository),
 		GitSecretArn:        getenv(EnvSecretGit),
+		GitUsername:         getenv(EnvGitUsername),
 		WorkspaceRoot:       getenv(EnvWorkspace),
 		SharedWorkspaceRoot: getenv(EnvWorkspaceRoot),
 		Families:            list(getenv(EnvAgentFamilies)),
