@@ -167,7 +167,7 @@ func TestPushGateWire(t *testing.T) {
 
 	refusals := []struct {
 		name, body, want string
-		status         int
+		status           int
 	}{
 		{"gzipped refusal, no side-band",
 			pktLine(idA+" "+idB+" refs/heads/main\x00report-status\n") + "0000" + pack,
