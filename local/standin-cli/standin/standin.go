@@ -20,6 +20,11 @@
 //	hang                           post "hanging pid <pid> child <pid>", start a
 //	                               child process, ignore SIGTERM and block
 //	exit <code>                    exit with the code, without the final event
+//	env-report                     post_status with a JSON object naming every
+//	                               variable of this process's environment, each
+//	                               with the first 16 hex digits of the SHA-256
+//	                               of its value (tests compare hashes; no value
+//	                               leaves the process)
 //
 // $LAST is the text of the last tool result, $PROMPT this turn's prompt,
 // $PID this process's id; each is JSON-escaped where it stands. A tool
@@ -29,6 +34,7 @@ package standin
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -236,11 +242,32 @@ func (r *runner) do(ctx context.Context, line string) (code int, stop bool) {
 	case "exit":
 		c, _ := strconv.Atoi(rest)
 		return c, true
+	case "env-report":
+		b, _ := json.Marshal(map[string]any{"body": EnvReport(os.Environ())})
+		r.callTool(ctx, "post_status", string(b))
 	default:
 		fmt.Fprintf(r.errw, "standin: unknown directive %q\n", op)
 		return 2, true
 	}
 	return 0, false
+}
+
+// EnvReport maps each variable of environ to the first 16 hex digits of
+// the SHA-256 of its value, as a JSON object.
+func EnvReport(environ []string) string {
+	m := map[string]string{}
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = HashValue(v)
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// HashValue is how EnvReport shows a value.
+func HashValue(v string) string {
+	sum := sha256.Sum256([]byte(v))
+	return hex.EncodeToString(sum[:])[:16]
 }
 
 // subst replaces $LAST, $PROMPT and $PID inside a JSON text, escaped.
