@@ -53,6 +53,20 @@ func Drivers(binDir string) map[string]harness.Driver {
 	return d
 }
 
+// Needs implements harness.Driver: each CLI needs its provider's key under
+// the name it reads (claude: ANTHROPIC_API_KEY; codex exec authenticates
+// only from CODEX_API_KEY, not OPENAI_API_KEY), and cannot block in
+// wait_message during a turn, so messages ride on its tool results.
+func (d Driver) Needs() harness.AgentNeeds {
+	switch d.Family {
+	case FamilyClaude:
+		return harness.AgentNeeds{Provider: harness.ProviderAnthropic, KeyEnv: harness.EnvAnthropicCLIKey, AppendMessages: true}
+	case FamilyCodex:
+		return harness.AgentNeeds{Provider: harness.ProviderOpenAI, KeyEnv: harness.EnvCodexCLIKey, AppendMessages: true}
+	}
+	return harness.AgentNeeds{AppendMessages: true}
+}
+
 // Command implements harness.Driver: it refuses a selection the CLI cannot
 // honour and a missing CLI, then starts the supervisor with what it needs.
 func (d Driver) Command(self workerapi.Self, mcpURL, mcpSecret, workspace string) (*exec.Cmd, error) {

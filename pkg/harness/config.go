@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,6 +33,30 @@ const (
 	// EnvHeartbeat overrides the heartbeat interval (Go duration).
 	EnvHeartbeat = "GALLEY_HEARTBEAT_INTERVAL"
 )
+
+// Secrets the harness reads (on AWS, ECS container secrets the task
+// execution role resolves at task start). It keeps them in memory, gives
+// the agent only its own family's provider key under the name its CLI
+// reads, and never the git credential.
+const (
+	EnvAnthropicKey  = "GALLEY_ANTHROPIC_API_KEY"
+	EnvOpenAIKey     = "GALLEY_OPENAI_API_KEY"
+	EnvGitCredential = "GALLEY_GIT_CREDENTIAL"
+	EnvGitUsername   = "GALLEY_GIT_USERNAME" // not a secret; default DefaultGitUsername
+)
+
+// Provider keys under the names the CLIs read, which the harness also
+// accepts as fallbacks when the GALLEY_ names are unset (the local shape,
+// where galley serve passes them through by these names).
+const (
+	EnvAnthropicCLIKey = "ANTHROPIC_API_KEY"
+	EnvCodexCLIKey     = "CODEX_API_KEY"
+	EnvOpenAICLIKey    = "OPENAI_API_KEY"
+)
+
+// DefaultGitUsername is the user name presented with the git credential
+// (GitHub's for an installation or fine-grained token).
+const DefaultGitUsername = "x-access-token"
 
 // Environment variables the harness gives the agent, with GALLEY_WORKSPACE
 // (and, for the scripted agent, GALLEY_BRIEF). The agent gets no other
@@ -64,19 +90,27 @@ type Config struct {
 	Branch      string // empty: the branch galley names in Self
 	AgentBinDir string
 
+	// AnthropicKey and OpenAIKey are the model providers' keys; an agent
+	// gets its own family's only (see AgentNeeds). GitCredential (with
+	// GitUsername) authenticates the harness to the house repository; the
+	// agent never gets it. None of them is ever logged: Config's String,
+	// GoString and LogValue redact them.
+	AnthropicKey  string
+	OpenAIKey     string
+	GitCredential string
+	GitUsername   string // default DefaultGitUsername when GitCredential is set
+
 	Heartbeat time.Duration // default DefaultHeartbeat
 	InboxWait time.Duration // one long poll; default client.MaxInboxWait
 	StopGrace time.Duration // SIGTERM to SIGKILL when stopping the agent; default 10 s
 
 	// Drivers maps an agent family to its driver; nil means DefaultDrivers.
 	Drivers map[string]Driver
-	// Prepare prepares the workspace; nil means workspace.Prepare.
+	// Prepare prepares the workspace; nil means workspace.Prepare, with
+	// the git credential when one is set.
 	Prepare func(ctx context.Context, repoURL, branch, dir string) error
 	// ClientOptions tune the worker-API client (tests shorten retries).
 	ClientOptions []client.Option
-	// AppendMessages, for agents that cannot block in wait_message, appends
-	// the messages waiting at the time of any tool result to that result.
-	AppendMessages bool
 
 	Logger *slog.Logger // default: JSON lines on stderr
 }
@@ -90,6 +124,14 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		Repository:  getenv(EnvRepository),
 		Branch:      getenv(EnvBranch),
 		AgentBinDir: getenv(EnvAgentBinDir),
+
+		AnthropicKey:  firstSet(getenv, EnvAnthropicKey, EnvAnthropicCLIKey),
+		OpenAIKey:     firstSet(getenv, EnvOpenAIKey, EnvCodexCLIKey, EnvOpenAICLIKey),
+		GitCredential: strings.TrimSpace(getenv(EnvGitCredential)),
+		GitUsername:   getenv(EnvGitUsername),
+	}
+	if cfg.GitCredential != "" && cfg.GitUsername == "" {
+		cfg.GitUsername = DefaultGitUsername
 	}
 	if _, err := client.ParseEndpoint(cfg.Endpoint); err != nil {
 		return cfg, galleyerr.E(op, galleyerr.Invalid, EnvEndpoint+" is not a valid endpoint", err)
@@ -127,6 +169,87 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	return cfg, nil
 }
 
+// firstSet returns the value of the first of names that is set, trimmed
+// (a secret's value often ends in a newline).
+func firstSet(getenv func(string) string, names ...string) string {
+	for _, n := range names {
+		if v := strings.TrimSpace(getenv(n)); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// secretEnv are the variables that carry secrets to the harness.
+var secretEnv = []string{
+	EnvToken, EnvBootstrap, EnvAnthropicKey, EnvOpenAIKey, EnvGitCredential,
+	EnvAnthropicCLIKey, EnvCodexCLIKey, EnvOpenAICLIKey,
+}
+
+// UnsetSecretEnv removes from this process's environment every variable
+// that carries a secret (the worker token or bootstrap code, the provider
+// keys, the git credential) and every AWS_ and ECS_CONTAINER_METADATA_URI
+// variable (the task role's credentials and metadata endpoints, which the
+// harness never uses). Call it once the Config is read, so that no child
+// process that inherits the environment by accident (git, run by the
+// workspace) holds them. The kernel's copy of the process's initial
+// environment (/proc/self/environ) keeps them: only another user for the
+// agent hides that.
+func UnsetSecretEnv() {
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(secretEnv, k) || strings.HasPrefix(k, "AWS_") || strings.HasPrefix(k, "ECS_CONTAINER_METADATA_URI") {
+			_ = os.Unsetenv(k)
+		}
+	}
+}
+
+const redacted = "[redacted]"
+
+func redact(s string) string {
+	if s == "" {
+		return ""
+	}
+	return redacted
+}
+
+// redactedCopy is c with every secret replaced.
+func (c Config) redactedCopy() configView {
+	return configView{
+		Endpoint: c.Endpoint, Token: redact(c.Token), Bootstrap: redact(c.Bootstrap), Handle: c.Handle,
+		Workspace: c.Workspace, Repository: c.Repository, Branch: c.Branch, AgentBinDir: c.AgentBinDir,
+		AnthropicKey: redact(c.AnthropicKey), OpenAIKey: redact(c.OpenAIKey),
+		GitCredential: redact(c.GitCredential), GitUsername: c.GitUsername,
+		Heartbeat: c.Heartbeat, InboxWait: c.InboxWait, StopGrace: c.StopGrace,
+	}
+}
+
+// configView is what may be shown of a Config.
+type configView struct {
+	Endpoint, Token, Bootstrap, Handle, Workspace, Repository, Branch, AgentBinDir string
+	AnthropicKey, OpenAIKey, GitCredential, GitUsername                            string
+	Heartbeat, InboxWait, StopGrace                                                time.Duration
+}
+
+// String shows the configuration with its secrets redacted.
+func (c Config) String() string { return fmt.Sprintf("%+v", c.redactedCopy()) }
+
+// GoString is String, so %#v redacts too.
+func (c Config) GoString() string { return "harness.Config" + c.String() }
+
+// LogValue logs the configuration with its secrets redacted.
+func (c Config) LogValue() slog.Value {
+	v := c.redactedCopy()
+	return slog.GroupValue(
+		slog.String("endpoint", v.Endpoint), slog.String("token", v.Token), slog.String("bootstrap", v.Bootstrap),
+		slog.String("handle", v.Handle), slog.String("workspace", v.Workspace), slog.String("repository", v.Repository),
+		slog.String("branch", v.Branch), slog.String("agentBinDir", v.AgentBinDir),
+		slog.String("anthropicKey", v.AnthropicKey), slog.String("openaiKey", v.OpenAIKey),
+		slog.String("gitCredential", v.GitCredential), slog.String("gitUsername", v.GitUsername),
+		slog.Duration("heartbeat", v.Heartbeat), slog.Duration("inboxWait", v.InboxWait), slog.Duration("stopGrace", v.StopGrace),
+	)
+}
+
 // readTokenFile reads the worker token from a regular file that only its
 // owner can read, without following a link. Errors never quote the file.
 func readTokenFile(path string) (string, error) {
@@ -156,6 +279,21 @@ func readTokenFile(path string) (string, error) {
 	return tok, nil
 }
 
+// prepareWith is workspace.Prepare, presenting the git credential when one
+// is set.
+func prepareWith(user, credential string) func(ctx context.Context, repoURL, branch, dir string) error {
+	return func(ctx context.Context, repoURL, branch, dir string) error {
+		if credential == "" {
+			return workspace.Prepare(ctx, repoURL, branch, dir)
+		}
+		// TODO(workspace.WithCredential): pass the credential once
+		// pkg/workspace has the option:
+		//   workspace.Prepare(ctx, repoURL, branch, dir, workspace.WithCredential(user, credential))
+		_ = user
+		return workspace.Prepare(ctx, repoURL, branch, dir)
+	}
+}
+
 func (c *Config) setDefaults() {
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = DefaultHeartbeat
@@ -169,8 +307,11 @@ func (c *Config) setDefaults() {
 	if c.Drivers == nil {
 		c.Drivers = DefaultDrivers()
 	}
+	if c.GitCredential != "" && c.GitUsername == "" {
+		c.GitUsername = DefaultGitUsername
+	}
 	if c.Prepare == nil {
-		c.Prepare = workspace.Prepare
+		c.Prepare = prepareWith(c.GitUsername, c.GitCredential)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))

@@ -13,14 +13,41 @@ import (
 
 // Driver starts one agent family and reads its output.
 type Driver interface {
+	// Needs says what the agent needs from the harness beside its command.
+	Needs() AgentNeeds
 	// Command builds the agent's command. Its Env holds only the variables
-	// the driver adds; the harness puts them over its own environment less
-	// every GALLEY_ variable, and refuses a command whose arguments or
-	// environment hold the worker token. The harness sets Stdout, Stderr and
-	// the process attributes.
+	// the driver adds; the harness puts them over the agent's environment
+	// (AgentEnv), and refuses a command whose path, arguments or
+	// environment hold the worker token, the git credential or a provider
+	// key the agent does not need. The harness sets Stdout, Stderr and the
+	// process attributes.
 	Command(self workerapi.Self, mcpURL, mcpSecret, workspace string) (*exec.Cmd, error)
 	// Observe reads the agent's stdout until EOF and tells ev what it shows.
 	Observe(stdout io.Reader, ev Events)
+}
+
+// Provider names a model provider whose key the harness holds.
+type Provider string
+
+// Providers: Anthropic's key is Config.AnthropicKey, OpenAI's
+// Config.OpenAIKey.
+const (
+	ProviderNone      Provider = ""
+	ProviderAnthropic Provider = "anthropic"
+	ProviderOpenAI    Provider = "openai"
+)
+
+// AgentNeeds is what an agent family needs from the harness.
+type AgentNeeds struct {
+	// Provider is the provider whose key the agent needs; the harness gives
+	// it under KeyEnv, the name the agent's CLI reads, and refuses to start
+	// the agent without it.
+	Provider Provider
+	KeyEnv   string
+	// AppendMessages: the agent cannot block in wait_message while it
+	// works (a CLI turn), so the harness appends the messages waiting at
+	// the time of any other tool's result to that result.
+	AppendMessages bool
 }
 
 // Events is what a driver reports from the agent's output stream.
@@ -60,6 +87,10 @@ const (
 type ScriptDriver struct {
 	Executable string
 }
+
+// Needs implements Driver: the scripted agent needs no key and takes
+// messages only through wait_message.
+func (ScriptDriver) Needs() AgentNeeds { return AgentNeeds{} }
 
 // Command implements Driver.
 func (d ScriptDriver) Command(self workerapi.Self, mcpURL, mcpSecret, workspace string) (*exec.Cmd, error) {

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,8 +43,11 @@ type harness struct {
 	api  *client.Client
 	log  *slog.Logger
 	self workerapi.Self
-	box  *inbox
-	ctx  context.Context // the run's context, for work started by events
+	// needs is the driver's: whether tool results carry waiting messages,
+	// and which provider key the agent gets.
+	needs AgentNeeds
+	box   *inbox
+	ctx   context.Context // the run's context, for work started by events
 
 	readyMu sync.Mutex
 	ready   bool
@@ -103,6 +107,10 @@ func (h *harness) run(ctx context.Context) error {
 	driver, ok := h.cfg.Drivers[self.Agent.Agent]
 	if !ok {
 		return h.notStarted(ctx, fmt.Sprintf("this worker image has no driver for agent family %q", self.Agent.Agent), nil)
+	}
+	h.needs = driver.Needs()
+	if h.needs.Provider != ProviderNone && h.providerKey(h.needs.Provider) == "" {
+		return h.notStarted(ctx, missingKey(self.Agent.Agent, h.needs.Provider), nil)
 	}
 	branch := h.cfg.Branch
 	if branch == "" {
@@ -244,15 +252,60 @@ func (h *harness) reportExited(ctx context.Context, code int, reason string) err
 	return nil
 }
 
-// prepareCommand gives the agent a scrubbed environment, keeps it in the
-// harness's process group (so that stopping the group stops both) and
-// refuses to pass the worker token.
+// providerKey is the harness's key for p.
+func (h *harness) providerKey(p Provider) string {
+	switch p {
+	case ProviderAnthropic:
+		return h.cfg.AnthropicKey
+	case ProviderOpenAI:
+		return h.cfg.OpenAIKey
+	}
+	return ""
+}
+
+// missingKey says which secret a family's worker lacks (never a value).
+func missingKey(family string, p Provider) string {
+	where := map[Provider]string{
+		ProviderAnthropic: EnvAnthropicKey + " (the deployment's Anthropic key secret; locally " + EnvAnthropicCLIKey + ")",
+		ProviderOpenAI:    EnvOpenAIKey + " (the deployment's OpenAI key secret; locally " + EnvCodexCLIKey + " or " + EnvOpenAICLIKey + ")",
+	}[p]
+	return fmt.Sprintf("the %s agent needs the %s API key, and this worker has none: set %s", family, p, where)
+}
+
+// prepareCommand gives the agent its environment (AgentEnv, its provider
+// key, the driver's variables), keeps it in the harness's process group (so
+// that stopping the group stops both) and refuses a command that would
+// hand the agent a secret it must not hold.
 func (h *harness) prepareCommand(cmd *exec.Cmd) error {
-	env := agentEnv(os.Environ(), h.cfg.AgentBinDir)
+	env := AgentEnv(os.Environ(), h.cfg.AgentBinDir)
+	key := h.providerKey(h.needs.Provider)
+	if key != "" && h.needs.KeyEnv != "" {
+		env = append(env, h.needs.KeyEnv+"="+key)
+	}
 	cmd.Env = append(env, cmd.Env...)
-	for _, s := range append(append([]string{cmd.Path}, cmd.Args...), cmd.Env...) {
-		if strings.Contains(s, h.cfg.Token) {
-			return errors.New("the agent's command line or environment would hold the worker token")
+	forbidden := map[string]string{"the worker token": h.cfg.Token, "the git credential": h.cfg.GitCredential}
+	for _, p := range []Provider{ProviderAnthropic, ProviderOpenAI} {
+		if k := h.providerKey(p); k != key {
+			forbidden["the "+string(p)+" key"] = k
+		}
+	}
+	line := append([]string{cmd.Path}, cmd.Args...)
+	all := slices.Concat(line, cmd.Env)
+	for what, secret := range forbidden {
+		if secret == "" {
+			continue
+		}
+		for _, s := range all {
+			if strings.Contains(s, secret) {
+				return fmt.Errorf("the agent's command line or environment would hold %s", what)
+			}
+		}
+	}
+	if key != "" {
+		for _, s := range line {
+			if strings.Contains(s, key) {
+				return errors.New("the agent's command line would hold its provider key")
+			}
 		}
 	}
 	setProcAttr(cmd)
@@ -261,23 +314,53 @@ func (h *harness) prepareCommand(cmd *exec.Cmd) error {
 	return nil
 }
 
-// agentEnv is the harness's environment less every GALLEY_ variable, with
-// the agents' binary directory first on PATH.
-func agentEnv(environ []string, binDir string) []string {
+// agentEnvNames are the variables of the harness's environment an agent
+// inherits: what a process needs to find programs, a home, a locale, a
+// terminal, a temporary folder, trusted certificates and a proxy, and the
+// CLIs' own settings (their configuration folders and the variables the
+// claude supervisor defaults). Nothing else passes: not the task role's
+// credentials (AWS_*, ECS_CONTAINER_METADATA_URI*), not a GALLEY_ variable
+// (the worker token, the bootstrap code, the secrets), not the git
+// credential, not a provider key (the agent's own is added by name).
+var agentEnvNames = []string{
+	"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "COLORTERM", "TMPDIR",
+	"SSL_CERT_FILE", "SSL_CERT_DIR",
+	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+	"XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
+	"CLAUDE_CONFIG_DIR", "CODEX_HOME", "MCP_TOOL_TIMEOUT", "DISABLE_AUTOUPDATER",
+}
+
+// agentEnvPrefixes are allowed families of variables: the locale's and
+// Node's (the CLIs run on Node: NODE_OPTIONS, NODE_EXTRA_CA_CERTS).
+var agentEnvPrefixes = []string{"LC_", "NODE_"}
+
+// AgentEnv is the part of the harness's environment an agent inherits (see
+// agentEnvNames), with binDir, when set, first on PATH. The harness adds
+// the agent's provider key and the driver's own variables.
+func AgentEnv(environ []string, binDir string) []string {
 	var out []string
 	path := ""
 	for _, kv := range environ {
 		k, v, _ := strings.Cut(kv, "=")
 		switch {
-		case strings.HasPrefix(k, "GALLEY_"):
 		case k == "PATH":
 			path = v
-		default:
+		case slices.Contains(agentEnvNames, k):
 			out = append(out, kv)
+		default:
+			for _, p := range agentEnvPrefixes {
+				if strings.HasPrefix(k, p) {
+					out = append(out, kv)
+					break
+				}
+			}
 		}
 	}
-	if binDir != "" {
+	switch {
+	case binDir != "" && path != "":
 		path = binDir + string(os.PathListSeparator) + path
+	case binDir != "":
+		path = binDir // never a trailing separator: that would search the working directory
 	}
 	if path != "" {
 		out = append(out, "PATH="+path)

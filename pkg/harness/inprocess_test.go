@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -31,8 +32,12 @@ import (
 type shellDriver struct {
 	script string
 	args   []string
+	env    []string // the driver's own variables
 	mcp    chan [2]string
+	needs  harness.AgentNeeds
 }
+
+func (d shellDriver) Needs() harness.AgentNeeds { return d.needs }
 
 func (d shellDriver) Command(_ workerapi.Self, mcpURL, mcpSecret, workspace string) (*exec.Cmd, error) {
 	if d.mcp != nil {
@@ -40,6 +45,7 @@ func (d shellDriver) Command(_ workerapi.Self, mcpURL, mcpSecret, workspace stri
 	}
 	cmd := exec.Command("sh", append([]string{"-c", d.script, "agent"}, d.args...)...)
 	cmd.Dir = workspace
+	cmd.Env = d.env
 	return cmd, nil
 }
 
@@ -181,6 +187,7 @@ func TestAgentNeverStarts(t *testing.T) {
 
 type badExeDriver struct{}
 
+func (badExeDriver) Needs() harness.AgentNeeds { return harness.AgentNeeds{} }
 func (badExeDriver) Command(workerapi.Self, string, string, string) (*exec.Cmd, error) {
 	return exec.Command(filepath.Join(os.TempDir(), "no-such-agent-binary")), nil
 }
@@ -207,9 +214,8 @@ func TestToolsDirectly(t *testing.T) {
 	f := fakeFor(t, workerapi.Self{Handle: "w-1", Run: "run-1", Brief: "x", Branch: testBranch,
 		Agent: protocol.AgentSelection{Agent: "claude", Model: "opus-9"}})
 	ep := make(chan [2]string, 1)
-	p := runInProcess(t, ctx, f, "claude", shellDriver{script: "exec sleep 600", mcp: ep},
+	p := runInProcess(t, ctx, f, "claude", shellDriver{script: "exec sleep 600", mcp: ep, needs: harness.AgentNeeds{AppendMessages: true}},
 		func(c *harness.Config) {
-			c.AppendMessages = true
 			c.StopGrace = 100 * time.Millisecond // the stand-in never exits by itself after finish
 		})
 	var mcpURL, secret string
@@ -373,5 +379,208 @@ func TestConfigFromEnv(t *testing.T) {
 				t.Errorf("token not read")
 			}
 		})
+	}
+}
+
+// TestAgentEnvironment runs a shell agent under a harness whose own
+// environment is full of what the agent must not hold: it gets the
+// allow-list, its own provider key under its CLI's name, and nothing else.
+// (Not parallel: it sets the process's environment.)
+func TestAgentEnvironment(t *testing.T) {
+	forbidden := map[string]string{}
+	for _, k := range []string{
+		"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+		"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_WEB_IDENTITY_TOKEN_FILE",
+		"ECS_CONTAINER_METADATA_URI_V4", "GALLEY_WORKER_TOKEN", "GALLEY_KITCHN_TOKEN", "GALLEY_GIT_CREDENTIAL",
+		"GALLEY_OPENAI_API_KEY", "OPENAI_API_KEY", "CODEX_API_KEY", "ANTHROPIC_API_KEY", "GIT_ASKPASS", "UNLISTED",
+	} {
+		forbidden[k] = randomSecret(t, "v-")
+		t.Setenv(k, forbidden[k])
+	}
+	t.Setenv("LC_CTYPE", "C.UTF-8")
+	t.Setenv("NODE_EXTRA_CA_CERTS", "/etc/ssl/extra.pem")
+	t.Setenv("HOME", t.TempDir())
+	anthropic, openai, gitCred := randomSecret(t, "sk-ant-"), randomSecret(t, "sk-oai-"), randomSecret(t, "ghs_")
+	binDir := t.TempDir()
+
+	ctx := testCtx(t)
+	f := fakeFor(t, workerapi.Self{Agent: protocol.AgentSelection{Agent: "claude"}})
+	out := filepath.Join(t.TempDir(), "env")
+	d := shellDriver{script: `env > "$1"; echo started`, args: []string{out}, env: []string{"DRIVER_SET=1"},
+		needs: harness.AgentNeeds{Provider: harness.ProviderAnthropic, KeyEnv: "ANTHROPIC_API_KEY"}}
+	p := runInProcess(t, ctx, f, "claude", d, func(c *harness.Config) {
+		c.AnthropicKey, c.OpenAIKey, c.GitCredential, c.AgentBinDir = anthropic, openai, gitCred, binDir
+	})
+	if err := p.wait(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, kv := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	if env["ANTHROPIC_API_KEY"] != anthropic {
+		t.Error("the agent's ANTHROPIC_API_KEY is not the harness's Anthropic key")
+	}
+	for k, v := range forbidden {
+		if k != "ANTHROPIC_API_KEY" {
+			if _, ok := env[k]; ok {
+				t.Errorf("the agent has %s", k)
+			}
+		}
+		if strings.Contains(string(b), v) {
+			t.Errorf("the agent's environment holds the value of the harness's %s", k)
+		}
+	}
+	for what, v := range map[string]string{"OpenAI key": openai, "git credential": gitCred} {
+		if strings.Contains(string(b), v) {
+			t.Errorf("the agent's environment holds the %s", what)
+		}
+	}
+	if env["LC_CTYPE"] != "C.UTF-8" || env["NODE_EXTRA_CA_CERTS"] == "" || env["HOME"] == "" || env["DRIVER_SET"] != "1" {
+		t.Errorf("the agent lacks an allowed or driver variable: %q", string(b))
+	}
+	if !strings.HasPrefix(env["PATH"], binDir+string(os.PathListSeparator)) {
+		t.Errorf("PATH = %q, want the agents' folder first", env["PATH"])
+	}
+}
+
+func TestAgentEnvPath(t *testing.T) {
+	got := harness.AgentEnv([]string{"HOME=/h", "AWS_REGION=x", "LC_ALL=C"}, "/bin/agents")
+	if strings.Join(got, " ") != "HOME=/h LC_ALL=C PATH=/bin/agents" {
+		t.Errorf("AgentEnv = %q (no empty PATH entry, which would search the working folder)", got)
+	}
+}
+
+// TestMissingOrLeakedSecret: a CLI agent without its provider key never
+// starts, and galley hears which secret is missing (by name); a driver that
+// would hand the agent the git credential or another family's key is
+// refused.
+func TestMissingOrLeakedSecret(t *testing.T) {
+	key, other, cred := randomSecret(t, "sk-"), randomSecret(t, "sk-"), randomSecret(t, "ghs_")
+	claude := harness.AgentNeeds{Provider: harness.ProviderAnthropic, KeyEnv: "ANTHROPIC_API_KEY", AppendMessages: true}
+	codex := harness.AgentNeeds{Provider: harness.ProviderOpenAI, KeyEnv: "CODEX_API_KEY", AppendMessages: true}
+	for _, tc := range []struct {
+		name   string
+		d      shellDriver
+		cfg    func(*harness.Config)
+		reason string
+	}{
+		{"no Anthropic key", shellDriver{script: "echo started", needs: claude},
+			func(c *harness.Config) { c.OpenAIKey = other }, "set GALLEY_ANTHROPIC_API_KEY"},
+		{"no OpenAI key", shellDriver{script: "echo started", needs: codex},
+			func(c *harness.Config) { c.AnthropicKey = other }, "set GALLEY_OPENAI_API_KEY"},
+		{"the git credential in the driver's variables", shellDriver{script: "echo started", needs: claude, env: []string{"X=" + cred}},
+			func(c *harness.Config) { c.AnthropicKey, c.GitCredential = key, cred }, "would hold the git credential"},
+		{"the other family's key as an argument", shellDriver{script: "echo started", needs: claude, args: []string{other}},
+			func(c *harness.Config) { c.AnthropicKey, c.OpenAIKey = key, other }, "would hold the openai key"},
+		{"its own key as an argument", shellDriver{script: "echo started", needs: claude, args: []string{key}},
+			func(c *harness.Config) { c.AnthropicKey = key }, "command line would hold its provider key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			f := fakeFor(t, workerapi.Self{Agent: protocol.AgentSelection{Agent: "cli"}})
+			p := runInProcess(t, ctx, f, "cli", tc.d, tc.cfg)
+			if err := p.wait(t, ctx); err == nil {
+				t.Error("Run succeeded")
+			}
+			s := f.Snapshot()
+			if len(s.Calls) != 1 || s.Calls[0].Exited == nil {
+				t.Fatalf("calls = %+v, want only exited", s.Calls)
+			}
+			e := s.Calls[0].Exited
+			if e.Code != harness.CodeNotStarted || !strings.Contains(e.Reason, tc.reason) {
+				t.Errorf("exited = %+v, want a reason with %q", e, tc.reason)
+			}
+			for _, v := range []string{key, other, cred} {
+				if strings.Contains(e.Reason, v) || strings.Contains(p.log.String(), v) {
+					t.Error("the reason or the log holds a secret")
+				}
+			}
+		})
+	}
+}
+
+// TestConfigSecrets: the secrets are read with their fallbacks, and a
+// logged or printed Config shows none of them.
+func TestConfigSecrets(t *testing.T) {
+	ant, oai, codex, cred := randomSecret(t, "a-"), randomSecret(t, "o-"), randomSecret(t, "c-"), randomSecret(t, "g-")
+	base := map[string]string{
+		harness.EnvEndpoint: "http://127.0.0.1:8080", harness.EnvToken: testToken,
+		harness.EnvWorkspace: "/tmp/ws", harness.EnvRepository: "https://git.example.com/house.git",
+	}
+	for _, tc := range []struct {
+		name                        string
+		set                         map[string]string
+		anthropic, openai, git, usr string
+	}{
+		{"ECS names", map[string]string{"GALLEY_ANTHROPIC_API_KEY": ant + "\n", "GALLEY_OPENAI_API_KEY": oai, "GALLEY_GIT_CREDENTIAL": cred,
+			"ANTHROPIC_API_KEY": "ignored", "CODEX_API_KEY": "ignored"}, ant, oai, cred, "x-access-token"},
+		{"CLI names", map[string]string{"ANTHROPIC_API_KEY": ant, "CODEX_API_KEY": codex, "OPENAI_API_KEY": oai}, ant, codex, "", ""},
+		{"OPENAI_API_KEY last", map[string]string{"OPENAI_API_KEY": oai, "GALLEY_GIT_CREDENTIAL": cred, "GALLEY_GIT_USERNAME": "bot"}, "", oai, cred, "bot"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{}
+			for k, v := range base {
+				env[k] = v
+			}
+			for k, v := range tc.set {
+				env[k] = v
+			}
+			cfg, err := harness.ConfigFromEnv(func(k string) string { return env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.AnthropicKey != tc.anthropic || cfg.OpenAIKey != tc.openai || cfg.GitCredential != tc.git || cfg.GitUsername != tc.usr {
+				t.Errorf("keys read wrong (anthropic %v, openai %v, git %v, user %q)",
+					cfg.AnthropicKey == tc.anthropic, cfg.OpenAIKey == tc.openai, cfg.GitCredential == tc.git, cfg.GitUsername)
+			}
+			var logged syncBuffer
+			slog.New(slog.NewJSONHandler(&logged, nil)).Info("config", "cfg", cfg)
+			shown := fmt.Sprintf("%v %+v %#v %s ", cfg, cfg, cfg, cfg) + logged.String()
+			for _, v := range []string{ant, oai, codex, cred, testToken} {
+				if strings.Contains(shown, v) {
+					t.Errorf("a printed or logged Config holds a secret: %s", shown)
+				}
+			}
+			if !strings.Contains(logged.String(), "[redacted]") {
+				t.Errorf("logged: %s", logged.String())
+			}
+		})
+	}
+}
+
+// TestUnsetSecretEnv: once read, the secrets leave the harness's own
+// environment, so no child that inherits it holds them. (Not parallel.)
+func TestUnsetSecretEnv(t *testing.T) {
+	gone := []string{"GALLEY_WORKER_TOKEN", "GALLEY_WORKER_BOOTSTRAP", "GALLEY_ANTHROPIC_API_KEY", "GALLEY_OPENAI_API_KEY",
+		"GALLEY_GIT_CREDENTIAL", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "CODEX_API_KEY",
+		"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_SECRET_ACCESS_KEY", "ECS_CONTAINER_METADATA_URI_V4"}
+	for _, k := range gone {
+		t.Setenv(k, randomSecret(t, "v-"))
+	}
+	t.Setenv("GALLEY_WORKSPACE", "/ws")
+	harness.UnsetSecretEnv()
+	for _, k := range gone {
+		if _, ok := os.LookupEnv(k); ok {
+			t.Errorf("%s is still set", k)
+		}
+	}
+	out, err := exec.Command("env").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range gone {
+		if strings.Contains(string(out), k+"=") {
+			t.Errorf("a child inherits %s", k)
+		}
+	}
+	if os.Getenv("GALLEY_WORKSPACE") != "/ws" {
+		t.Error("a variable that is no secret was removed")
 	}
 }

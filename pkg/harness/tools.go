@@ -190,7 +190,7 @@ func tool[In any](h *harness, name string, f func(context.Context, In) (string, 
 			return nil, nil, err
 		}
 		res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
-		if h.cfg.AppendMessages && name != ToolWaitMessage {
+		if h.needs.AppendMessages && name != ToolWaitMessage {
 			for _, m := range h.box.drainMessages() {
 				res.Content = append(res.Content, &mcp.TextContent{Text: "Message from the coordinator: " + m})
 			}

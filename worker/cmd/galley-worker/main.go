@@ -22,7 +22,6 @@ import (
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/scriptagent"
-	"github.com/galley-run/galley/pkg/workerapi/client"
 	"github.com/galley-run/galley/pkg/workspace"
 )
 
@@ -42,9 +41,13 @@ func run(ctx context.Context, args []string) int {
 			log.Error("bad configuration", "err", err)
 			return 2
 		}
+		// The secrets now live in cfg alone: no child of the harness may
+		// inherit them.
+		harness.UnsetSecretEnv()
 		cfg.Logger = log
+		// Each driver says whether its agent takes messages on tool results
+		// (harness.AgentNeeds), decided once the launch facts are read.
 		cfg.Drivers = agents.Drivers(cfg.AgentBinDir)
-		cfg.AppendMessages = appendsMessages(ctx, cfg)
 		if err := harness.Run(ctx, cfg); err != nil {
 			log.Error("harness failed", "err", err)
 			return 1
@@ -124,18 +127,4 @@ func removeWorkspace(root, dir string) error {
 		return galleyerr.Errorf(galleyerr.Invalid, "%s leads outside the workspace root %s", dir, root)
 	}
 	return workspace.Remove(filepath.Join(parent, filepath.Base(rel)))
-}
-
-// appendsMessages tells whether the worker's agent is a CLI, which cannot
-// block in wait_message while it works: then the harness appends waiting
-// messages to its tool results. The scripted agent takes messages only
-// through wait_message. The family is known only from the worker's launch
-// facts, which the harness reads again (an idempotent call); if they
-// cannot be read here, the harness will fail on them itself.
-func appendsMessages(ctx context.Context, cfg harness.Config) bool {
-	self, err := client.New(cfg.Endpoint, cfg.Token, cfg.ClientOptions...).Self(ctx)
-	if err != nil {
-		return false
-	}
-	return self.Agent.Agent == agents.FamilyClaude || self.Agent.Agent == agents.FamilyCodex
 }
