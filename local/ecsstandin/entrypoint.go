@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,11 +36,12 @@ type launch struct {
 // binary that serves as the stand-in's entrypoint (local/cmd/ecs-standin,
 // a test binary) calls it first thing in main or TestMain.
 //
-// As a container's init it gives the command the container's environment
-// (and of this process's, only what localproc let through, less every
-// GALLEY_ variable), waits for it, forwards no signal (a stop signals the
-// whole process group), and records the exit code as Docker reports it:
-// the status, or 128 plus the signal that ended it.
+// As a container's init it gives the command exactly the container's
+// environment (nothing of its own, which localproc gave it from the host),
+// finds a program named without a slash in the container's PATH, as the
+// container runtime does, waits for it, forwards no signal (a stop signals
+// the whole process group), and records the exit code as Docker reports
+// it: the status, or 128 plus the signal that ended it.
 func Entrypoint() {
 	tf := os.Getenv(localproc.EnvTokenFile)
 	if tf == "" {
@@ -66,18 +68,16 @@ func runInit(l launch) int {
 		fmt.Fprintln(os.Stderr, "ecs-standin init: no command")
 		return 127
 	}
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GALLEY_") {
-			env = append(env, kv)
-		}
+	// Not exec.Command: it would search this process's PATH (the host's).
+	path, err := lookPath(l.Command[0], l.Env)
+	// A nil Env would be this process's: never.
+	cmd := &exec.Cmd{Path: path, Args: l.Command, Env: append([]string{}, l.Env...), Dir: l.Dir,
+		Stdout: os.Stdout, Stderr: os.Stderr}
+	if err == nil {
+		err = cmd.Start()
 	}
-	cmd := exec.Command(l.Command[0], l.Command[1:]...)
-	cmd.Env = append(env, l.Env...)
-	cmd.Dir = l.Dir
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
 	code := 0
-	if err := cmd.Start(); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "ecs-standin init: cannot start the command:", err)
 		code = 127
 	} else {
@@ -109,4 +109,29 @@ func writeFile(name string, b []byte) error {
 		return err
 	}
 	return os.Rename(name+".tmp", name)
+}
+
+// lookPath finds name as the container runtime does: a name with a slash
+// as it is, else the first executable file of that name in the container
+// environment's PATH.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	var path string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("exec: %q: executable file not found in $PATH", name)
 }

@@ -1,21 +1,30 @@
 // Package ecsstandin is a stand-in for Amazon ECS on one machine: an HTTP
-// server speaking ECS's awsJson1_1 protocol (RunTask with clientToken
-// idempotency, StopTask, DescribeTasks, ListTasks) whose tasks run the
-// worker container's command as a local process through package localproc.
-// It emits every task state change in EventBridge's "ECS Task State Change"
-// format to a sink, records every request it receives so that tests can
-// assert on the exact wire request, and injects faults (capacity failures,
-// throttling, any error, tasks that stay invisible for a while).
+// server speaking ECS's awsJson1_1 protocol (RegisterTaskDefinition,
+// DescribeTaskDefinition, CreateCluster, DescribeClusters, RunTask with
+// clientToken idempotency, StopTask, DescribeTasks, ListTasks) whose tasks
+// run as local processes through package localproc, started from their
+// task definition as Fargate starts them. It emits every task state change
+// in EventBridge's "ECS Task State Change" format to a sink, records every
+// request it receives so that tests can assert on the exact wire request,
+// and injects faults (capacity failures, throttling, any error, tasks that
+// stay invisible for a while).
 //
-// What it fakes and how is in docs/runtime-ecs.md. In short: one task is one
-// process tree started by the stand-in's entrypoint (Entrypoint), which
-// plays the container's init: it gives the command exactly the container's
-// environment (the task definition's plus the overrides), roots
-// GALLEY_WORKSPACE in the task's own storage folder (unless it lies in a
-// shared volume, WithVolume: the EFS of docs/runtime-ecs.md), and records
-// the exit code. The command is the harness, the image's entrypoint, with
-// an override's command as its arguments. Tasks live in memory: a stand-in that restarts stops the tasks of
-// the one before.
+// What it fakes and how is in docs/runtime-ecs.md. In short: a task runs
+// its definition's one container. The stand-in cannot run images, so an
+// image reference maps to a local Image (WithImage): entrypoint, command,
+// environment and working folder, host paths for its programs; an image it
+// cannot map fails the task as a failed pull does. The container's process
+// is Docker's merge of the definition (and the override) with the image;
+// its environment is exactly the image's, the definition's, the secrets
+// the execution role reads from Secrets Manager (WithSecrets), the
+// override's, and the variables the ECS agent adds (region, metadata and,
+// with a task role, the credentials endpoint: WithTaskCredentials), and
+// nothing of the host's. One task is one process tree started by the
+// stand-in's entrypoint (Entrypoint), which plays the container's init:
+// it roots GALLEY_WORKSPACE in the task's own storage folder (unless it
+// lies in a shared volume or a mounted file system: WithVolume,
+// WithFileSystem), and records the exit code. Tasks live in memory: a
+// stand-in that restarts stops the tasks of the one before.
 package ecsstandin
 
 import (
@@ -39,8 +48,9 @@ import (
 
 // Defaults of the options.
 const (
-	DefaultRegion    = "us-east-1"
-	DefaultAccount   = "000000000000"
+	DefaultRegion  = "us-east-1"
+	DefaultAccount = "000000000000"
+	// DefaultContainer is the worker task definition's container name.
 	DefaultContainer = "worker"
 	// DefaultGrace is ECS's default stopTimeout: SIGTERM, then SIGKILL.
 	DefaultGrace = 30 * time.Second
@@ -55,24 +65,31 @@ const (
 // Server is the stand-in; it is an http.Handler. Create it with New and
 // end it with Close.
 type Server struct {
-	dir        string
-	harness    string // the container's command
-	entrypoint string // a binary that calls Entrypoint first thing
-	container  string
-	region     string
-	account    string
-	taskEnv    map[string]string
-	volumes    []string // host folders every task sees at the same path
-	grace      time.Duration
-	log        *slog.Logger
-	sink       Sink
+	dir          string
+	entrypoint   string // a binary that calls Entrypoint first thing
+	region       string
+	account      string
+	volumes      []string          // host folders every task sees at the same path
+	fileSystems  map[string]string // EFS file system ID: the host folder a mount shows
+	images       []imageRule
+	secrets      SecretsSource
+	taskCreds    TaskCredentials
+	endpointAddr string
+	grace        time.Duration
+	log          *slog.Logger
+	sink         Sink
+
+	endpoint    *http.Server // the task endpoint: credentials and metadata
+	endpointURL string
 
 	procs *localproc.Runtime
 
 	mu         sync.Mutex
 	closed     bool
-	tasks      map[string]*task // by id
-	order      []*task          // creation order
+	taskDefs   map[string][]*taskDef // by family, revision order
+	clusters   map[string]*cluster   // by name
+	tasks      map[string]*task      // by id
+	order      []*task               // creation order
 	tokens     map[string]tokenRecord
 	requests   []Request
 	faults     []*Fault
@@ -108,34 +125,32 @@ type Option func(*Server)
 // WithDir sets the folder for task storage and process records (required).
 func WithDir(dir string) Option { return func(s *Server) { s.dir = dir } }
 
-// WithHarness sets the container's command: the harness binary (required).
-func WithHarness(path string) Option { return func(s *Server) { s.harness = path } }
-
 // WithEntrypoint sets the binary that runs each task's init: one whose main
 // (or TestMain) calls Entrypoint before anything else. The default is the
 // running executable.
 func WithEntrypoint(path string) Option { return func(s *Server) { s.entrypoint = path } }
-
-// WithContainer names the task definition's container; overrides naming
-// another are refused, as ECS refuses them.
-func WithContainer(name string) Option { return func(s *Server) { s.container = name } }
-
-// WithTaskEnv sets a variable of the task definition's container
-// environment; an override of the same name wins, as in ECS.
-func WithTaskEnv(name, value string) Option {
-	return func(s *Server) {
-		if s.taskEnv == nil {
-			s.taskEnv = map[string]string{}
-		}
-		s.taskEnv[name] = value
-	}
-}
 
 // WithVolume shares the host folder dir with every task at the same path,
 // as an EFS file system mounted in every container: a GALLEY_WORKSPACE
 // inside it is used as is (it outlives the task), not rooted in the task's
 // own storage.
 func WithVolume(dir string) Option { return func(s *Server) { s.volumes = append(s.volumes, dir) } }
+
+// WithFileSystem makes the EFS file system id exist: a container that
+// mounts it (a task definition volume's efsVolumeConfiguration, mounted by
+// a mountPoint) sees the host folder dir there. Processes see host paths,
+// so only GALLEY_WORKSPACE is translated: one below the mount's container
+// path names the same place below dir. Access points and rootDirectory are
+// not modelled: dir is what the mount shows. A task mounting a file system
+// the stand-in does not know fails to start.
+func WithFileSystem(id, dir string) Option {
+	return func(s *Server) {
+		if s.fileSystems == nil {
+			s.fileSystems = map[string]string{}
+		}
+		s.fileSystems[id] = dir
+	}
+}
 
 // WithRegion and WithAccount set what the ARNs name.
 func WithRegion(region string) Option   { return func(s *Server) { s.region = region } }
@@ -155,16 +170,17 @@ func WithSink(sink Sink) Option { return func(s *Server) { s.sink = sink } }
 // are stopped: its tasks are gone with its memory.
 func New(opts ...Option) (*Server, error) {
 	s := &Server{
-		container: DefaultContainer, region: DefaultRegion, account: DefaultAccount,
+		region: DefaultRegion, account: DefaultAccount,
 		grace: DefaultGrace, log: slog.New(slog.DiscardHandler),
+		taskDefs: map[string][]*taskDef{}, clusters: map[string]*cluster{},
 		tasks: map[string]*task{}, tokens: map[string]tokenRecord{},
 		stopWatch: make(chan struct{}), watchDone: make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
 	}
-	if s.dir == "" || s.harness == "" {
-		return nil, fmt.Errorf("ecsstandin: a folder and a harness are required")
+	if s.dir == "" {
+		return nil, fmt.Errorf("ecsstandin: a folder is required")
 	}
 	if s.grace <= 0 || s.log == nil {
 		return nil, fmt.Errorf("ecsstandin: the grace must be positive and the logger set")
@@ -178,14 +194,17 @@ func New(opts ...Option) (*Server, error) {
 	if s.dir, err = filepath.Abs(s.dir); err != nil {
 		return nil, err
 	}
-	if s.harness, err = filepath.Abs(s.harness); err != nil {
-		return nil, err
-	}
 	for i, v := range s.volumes {
 		if !filepath.IsAbs(v) {
 			return nil, fmt.Errorf("ecsstandin: volume %q is not an absolute path", v)
 		}
 		s.volumes[i] = filepath.Clean(v)
+	}
+	for id, dir := range s.fileSystems {
+		if !filepath.IsAbs(dir) {
+			return nil, fmt.Errorf("ecsstandin: file system %s: %q is not an absolute path", id, dir)
+		}
+		s.fileSystems[id] = filepath.Clean(dir)
 	}
 	if err := os.MkdirAll(filepath.Join(s.dir, "tasks"), 0o700); err != nil {
 		return nil, err
@@ -205,6 +224,10 @@ func New(opts ...Option) (*Server, error) {
 		for _, h := range old {
 			_ = s.procs.Stop(context.Background(), h)
 		}
+	}
+	if err := s.startTaskEndpoint(); err != nil {
+		_ = s.procs.Close()
+		return nil, fmt.Errorf("ecsstandin: cannot serve the task endpoint: %w", err)
 	}
 	s.q = newQueue(s.sink, s.log)
 	go s.watch()
@@ -234,6 +257,7 @@ func (s *Server) Close() error {
 	<-s.watchDone
 	s.sweep() // the exits the watcher had not seen yet
 	s.q.close()
+	_ = s.endpoint.Close()
 	return err
 }
 
@@ -299,6 +323,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		aerr *apiError
 	)
 	switch op {
+	case OpRegisterTaskDefinition:
+		var in registerInput
+		if aerr = decode(body, &in); aerr == nil {
+			out, aerr = s.registerTaskDefinition(in)
+		}
+	case OpDescribeTaskDefinition:
+		var in describeTaskDefinitionInput
+		if aerr = decode(body, &in); aerr == nil {
+			out, aerr = s.describeTaskDefinition(in)
+		}
+	case OpCreateCluster:
+		var in createClusterInput
+		if aerr = decode(body, &in); aerr == nil {
+			out, aerr = s.createClusterOp(in)
+		}
+	case OpDescribeClusters:
+		var in describeClustersInput
+		if aerr = decode(body, &in); aerr == nil {
+			out, aerr = s.describeClusters(in)
+		}
 	case OpRunTask:
 		var in runTaskInput
 		if aerr = decode(body, &in); aerr == nil {

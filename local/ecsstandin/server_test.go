@@ -50,6 +50,41 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// testImage is the worker image reference the tests' task definitions
+// name; the stand-in maps it to the fake harness.
+const testImage = "000000000000.dkr.ecr.us-east-1.amazonaws.com/galley-worker:test"
+
+// harnessImage runs the fake harness, found through the image's PATH.
+func harnessImage() Image {
+	return Image{Entrypoint: []string{filepath.Base(fakeHarness)},
+		Env: map[string]string{"PATH": filepath.Dir(fakeHarness) + ":/usr/bin:/bin"}}
+}
+
+// workerDef is a Fargate task definition of one container, worker, that
+// runs the test image.
+func workerDef(env ...KeyValue) TaskDefinition {
+	return TaskDefinition{
+		Family: "galley-worker", NetworkMode: "awsvpc", RequiresCompatibilities: []string{"FARGATE"},
+		CPU: "1024", Memory: "2048",
+		ContainerDefinitions: []ContainerDefinition{{Name: "worker", Image: testImage,
+			Environment: append([]KeyValue{{"GALLEY_WORKSPACE", "/workspace"}, {"GALLEY_HOUSE", "house-a"}}, env...)}},
+	}
+}
+
+// setUp creates the tests' clusters and registers td (revision 1 of its
+// family in a fresh stand-in).
+func setUp(t *testing.T, srv *Server, td TaskDefinition) {
+	t.Helper()
+	for _, c := range []string{"galley", "other"} {
+		if _, err := srv.CreateCluster(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := srv.RegisterTaskDefinition(td); err != nil {
+		t.Fatal(err)
+	}
+}
+
 type harness struct {
 	srv *Server
 	url string
@@ -58,11 +93,17 @@ type harness struct {
 	events [][]byte // what the sink received
 }
 
+// newHarness starts a stand-in with the tests' clusters and workerDef
+// registered.
 func newHarness(t *testing.T, opts ...Option) *harness {
 	t.Helper()
+	return newHarnessDef(t, workerDef(), opts...)
+}
+
+func newHarnessDef(t *testing.T, td TaskDefinition, opts ...Option) *harness {
+	t.Helper()
 	h := &harness{}
-	base := []Option{WithDir(t.TempDir()), WithHarness(fakeHarness), WithGrace(2 * time.Second),
-		WithTaskEnv("GALLEY_WORKSPACE", "/workspace"), WithTaskEnv("GALLEY_HOUSE", "house-a"),
+	base := []Option{WithDir(t.TempDir()), WithImage(testImage, harnessImage()), WithGrace(2 * time.Second),
 		WithSink(func(_ context.Context, ev []byte) error {
 			h.mu.Lock()
 			defer h.mu.Unlock()
@@ -81,7 +122,14 @@ func newHarness(t *testing.T, opts ...Option) *harness {
 		}
 	})
 	h.srv, h.url = srv, hs.URL
+	setUp(t, srv, td)
 	return h
+}
+
+// client is the real ECS client pointed at the stand-in.
+func (h *harness) client() *ecs.Client {
+	return ecs.New(ecs.Options{Region: "us-east-1", BaseEndpoint: aws.String(h.url),
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDSTANDIN", "standin-dummy", "")})
 }
 
 // call posts a raw awsJson1_1 request and decodes the answer.
@@ -119,7 +167,7 @@ func do(t *testing.T, req *http.Request) (int, map[string]any) {
 // runBody is a valid Fargate RunTask request whose harness behaves as mode.
 func runBody(token, startedBy, mode string) map[string]any {
 	return map[string]any{
-		"cluster": "galley", "taskDefinition": "galley-worker:2", "count": 1, "clientToken": token,
+		"cluster": "galley", "taskDefinition": "galley-worker:1", "count": 1, "clientToken": token,
 		"startedBy": startedBy, "launchType": "FARGATE", "enableECSManagedTags": true,
 		"networkConfiguration": map[string]any{"awsvpcConfiguration": map[string]any{
 			"subnets": []string{"subnet-1"}, "assignPublicIp": "DISABLED"}},
@@ -198,7 +246,7 @@ func TestProtocolErrors(t *testing.T) {
 		{"content type", http.MethodPost, "application/json", TargetPrefix + OpListTasks, auth, "{}", 400, "SerializationException"},
 		{"unsigned", http.MethodPost, ContentType, TargetPrefix + OpListTasks, "", "{}", 403, "MissingAuthenticationTokenException"},
 		{"no target", http.MethodPost, ContentType, "", auth, "{}", 400, "UnknownOperationException"},
-		{"unknown operation", http.MethodPost, ContentType, TargetPrefix + "CreateCluster", auth, "{}", 400, "UnknownOperationException"},
+		{"unknown operation", http.MethodPost, ContentType, TargetPrefix + "DeleteCluster", auth, "{}", 400, "UnknownOperationException"},
 		{"not JSON", http.MethodPost, ContentType, TargetPrefix + OpListTasks, auth, "{", 400, "SerializationException"},
 	}
 	for _, tc := range tests {
@@ -264,10 +312,8 @@ func TestClientTokenIdempotency(t *testing.T) {
 	h.awaitHarness(t, arn)
 	// The same token with another request is a conflict naming the task,
 	// as the SDK reads it.
-	client := ecs.New(ecs.Options{Region: "us-east-1", BaseEndpoint: aws.String(h.url),
-		Credentials: credentials.NewStaticCredentialsProvider("AKIDSTANDIN", "standin-dummy", "")})
-	_, err := client.RunTask(context.Background(), &ecs.RunTaskInput{
-		Cluster: aws.String("galley"), TaskDefinition: aws.String("galley-worker:2"), ClientToken: aws.String("tok-1"),
+	_, err := h.client().RunTask(context.Background(), &ecs.RunTaskInput{
+		Cluster: aws.String("galley"), TaskDefinition: aws.String("galley-worker:1"), ClientToken: aws.String("tok-1"),
 		LaunchType: types.LaunchTypeFargate, StartedBy: aws.String("galley-w-other"),
 		NetworkConfiguration: &types.NetworkConfiguration{AwsvpcConfiguration: &types.AwsVpcConfiguration{Subnets: []string{"subnet-1"}}},
 	})
@@ -500,7 +546,7 @@ func TestListTasks(t *testing.T) {
 }
 
 func TestContainerEnvironment(t *testing.T) {
-	h := newHarness(t, WithTaskEnv("GALLEY_AGENT", "claude"))
+	h := newHarnessDef(t, workerDef(KeyValue{"GALLEY_AGENT", "claude"}))
 	body := runBody("tok-env", "galley-w-env", "run")
 	co := body["overrides"].(map[string]any)["containerOverrides"].([]any)[0].(map[string]any)
 	co["environment"] = append(co["environment"].([]any), map[string]string{"name": "GALLEY_AGENT", "value": "script"})
@@ -630,11 +676,11 @@ func TestPostSink(t *testing.T) {
 
 func TestRestartStopsEarlierTasks(t *testing.T) {
 	dir := t.TempDir()
-	first, err := New(WithDir(dir), WithHarness(fakeHarness), WithGrace(2*time.Second),
-		WithTaskEnv("GALLEY_WORKSPACE", "/workspace"))
+	first, err := New(WithDir(dir), WithImage(testImage, harnessImage()), WithGrace(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
+	setUp(t, first, workerDef())
 	hs := httptest.NewServer(first)
 	h := &harness{srv: first, url: hs.URL}
 	arn := h.run(t, "tok-orphan", "galley-w-orphan", "run")
@@ -642,7 +688,7 @@ func TestRestartStopsEarlierTasks(t *testing.T) {
 	hs.Close()
 	// The first stand-in dies without Close; its process lives on until a
 	// new stand-in takes the folder.
-	second, err := New(WithDir(dir), WithHarness(fakeHarness), WithGrace(2*time.Second))
+	second, err := New(WithDir(dir), WithImage(testImage, harnessImage()), WithGrace(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

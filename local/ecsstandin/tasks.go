@@ -6,9 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -28,78 +26,8 @@ const (
 	statusStopped        = "STOPPED"
 )
 
-// task is one task. Every field is guarded by Server.mu.
-type task struct {
-	id, arn, clusterArn, taskDefArn, family string
-	startedBy, group, clientToken           string
-	launchType, capacityProvider            string
-	platformVersion                         string
-	overrides                               taskOverride
-	tags                                    []tag
-	env                                     map[string]string // the container's whole environment
-	command                                 []string          // the override's command: the entrypoint's arguments
-
-	lastStatus, desiredStatus string
-	stopCode, stoppedReason   string
-	version                   int64
-	createdAt, pullStartedAt  time.Time
-	pullStoppedAt, startedAt  time.Time
-	stoppingAt, stoppedAt     time.Time
-	updatedAt, visibleAt      time.Time
-
-	containerArn, containerStatus, containerReason, runtimeID string
-	exitCode                                                  *int
-
-	root      string // the task's storage on the host
-	workspace string // GALLEY_WORKSPACE rooted in root, if set
-	exitFile  string
-	readyFile string
-	launched  bool // its init was started
-	stopAsked bool // localproc was asked to stop it
-}
-
-// TaskInfo is a snapshot of one task, for tests and operators.
-type TaskInfo struct {
-	ARN, ID, StartedBy, ClientToken string
-	LastStatus, DesiredStatus       string
-	StopCode, StoppedReason         string
-	Version                         int64
-	Env                             map[string]string // the container's environment, as given to the command
-	Command                         []string          // the override's command (the entrypoint's arguments), if any
-	Tags                            map[string]string
-	Root                            string // the task's storage on the host
-	Workspace                       string // the host folder GALLEY_WORKSPACE names, if set
-	ExitCode                        *int
-	Launched                        bool
-}
-
-// Tasks returns every task, in creation order, invisible ones included.
-func (s *Server) Tasks() []TaskInfo {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]TaskInfo, 0, len(s.order))
-	for _, t := range s.order {
-		ti := TaskInfo{
-			ARN: t.arn, ID: t.id, StartedBy: t.startedBy, ClientToken: t.clientToken,
-			LastStatus: t.lastStatus, DesiredStatus: t.desiredStatus, StopCode: t.stopCode,
-			StoppedReason: t.stoppedReason, Version: t.version, Env: maps.Clone(t.env), Command: slices.Clone(t.command),
-			Tags: map[string]string{}, Root: t.root, Workspace: t.workspace, Launched: t.launched,
-		}
-		for _, tg := range t.tags {
-			ti.Tags[tg.Key] = tg.Value
-		}
-		if t.exitCode != nil {
-			c := *t.exitCode
-			ti.ExitCode = &c
-		}
-		out = append(out, ti)
-	}
-	return out
-}
-
 var (
 	startedByRE = regexp.MustCompile(`^[A-Za-z0-9_/-]{1,128}$`)
-	familyRE    = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
 	envNameRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
@@ -118,21 +46,6 @@ func (s *Server) clusterArn(name string) string {
 	return fmt.Sprintf("arn:aws:ecs:%s:%s:cluster/%s", s.region, s.account, name)
 }
 
-// taskDefinition reads family[:revision] or an ARN.
-func (s *Server) taskDefinition(td string) (family, arn string, e *apiError) {
-	if i := strings.LastIndex(td, ":task-definition/"); i >= 0 {
-		td = td[i+len(":task-definition/"):]
-	}
-	family, rev, hasRev := strings.Cut(td, ":")
-	if !hasRev {
-		rev = "1"
-	}
-	if n, err := strconv.Atoi(rev); err != nil || n < 1 || !familyRE.MatchString(family) {
-		return "", "", errf(400, "InvalidParameterException", "Invalid revision number. Number: %s", rev)
-	}
-	return family, fmt.Sprintf("arn:aws:ecs:%s:%s:task-definition/%s:%s", s.region, s.account, family, rev), nil
-}
-
 // fingerprint hashes a RunTask request without its clientToken, in a
 // canonical form, to tell a retry from a different request.
 func fingerprint(body []byte) string {
@@ -148,69 +61,6 @@ func invalid(format string, args ...any) *apiError {
 	return errf(400, "InvalidParameterException", format, args...)
 }
 
-// validateRun checks what ECS checks of a Fargate RunTask.
-func (s *Server) validateRun(in runTaskInput) *apiError {
-	switch {
-	case in.TaskDefinition == "":
-		return invalid("TaskDefinition can not be blank.")
-	case in.Count != nil && *in.Count != 1:
-		return invalid("the stand-in runs one task per RunTask, not %d", *in.Count)
-	case in.LaunchType != "" && len(in.CapacityProviderStrategy) > 0:
-		return invalid("Specifying both a launch type and capacity provider strategy is not supported. Remove one and try again.")
-	case in.LaunchType != "" && in.LaunchType != "FARGATE":
-		return invalid("the stand-in runs Fargate tasks only, not launch type %s", in.LaunchType)
-	case in.LaunchType == "" && len(in.CapacityProviderStrategy) == 0:
-		return invalid("the stand-in runs Fargate tasks only: name launch type FARGATE or a capacity provider")
-	case in.NetworkConfiguration == nil || in.NetworkConfiguration.AwsvpcConfiguration == nil ||
-		len(in.NetworkConfiguration.AwsvpcConfiguration.Subnets) == 0:
-		return invalid("Network Configuration must be provided when networkMode 'awsvpc' is specified.")
-	case in.StartedBy != "" && !startedByRE.MatchString(in.StartedBy):
-		return invalid("startedBy may hold up to 128 letters, digits, '-', '_' and '/'")
-	case len(in.ClientToken) > 64 || !printable(in.ClientToken):
-		return invalid("clientToken must be 1 to 64 ASCII characters from 33 to 126")
-	case len(in.Tags) > 50:
-		return invalid("a task takes at most 50 tags")
-	}
-	if a := in.NetworkConfiguration.AwsvpcConfiguration.AssignPublicIP; a != "" && a != "ENABLED" && a != "DISABLED" {
-		return invalid("assignPublicIp must be ENABLED or DISABLED")
-	}
-	for _, cp := range in.CapacityProviderStrategy {
-		if cp.CapacityProvider != "FARGATE" && cp.CapacityProvider != "FARGATE_SPOT" {
-			return invalid("The specified capacity provider %s is not in an ACTIVE state.", cp.CapacityProvider)
-		}
-	}
-	seen := map[string]bool{}
-	for _, tg := range in.Tags {
-		switch {
-		case tg.Key == "" || len([]rune(tg.Key)) > 128:
-			return invalid("a tag key must be 1 to 128 characters")
-		case len([]rune(tg.Value)) > 256:
-			return invalid("a tag value must be at most 256 characters")
-		case strings.HasPrefix(strings.ToLower(tg.Key), "aws:") || strings.HasPrefix(strings.ToLower(tg.Value), "aws:"):
-			return invalid("tags starting with aws: are reserved")
-		case seen[tg.Key]:
-			return invalid("duplicate tag key %s", tg.Key)
-		}
-		seen[tg.Key] = true
-	}
-	if in.Overrides != nil {
-		if b, _ := json.Marshal(in.Overrides); len(b) > maxOverrides {
-			return invalid("Container Overrides length must be at most %d", maxOverrides)
-		}
-		for _, co := range in.Overrides.ContainerOverrides {
-			if co.Name != s.container {
-				return invalid("Override for container named %s is not a container in the TaskDefinition.", co.Name)
-			}
-			for _, kv := range co.Environment {
-				if !envNameRE.MatchString(kv.Name) {
-					return invalid("environment variable name %q is not valid", kv.Name)
-				}
-			}
-		}
-	}
-	return nil
-}
-
 func printable(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] < 33 || s[i] > 126 {
@@ -218,171 +68,6 @@ func printable(s string) bool {
 		}
 	}
 	return true
-}
-
-// runTask serves RunTask: a clientToken seen before with the same request
-// answers the task it made; with another request, ConflictException.
-func (s *Server) runTask(in runTaskInput, body []byte) (any, *apiError) {
-	if e := s.validateRun(in); e != nil {
-		return nil, e
-	}
-	family, tdArn, e := s.taskDefinition(in.TaskDefinition)
-	if e != nil {
-		return nil, e
-	}
-	cluster := clusterName(in.Cluster)
-	fp := fingerprint(body)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, errf(500, "ServerException", "the stand-in is shutting down")
-	}
-	tokenKey := cluster + "\x00" + in.ClientToken
-	if in.ClientToken != "" {
-		if rec, ok := s.tokens[tokenKey]; ok {
-			t := s.tasks[rec.taskID]
-			if rec.fingerprint != fp {
-				return nil, &apiError{status: 400, code: "ConflictException", resourceIDs: []string{t.arn},
-					message: "The specified client token is already in use with a different RunTask request."}
-			}
-			return map[string]any{"tasks": []wireTask{s.render(t, false, false)}, "failures": []failure{}}, nil
-		}
-	}
-	now := time.Now()
-	id := newID()
-	t := &task{
-		id: id, clusterArn: s.clusterArn(cluster), taskDefArn: tdArn, family: family,
-		arn:       fmt.Sprintf("arn:aws:ecs:%s:%s:task/%s/%s", s.region, s.account, cluster, id),
-		startedBy: in.StartedBy, group: in.Group, clientToken: in.ClientToken,
-		launchType: in.LaunchType, platformVersion: in.PlatformVersion,
-		tags: slices.Clone(in.Tags), lastStatus: statusProvisioning, desiredStatus: statusRunning,
-		createdAt: now, visibleAt: now.Add(s.visibility),
-		containerArn:    fmt.Sprintf("arn:aws:ecs:%s:%s:container/%s/%s/%s", s.region, s.account, cluster, id, newUUID()),
-		containerStatus: statusPending,
-		// The task's storage is its localproc workspace; the exit code
-		// lies outside it, where the command cannot write.
-		root:      filepath.Join(s.procs.WorkspacesDir(), id),
-		exitFile:  filepath.Join(s.dir, "tasks", id+".exit"),
-		readyFile: filepath.Join(s.dir, "tasks", id+".ready"),
-	}
-	if t.group == "" {
-		t.group = "family:" + family
-	}
-	if len(in.CapacityProviderStrategy) > 0 {
-		t.capacityProvider = in.CapacityProviderStrategy[0].CapacityProvider
-	}
-	if t.platformVersion == "" || t.platformVersion == "LATEST" {
-		t.platformVersion = "1.4.0"
-	}
-	t.env = maps.Clone(s.taskEnv)
-	if t.env == nil {
-		t.env = map[string]string{}
-	}
-	t.overrides = taskOverride{ContainerOverrides: []containerOverride{}}
-	if in.Overrides != nil {
-		t.overrides = *in.Overrides
-		if t.overrides.ContainerOverrides == nil {
-			t.overrides.ContainerOverrides = []containerOverride{}
-		}
-		for _, co := range in.Overrides.ContainerOverrides {
-			for _, kv := range co.Environment {
-				t.env[kv.Name] = kv.Value
-			}
-			if co.Command != nil {
-				t.command = slices.Clone(co.Command)
-			}
-		}
-	}
-	if ws := t.env["GALLEY_WORKSPACE"]; ws != "" {
-		if s.onVolume(ws) {
-			// A shared volume is mounted at the same path in every task.
-			t.workspace = filepath.Clean(ws)
-		} else {
-			// The container's paths live in the task's own storage.
-			t.workspace = filepath.Join(t.root, filepath.Clean("/"+ws))
-		}
-	}
-	s.tasks[id] = t
-	s.order = append(s.order, t)
-	if in.ClientToken != "" {
-		s.tokens[tokenKey] = tokenRecord{fingerprint: fp, taskID: id}
-	}
-	s.changedLocked(t, now)
-	s.launches.Add(1)
-	go s.launch(t)
-	return map[string]any{"tasks": []wireTask{s.render(t, false, false)}, "failures": []failure{}}, nil
-}
-
-// onVolume reports whether the container path p lies in a shared volume.
-func (s *Server) onVolume(p string) bool {
-	p = filepath.Clean(p)
-	for _, v := range s.volumes {
-		if p == v || strings.HasPrefix(p, v+string(filepath.Separator)) {
-			return true
-		}
-	}
-	return false
-}
-
-// launch starts t's process, unless t was stopped first.
-func (s *Server) launch(t *task) {
-	defer s.launches.Done()
-	s.mu.Lock()
-	if t.desiredStatus == statusStopped || s.closed {
-		s.stoppedLocked(t, "TaskFailedToStart", nil)
-		s.mu.Unlock()
-		return
-	}
-	now := time.Now()
-	t.lastStatus, t.pullStartedAt = statusPending, now
-	s.changedLocked(t, now)
-	env := maps.Clone(t.env)
-	if t.workspace != "" {
-		env["GALLEY_WORKSPACE"] = t.workspace
-	}
-	s.mu.Unlock()
-
-	err := s.start(t, env)
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil {
-		s.log.Error("task failed to start", "task", t.arn, "err", err)
-		t.stopCode, t.stoppedReason = "TaskFailedToStart", "CannotStartContainerError: "+err.Error()
-		s.stoppedLocked(t, "", nil)
-		return
-	}
-	// PENDING until the init says its command started (sweep).
-	t.launched, t.pullStoppedAt = true, time.Now()
-}
-
-// start writes t's storage and starts its init through localproc.
-func (s *Server) start(t *task, env map[string]string) error {
-	if err := os.MkdirAll(t.root, 0o700); err != nil {
-		return err
-	}
-	if t.workspace != "" {
-		if err := os.MkdirAll(filepath.Dir(t.workspace), 0o700); err != nil {
-			return err
-		}
-	}
-	// The harness is the image's entrypoint; an override's command is its
-	// arguments, as Docker appends CMD to ENTRYPOINT.
-	cmd := append([]string{s.harness}, t.command...)
-	l := launch{Standin: launchVersion, Command: cmd, Dir: t.root, ExitFile: t.exitFile, ReadyFile: t.readyFile}
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		l.Env = append(l.Env, k+"="+env[k])
-	}
-	b, err := json.Marshal(l)
-	if err != nil {
-		return err
-	}
-	// The launch travels in the worker's token file (mode 600): localproc
-	// has no other per-worker channel, and the entrypoint reads it.
-	return s.procs.Start(context.Background(), service.WorkerSpec{
-		Handle: t.id, Token: string(b), IdempotencyToken: t.clientToken,
-		WorkspacePath: t.root, Branch: env["GALLEY_BRANCH"],
-	})
 }
 
 // requestStopLocked marks t to stop and, once its command runs (or at
@@ -543,12 +228,12 @@ func (s *Server) render(t *task, event, tags bool) wireTask {
 	w := wireTask{
 		TaskArn: t.arn, ClusterArn: t.clusterArn, TaskDefinitionArn: t.taskDefArn,
 		AvailabilityZone: s.region + "a", LaunchType: t.launchType, CapacityProviderName: t.capacityProvider,
-		PlatformVersion: t.platformVersion, PlatformFamily: "Linux", CPU: "1024", Memory: "2048",
+		PlatformVersion: t.platformVersion, PlatformFamily: "Linux", CPU: strconv.Itoa(t.def.cpu), Memory: strconv.Itoa(t.def.memory),
 		Group: t.group, StartedBy: t.startedBy, LastStatus: t.lastStatus, DesiredStatus: t.desiredStatus,
 		StopCode: t.stopCode, StoppedReason: t.stoppedReason, Version: t.version,
 		Overrides: t.overrides,
 		Containers: []wireContainer{{
-			ContainerArn: t.containerArn, TaskArn: t.arn, Name: s.container, Image: "galley-worker:local",
+			ContainerArn: t.containerArn, TaskArn: t.arn, Name: t.container, Image: t.image,
 			LastStatus: t.containerStatus, ExitCode: t.exitCode, Reason: t.containerReason,
 			RuntimeID: t.runtimeID, CPU: "0",
 		}},
@@ -598,6 +283,9 @@ func (s *Server) stopTask(in stopTaskInput) (any, *apiError) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, e := s.clusterLocked(in.Cluster); e != nil {
+		return nil, e
+	}
 	t := s.findLocked(clusterName(in.Cluster), in.Task)
 	if t == nil {
 		return nil, invalid("The referenced task was not found.")
@@ -626,6 +314,9 @@ func (s *Server) describeTasks(in describeTasksInput) (any, *apiError) {
 	tags := slices.Contains(in.Include, "TAGS")
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, e := s.clusterLocked(in.Cluster); e != nil {
+		return nil, e
+	}
 	now := time.Now()
 	tasks, fails := []wireTask{}, []failure{}
 	for _, ref := range in.Tasks {
@@ -665,8 +356,12 @@ func (s *Server) listTasks(in listTasksInput) (any, *apiError) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	cl, e := s.clusterLocked(in.Cluster)
+	if e != nil {
+		return nil, e
+	}
 	now := time.Now()
-	cluster := s.clusterArn(clusterName(in.Cluster))
+	cluster := cl.arn
 	var arns []string
 	for _, t := range s.order {
 		switch {

@@ -19,12 +19,12 @@ const (
 	OpStopTask      = "StopTask"
 	OpDescribeTasks = "DescribeTasks"
 	OpListTasks     = "ListTasks"
-)
 
-type keyValue struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-}
+	OpRegisterTaskDefinition = "RegisterTaskDefinition"
+	OpDescribeTaskDefinition = "DescribeTaskDefinition"
+	OpCreateCluster          = "CreateCluster"
+	OpDescribeClusters       = "DescribeClusters"
+)
 
 type tag struct {
 	Key   string `json:"key"`
@@ -34,11 +34,13 @@ type tag struct {
 type containerOverride struct {
 	Name        string     `json:"name"`
 	Command     []string   `json:"command,omitempty"`
-	Environment []keyValue `json:"environment,omitempty"`
+	Environment []KeyValue `json:"environment,omitempty"`
 }
 
 type taskOverride struct {
 	ContainerOverrides []containerOverride `json:"containerOverrides"`
+	TaskRoleArn        string              `json:"taskRoleArn,omitempty"`
+	ExecutionRoleArn   string              `json:"executionRoleArn,omitempty"`
 }
 
 type capacityProviderItem struct {

@@ -7,12 +7,16 @@
 //	exit      exits 0 at once
 //	fail      exits 3 at once
 //	stubborn  ignores SIGTERM, so only SIGKILL ends it
+//	creds     resolves credentials with the AWS SDK's default chain, as a
+//	          program in the task would, records them, and exits 0
 //
-// Its records: "starts" (one pid a line), "env-<pid>.json" and
-// "args-<pid>.json" (its arguments: a container override's command).
+// Its records: "starts" (one pid a line), "env-<pid>.json",
+// "args-<pid>.json" (its arguments: a container override's command),
+// "cwd-<pid>" (its working folder) and, in mode creds, "creds-<pid>.json".
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -21,6 +25,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/config"
 )
 
 func main() {
@@ -42,6 +49,10 @@ func main() {
 	if err := os.WriteFile(filepath.Join(ws, "args-"+pid+".json"), b, 0o600); err != nil {
 		fail(err)
 	}
+	cwd, _ := os.Getwd()
+	if err := os.WriteFile(filepath.Join(ws, "cwd-"+pid), []byte(cwd), 0o600); err != nil {
+		fail(err)
+	}
 	f, err := os.OpenFile(filepath.Join(ws, "starts"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		fail(err)
@@ -59,6 +70,22 @@ func main() {
 		<-term
 	case "stubborn":
 		for range term {
+		}
+	case "creds":
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cfg, err := config.LoadDefaultConfig(ctx)
+		if err != nil {
+			fail(err)
+		}
+		c, err := cfg.Credentials.Retrieve(ctx)
+		if err != nil {
+			fail(err)
+		}
+		b, _ := json.Marshal(map[string]string{"AccessKeyID": c.AccessKeyID, "SecretAccessKey": c.SecretAccessKey,
+			"SessionToken": c.SessionToken, "Source": c.Source, "Region": cfg.Region})
+		if err := os.WriteFile(filepath.Join(ws, "creds-"+pid+".json"), b, 0o600); err != nil {
+			fail(err)
 		}
 	default:
 		fail(fmt.Errorf("unknown mode %q", mode))
