@@ -1,0 +1,108 @@
+// Package iamgate enforces IAM in front of a local AWS endpoint, so that
+// aws-local refuses what AWS would: every request is authenticated by
+// Signature Version 4 against a consumer-supplied set of principals (role
+// sessions with their keys and the role's policies from the template),
+// mapped to the IAM actions, resources and condition keys AWS authorizes
+// it by, evaluated with package iampolicy, and only then passed to the
+// upstream stand-in (DynamoDB Local, fauxqs, the Secrets Manager and ECS
+// stand-ins; Proxy makes one from a URL). A Gate serves one service.
+//
+// # Wiring
+//
+//	ca, caPEM, _ := iamgate.NewLocalCA()   // write caPEM to a file; give callers AWS_CA_BUNDLE=<file>
+//	up, _ := iamgate.Proxy("http://127.0.0.1:18000")
+//	g, _ := iamgate.New(iamgate.DynamoDB, up, principals)
+//	srv := httptest.NewUnstartedServer(g); srv.TLS = ca; srv.StartTLS()
+//	// callers: AWS_ENDPOINT_URL_DYNAMODB=https://127.0.0.1:<port>
+//
+// # Authentication
+//
+// Only the Authorization header form of SigV4 (AWS4-HMAC-SHA256) is
+// accepted. The credential scope must name the gate's region and service;
+// Host and X-Amz-Date must be signed; X-Amz-Date must be within 5 minutes
+// of the clock; the signature is recomputed over the request as received
+// (the body's SHA-256, the signed headers) and compared in constant time.
+// A principal with a session token needs X-Amz-Security-Token, signed and
+// equal; one without must not send one. Failures answer as AWS's JSON
+// services do: MissingAuthenticationTokenException (no Authorization),
+// IncompleteSignatureException (malformed), UnrecognizedClientException
+// "The security token included in the request is invalid." (unknown key
+// or wrong token), InvalidSignatureException (scope, time or signature).
+// SQS also names the query-protocol code in x-amzn-query-error
+// (InvalidClientTokenId, SignatureDoesNotMatch, ...), which the SDK reports
+// as ErrorCode(), and answers HTTP 403; the others answer 400.
+//
+// # Denials
+//
+// A denial answers AccessDenied as each service does, naming the caller's
+// session (arn:aws:sts::<account>:assumed-role/<role>/<session>), the
+// action and the resource, "because no identity-based policy allows the
+// <action> action" or "with an explicit deny in an identity-based policy":
+//
+//   - DynamoDB: 400, __type com.amazon.coral.service#AccessDeniedException.
+//   - SQS (awsJson1_0, query-compatible): 403, the same __type, header
+//     x-amzn-query-error "AccessDenied;Sender" (ErrorCode() "AccessDenied"),
+//     the action in lower case as SQS writes it ("sqs:sendmessage").
+//   - Secrets Manager: 400, AccessDeniedException, the resource named as
+//     the caller gave the SecretId.
+//   - ECS: 400, AccessDeniedException.
+//
+// A request needing several authorizations (a batch, a transaction,
+// RunTask's iam:PassRole) is denied by the first that fails. Every
+// decision is recorded (Decisions, WithObserver); denials are logged with
+// slog, without keys or bodies.
+//
+// # Operations modelled
+//
+// Anything else is refused (UnknownOperationException), never passed
+// through unchecked.
+//
+//   - DynamoDB (resource arn:aws:dynamodb:<region>:<account>:table/<T>):
+//     GetItem, PutItem, UpdateItem, DeleteItem, DescribeTable, CreateTable
+//     (+ dynamodb:TagResource with Tags), DeleteTable, UpdateTable,
+//     UpdateTimeToLive, DescribeTimeToLive; Query and Scan (on
+//     .../table/<T>/index/<I> with IndexName); ListTables (on "*");
+//     BatchGetItem and BatchWriteItem (their own action once per table);
+//     TransactWriteItems (per item: dynamodb:ConditionCheckItem, PutItem,
+//     DeleteItem, UpdateItem); TransactGetItems (dynamodb:GetItem per item).
+//   - SQS (resource arn:aws:sqs:<region>:<account>:<queue>, the name being
+//     the last path segment of QueueUrl, or QueueName; the gate's account
+//     is used whatever the URL says): SendMessage, ReceiveMessage,
+//     DeleteMessage, ChangeMessageVisibility, their Batch forms (authorized
+//     as the single action, as AWS does), GetQueueAttributes,
+//     SetQueueAttributes, PurgeQueue, DeleteQueue, TagQueue, UntagQueue,
+//     ListQueueTags, ListDeadLetterSourceQueues, GetQueueUrl, CreateQueue
+//     (+ sqs:TagQueue with tags); ListQueues on "*" (SQS gives it no
+//     resource type, so only Resource "*" allows it).
+//   - Secrets Manager: the SecretId operations (GetSecretValue,
+//     DescribeSecret, PutSecretValue, UpdateSecret, DeleteSecret,
+//     RestoreSecret, TagResource, UntagResource, ListSecretVersionIds,
+//     Get/Put/DeleteResourcePolicy, RotateSecret, CancelRotateSecret,
+//     UpdateSecretVersionStage) on the secret's ARN: WithSecretResolver's
+//     answer; else a full ARN as given; else, for a name nobody resolves,
+//     arn:...:secret:<name>-?????? (Secrets Manager's random suffix as a
+//     wildcard, so only a policy allowing any suffix matches). Context
+//     secretsmanager:SecretId, VersionId, VersionStage. CreateSecret on
+//     <name>-?????? (+ TagResource with Tags); ListSecrets and
+//     GetRandomPassword on "*".
+//   - ECS: RunTask on the task definition ARN with ecs:cluster (a bare
+//     cluster name becomes arn:aws:ecs:<region>:<account>:cluster/<name>),
+//     plus iam:PassRole on the task and execution roles (from
+//     WithTaskDefinitions, or the request's overrides) with
+//     iam:PassedToService=ecs-tasks.amazonaws.com, plus, with tags,
+//     ecs:TagResource on arn:...:task/<cluster>/* with
+//     ecs:CreateAction=RunTask, aws:TagKeys and aws:RequestTag/<key>; a
+//     task definition WithTaskDefinitions does not know answers
+//     ClientException "TaskDefinition not found." once RunTask itself is
+//     allowed. StopTask and DescribeTasks on each task's ARN
+//     (arn:...:task/<cluster name>/<id> for a bare id) with ecs:cluster;
+//     ListTasks on "*" with ecs:cluster; RegisterTaskDefinition on "*"
+//     (+ iam:PassRole for its roles); DescribeTaskDefinition on "*".
+//
+// Every request's context has aws:SecureTransport ("true" only when the
+// request came over TLS), aws:PrincipalArn (the role ARN),
+// aws:PrincipalAccount, aws:PrincipalType (AssumedRole) and
+// aws:RequestedRegion; no aws:username (a role session has none). Other
+// service condition keys (dynamodb:LeadingKeys and the like) are absent,
+// so a policy conditioned on them denies rather than allows.
+package iamgate

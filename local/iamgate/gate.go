@@ -1,0 +1,334 @@
+package iamgate
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/galley-run/galley/pkg/iampolicy"
+)
+
+// Defaults of the options.
+const (
+	DefaultRegion  = "us-east-1"
+	DefaultAccount = "000000000000"
+	// DefaultMaxBody bounds a request body: DynamoDB's own request limit.
+	DefaultMaxBody = 16 << 20
+)
+
+// Principal is one caller: a role session's credentials and the role's
+// identity-based policies.
+type Principal struct {
+	AccessKeyID     string
+	SecretAccessKey string
+	// SessionToken, if set, must come in X-Amz-Security-Token.
+	SessionToken string
+	RoleARN      string // arn:aws:iam::<account>:role/<name>
+	SessionName  string
+	Policies     []iampolicy.Policy
+}
+
+// SessionARN is the caller as AWS names it in a denial:
+// arn:aws:sts::<account>:assumed-role/<role name>/<session name>.
+func (p Principal) SessionARN() string {
+	parts := strings.SplitN(p.RoleARN, ":", 6)
+	if len(parts) != 6 {
+		return p.RoleARN
+	}
+	name := parts[5][strings.LastIndex(parts[5], "/")+1:]
+	return "arn:" + parts[1] + ":sts::" + parts[4] + ":assumed-role/" + name + "/" + p.SessionName
+}
+
+// Principals finds the principal an access key id belongs to.
+type Principals interface {
+	Lookup(accessKeyID string) (Principal, bool)
+}
+
+// SecretResolver maps a Secrets Manager SecretId (a name, a partial or a
+// full ARN) to the secret's full ARN; ok is false for a secret it does not
+// know.
+type SecretResolver func(secretID string) (arn string, ok bool)
+
+// TaskDefinition is what the gate needs to know of one ECS task
+// definition: its ARN (with revision) and the roles a task of it is given.
+type TaskDefinition struct {
+	ARN              string
+	TaskRoleARN      string
+	ExecutionRoleARN string
+}
+
+// TaskDefinitions resolves a RunTask taskDefinition ("family",
+// "family:revision" or an ARN).
+type TaskDefinitions func(ref string) (TaskDefinition, bool)
+
+// Record is one authorization decision.
+type Record struct {
+	Service   Service
+	Operation string // "PutItem"
+	Caller    string // the session ARN
+	Role      string // the role ARN
+	Action    string // "dynamodb:PutItem"
+	Resource  string
+	Allowed   bool
+	Explicit  bool   // denied by an explicit Deny
+	Sid       string // the deciding statement's Sid, if any
+}
+
+// Gate is an http.Handler that authenticates and authorizes every request
+// for one service and hands the allowed ones to its upstream.
+type Gate struct {
+	service    Service
+	proto      protocol
+	ops        map[string]mapper
+	upstream   http.Handler
+	principals Principals
+	region     string
+	account    string
+	maxBody    int64
+	now        func() time.Time
+	log        *slog.Logger
+	secrets    SecretResolver
+	taskDefs   TaskDefinitions
+	observe    func(Record)
+
+	mu      sync.Mutex
+	records []Record
+}
+
+// Option configures a Gate.
+type Option func(*Gate)
+
+// WithRegion sets the region (default us-east-1): the one credential
+// scopes must name and ARNs are built with.
+func WithRegion(r string) Option { return func(g *Gate) { g.region = r } }
+
+// WithAccount sets the account ARNs are built with (default 000000000000).
+func WithAccount(a string) Option { return func(g *Gate) { g.account = a } }
+
+// WithMaxBody bounds a request body (default DefaultMaxBody).
+func WithMaxBody(n int64) Option { return func(g *Gate) { g.maxBody = n } }
+
+// WithClock sets the clock X-Amz-Date is checked against.
+func WithClock(now func() time.Time) Option { return func(g *Gate) { g.now = now } }
+
+// WithLogger sets where denials are logged (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(g *Gate) { g.log = l } }
+
+// WithSecretResolver resolves Secrets Manager SecretIds to ARNs.
+func WithSecretResolver(r SecretResolver) Option { return func(g *Gate) { g.secrets = r } }
+
+// WithTaskDefinitions resolves ECS task definitions to their roles, for
+// RunTask's iam:PassRole. Without it, or for one it does not know,
+// RunTask answers ClientException "TaskDefinition not found.".
+func WithTaskDefinitions(t TaskDefinitions) Option { return func(g *Gate) { g.taskDefs = t } }
+
+// WithObserver calls f with every decision, as it is made (a cost counter,
+// say). f must not block.
+func WithObserver(f func(Record)) Option { return func(g *Gate) { g.observe = f } }
+
+// New returns a gate for service in front of upstream.
+func New(service Service, upstream http.Handler, principals Principals, opts ...Option) (*Gate, error) {
+	proto, ok := protocols[service]
+	if !ok {
+		return nil, fmt.Errorf("iamgate: service %q is not modelled (dynamodb, sqs, secretsmanager, ecs)", service)
+	}
+	if upstream == nil || principals == nil {
+		return nil, errors.New("iamgate: New needs an upstream and principals")
+	}
+	g := &Gate{
+		service: service, proto: proto, ops: operations[service],
+		upstream: upstream, principals: principals,
+		region: DefaultRegion, account: DefaultAccount, maxBody: DefaultMaxBody,
+		now: time.Now, log: slog.Default(),
+	}
+	for _, o := range opts {
+		o(g)
+	}
+	return g, nil
+}
+
+// Proxy is an upstream that forwards to a stand-in at baseURL (DynamoDB
+// Local, fauxqs, ...), keeping the path and the body.
+func Proxy(baseURL string) (http.Handler, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return nil, fmt.Errorf("iamgate: upstream %q is not an absolute URL", baseURL)
+	}
+	return &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }}, nil
+}
+
+// Decisions returns every decision made so far, in order.
+func (g *Gate) Decisions() []Record {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]Record(nil), g.records...)
+}
+
+func (g *Gate) record(r Record) {
+	g.mu.Lock()
+	g.records = append(g.records, r)
+	g.mu.Unlock()
+	if g.observe != nil {
+		g.observe(r)
+	}
+}
+
+// ServeHTTP authenticates the request by SigV4, maps it to the
+// authorizations it needs, evaluates each against the caller's policies,
+// and passes it upstream only if all allow.
+func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, g.maxBody+1))
+	_ = r.Body.Close()
+	if err != nil {
+		g.proto.write(w, g.proto.refused("SerializationException", "could not read the request body"))
+		return
+	}
+	if int64(len(body)) > g.maxBody {
+		e := g.proto.refused("RequestEntityTooLarge", fmt.Sprintf("Request size exceeds %d bytes", g.maxBody))
+		e.status = http.StatusRequestEntityTooLarge
+		g.proto.write(w, e)
+		return
+	}
+
+	p, authErr := g.authenticate(r, body)
+	if authErr != nil {
+		g.log.Warn("iamgate: request not authenticated", "service", g.service, "error", authErr.typ)
+		g.proto.write(w, *authErr)
+		return
+	}
+
+	op, ok := strings.CutPrefix(r.Header.Get("X-Amz-Target"), g.proto.target)
+	mapOp := g.ops[op]
+	if r.Method != http.MethodPost || !ok || mapOp == nil {
+		// Refused, never passed through unchecked: the gate cannot tell
+		// what it would authorize.
+		msg := fmt.Sprintf("iamgate: %s operation %q is not modelled by the IAM gate; refusing it rather than passing it unchecked", g.service, r.Header.Get("X-Amz-Target"))
+		g.log.Warn("iamgate: unmodelled operation", "service", g.service, "target", r.Header.Get("X-Amz-Target"), "role", p.RoleARN)
+		g.proto.write(w, g.proto.refused("UnknownOperationException", msg))
+		return
+	}
+	m, mapErr := mapOp(g, body)
+	if mapErr != nil {
+		g.proto.write(w, *mapErr)
+		return
+	}
+
+	base := map[string][]string{
+		"aws:SecureTransport":  {fmt.Sprint(r.TLS != nil)},
+		"aws:PrincipalArn":     {p.RoleARN},
+		"aws:PrincipalAccount": {g.account},
+		"aws:PrincipalType":    {"AssumedRole"},
+		"aws:RequestedRegion":  {g.region},
+	}
+	for _, c := range m.checks {
+		ctx := make(map[string][]string, len(base)+len(c.context))
+		for k, v := range base {
+			ctx[k] = v
+		}
+		for k, v := range c.context {
+			ctx[k] = v
+		}
+		d := iampolicy.Evaluate(p.Policies, iampolicy.Request{Action: c.action, Resource: c.resource, Context: ctx})
+		g.record(Record{
+			Service: g.service, Operation: op, Caller: p.SessionARN(), Role: p.RoleARN,
+			Action: c.action, Resource: c.resource, Allowed: d.Allowed, Explicit: d.Explicit, Sid: d.Sid,
+		})
+		if !d.Allowed {
+			shown := c.shown
+			if shown == "" {
+				shown = c.resource
+			}
+			g.log.Warn("iamgate: access denied", "service", g.service, "operation", op, "role", p.RoleARN,
+				"action", c.action, "resource", c.resource, "explicit", d.Explicit, "sid", d.Sid)
+			g.proto.write(w, g.proto.denied(p.SessionARN(), c.action, shown, d.Explicit))
+			return
+		}
+	}
+	if m.after != nil {
+		g.proto.write(w, *m.after)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	g.upstream.ServeHTTP(w, r)
+}
+
+// authenticate verifies the request's SigV4 signature and finds its
+// principal, answering as AWS does when it cannot.
+func (g *Gate) authenticate(r *http.Request, body []byte) (Principal, *awsError) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		e := g.proto.missingToken()
+		return Principal{}, &e
+	}
+	a, why := parseAuth(h)
+	if why != "" {
+		e := g.proto.incompleteSignature(why)
+		return Principal{}, &e
+	}
+	p, ok := g.principals.Lookup(a.accessKey)
+	if !ok {
+		e := g.proto.unrecognizedClient()
+		return Principal{}, &e
+	}
+	// The session token must be the principal's, and only a principal
+	// with one may send one.
+	if tok := r.Header.Get(amzToken); tok != p.SessionToken || (tok != "" && !signed(a, "x-amz-security-token")) {
+		e := g.proto.unrecognizedClient()
+		return Principal{}, &e
+	}
+	if a.service != string(g.service) {
+		e := g.proto.invalidSignature(fmt.Sprintf("Credential should be scoped to correct service: '%s'. ", g.service))
+		return Principal{}, &e
+	}
+	if a.region != g.region {
+		e := g.proto.invalidSignature(fmt.Sprintf("Credential should be scoped to a valid region, not '%s'. ", a.region))
+		return Principal{}, &e
+	}
+	if !signed(a, "host") {
+		e := g.proto.invalidSignature("'Host' must be a 'SignedHeader' in the AWS Authorization.")
+		return Principal{}, &e
+	}
+	stamp := r.Header.Get(amzDate)
+	t, err := time.Parse(timeFormat, stamp)
+	if err != nil || !signed(a, "x-amz-date") {
+		e := g.proto.incompleteSignature("Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header, signed.")
+		return Principal{}, &e
+	}
+	if stamp[:8] != a.date {
+		e := g.proto.invalidSignature(fmt.Sprintf("Date in Credential scope does not match YYYYMMDD from ISO-8601 version of date from HTTP: '%s' != '%s', from '%s'.", a.date, stamp[:8], stamp))
+		return Principal{}, &e
+	}
+	now := g.now().UTC()
+	if d := now.Sub(t); d > maxSkew || d < -maxSkew {
+		e := g.proto.invalidSignature(fmt.Sprintf("Signature expired: %s is now earlier than %s (%s - 5 min.)",
+			stamp, now.Add(-maxSkew).Format(timeFormat), now.Format(timeFormat)))
+		if d < 0 {
+			e.message = fmt.Sprintf("Signature not yet current: %s is still later than %s (%s + 5 min.)",
+				stamp, now.Add(maxSkew).Format(timeFormat), now.Format(timeFormat))
+		}
+		return Principal{}, &e
+	}
+	if !sameSignature(signature(r, body, a, p.SecretAccessKey, stamp), a.signature) {
+		e := g.proto.invalidSignature("The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method. Consult the service documentation for details.")
+		return Principal{}, &e
+	}
+	return p, nil
+}
+
+func signed(a authHeader, name string) bool {
+	for _, h := range a.signedHeaders {
+		if h == name {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,138 @@
+package iamgate
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Service is an AWS service the gate can stand in front of.
+type Service string
+
+const (
+	DynamoDB       Service = "dynamodb"
+	SQS            Service = "sqs"
+	SecretsManager Service = "secretsmanager"
+	ECS            Service = "ecs"
+)
+
+// protocol is how one service speaks: its X-Amz-Target prefix, content
+// type, and the shapes of its authorization errors.
+type protocol struct {
+	target      string // "DynamoDB_20120810."
+	contentType string
+	// denied is the AccessDenied error: status, __type, the message's key.
+	deniedStatus int
+	deniedType   string
+	messageKey   string
+	// queryCompatible services (SQS) also name the legacy query-protocol
+	// code in x-amzn-query-error, which the SDK reports as ErrorCode().
+	queryCompatible bool
+	authStatus      int
+	// lowerAction: SQS writes the action in lower case in its messages
+	// ("sqs:sendmessage").
+	lowerAction bool
+}
+
+var protocols = map[Service]protocol{
+	// DynamoDB, awsJson1_0: HTTP 400, coral's namespaced type, "Message".
+	DynamoDB: {
+		target: "DynamoDB_20120810.", contentType: "application/x-amz-json-1.0",
+		deniedStatus: 400, deniedType: "com.amazon.coral.service#AccessDeniedException", messageKey: "Message",
+		authStatus: 400,
+	},
+	// SQS, awsJson1_0 with awsQueryCompatible: a denial is HTTP 403 with
+	// x-amzn-query-error "AccessDenied;Sender", so the SDK's ErrorCode() is
+	// "AccessDenied" as in the query protocol.
+	SQS: {
+		target: "AmazonSQS.", contentType: "application/x-amz-json-1.0",
+		deniedStatus: 403, deniedType: "com.amazon.coral.service#AccessDeniedException", messageKey: "Message",
+		queryCompatible: true, authStatus: 403, lowerAction: true,
+	},
+	SecretsManager: {
+		target: "secretsmanager.", contentType: "application/x-amz-json-1.1",
+		deniedStatus: 400, deniedType: "AccessDeniedException", messageKey: "Message",
+		authStatus: 400,
+	},
+	ECS: {
+		target: "AmazonEC2ContainerServiceV20141113.", contentType: "application/x-amz-json-1.1",
+		deniedStatus: 400, deniedType: "AccessDeniedException", messageKey: "message",
+		authStatus: 400,
+	},
+}
+
+// awsError is one error answer.
+type awsError struct {
+	status    int
+	typ       string // __type
+	key       string // "message" or "Message"
+	queryCode string // for x-amzn-query-error, without ";Sender"
+	message   string
+}
+
+// Authentication errors, shared by the coral-based JSON services; the
+// query code is what SQS's query protocol answered (and its JSON protocol
+// still names in x-amzn-query-error).
+func (p protocol) authError(typ, queryCode, msg string) awsError {
+	return awsError{status: p.authStatus, typ: "com.amazon.coral.service#" + typ, key: "message", queryCode: queryCode, message: msg}
+}
+
+func (p protocol) unrecognizedClient() awsError {
+	return p.authError("UnrecognizedClientException", "InvalidClientTokenId", "The security token included in the request is invalid.")
+}
+
+func (p protocol) invalidSignature(msg string) awsError {
+	return p.authError("InvalidSignatureException", "SignatureDoesNotMatch", msg)
+}
+
+func (p protocol) missingToken() awsError {
+	return p.authError("MissingAuthenticationTokenException", "MissingAuthenticationToken", "Request is missing Authentication Token")
+}
+
+func (p protocol) incompleteSignature(msg string) awsError {
+	return p.authError("IncompleteSignatureException", "IncompleteSignature", msg)
+}
+
+// denied is the AccessDenied answer for a caller, an action and the
+// resource as the service names it in its message.
+func (p protocol) denied(caller, action, resource string, explicit bool) awsError {
+	if p.lowerAction {
+		action = strings.ToLower(action)
+	}
+	msg := fmt.Sprintf("User: %s is not authorized to perform: %s on resource: %s ", caller, action, resource)
+	if explicit {
+		msg += "with an explicit deny in an identity-based policy"
+	} else {
+		msg += "because no identity-based policy allows the " + action + " action"
+	}
+	return awsError{status: p.deniedStatus, typ: p.deniedType, key: p.messageKey, queryCode: "AccessDenied", message: msg}
+}
+
+// refused answers a request the gate cannot authorize because it cannot
+// map it (an unknown or unmodelled operation, a body it cannot read).
+func (p protocol) refused(typ, msg string) awsError {
+	return awsError{status: 400, typ: typ, key: "message", queryCode: typ, message: msg}
+}
+
+func (p protocol) write(w http.ResponseWriter, e awsError) {
+	h := w.Header()
+	h.Set("Content-Type", p.contentType)
+	h.Set("X-Amzn-RequestId", requestID())
+	if p.queryCompatible && e.queryCode != "" {
+		h.Set("X-Amzn-Query-Error", e.queryCode+";Sender")
+	}
+	b, _ := json.Marshal(map[string]string{"__type": e.typ, e.key: e.message})
+	w.WriteHeader(e.status)
+	_, _ = w.Write(b)
+}
+
+// requestID is a UUID-shaped request id, as AWS sends.
+func requestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
