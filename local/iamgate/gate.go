@@ -22,6 +22,9 @@ const (
 	DefaultAccount = "000000000000"
 	// DefaultMaxBody bounds a request body: DynamoDB's own request limit.
 	DefaultMaxBody = 16 << 20
+	// maxRecords bounds the decisions a long-running gate keeps (the
+	// latest); an observer sees every one.
+	maxRecords = 10000
 )
 
 // Principal is one caller: a role session's credentials and the role's
@@ -165,7 +168,8 @@ func Proxy(baseURL string) (http.Handler, error) {
 	return &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }}, nil
 }
 
-// Decisions returns every decision made so far, in order.
+// Decisions returns the decisions made so far, in order (the latest
+// 10000 of a long-running gate).
 func (g *Gate) Decisions() []Record {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -174,6 +178,9 @@ func (g *Gate) Decisions() []Record {
 
 func (g *Gate) record(r Record) {
 	g.mu.Lock()
+	if len(g.records) == maxRecords {
+		g.records = append(g.records[:0], g.records[maxRecords/2:]...)
+	}
 	g.records = append(g.records, r)
 	g.mu.Unlock()
 	if g.observe != nil {

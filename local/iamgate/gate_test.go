@@ -7,10 +7,12 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -70,6 +72,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.targets = append(u.targets, r.Header.Get("X-Amz-Target"))
 	u.mu.Unlock()
 	w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
+	w.Header().Set("X-Amz-Crc32", strconv.FormatUint(uint64(crc32.ChecksumIEEE([]byte(`{}`))), 10))
 	_, _ = w.Write([]byte(`{}`))
 }
 
