@@ -168,8 +168,8 @@ func Proxy(baseURL string) (http.Handler, error) {
 	return &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }}, nil
 }
 
-// Decisions returns the decisions made so far, in order (the latest
-// 10000 of a long-running gate).
+// Decisions returns the decisions made so far, in order; a long-running
+// gate keeps only the latest (at least 5000, at most 10000).
 func (g *Gate) Decisions() []Record {
 	g.mu.Lock()
 	defer g.mu.Unlock()
