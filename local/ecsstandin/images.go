@@ -28,8 +28,8 @@ func WithImage(ref string, img Image) Option {
 }
 
 // WithImageFunc makes every image reference match accepts run as img (a
-// CDK asset's ECR reference changes with its hash). Rules are tried in the
-// order given.
+// CDK asset's ECR reference changes with its hash). A rule given later
+// wins over an earlier one.
 func WithImageFunc(match func(ref string) bool, img Image) Option {
 	img = Image{Entrypoint: slices.Clone(img.Entrypoint), Cmd: slices.Clone(img.Cmd),
 		Env: maps.Clone(img.Env), WorkingDir: img.WorkingDir}
@@ -38,7 +38,7 @@ func WithImageFunc(match func(ref string) bool, img Image) Option {
 
 // image returns the Image ref maps to.
 func (s *Server) image(ref string) (Image, bool) {
-	for _, r := range s.images {
+	for _, r := range slices.Backward(s.images) {
 		if r.match(ref) {
 			return r.img, true
 		}

@@ -70,20 +70,36 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return newStandinEnv(t, fakeHarness, ecsstandin.WithTaskEnv("GALLEY_HOUSE", "test-house"))
+	return newStandinEnv(t, fakeHarness, []ecsstandin.KeyValue{{Name: "GALLEY_HOUSE", Value: "test-house"}})
 }
 
-// newStandinEnv starts a stand-in whose tasks run harness, with extra
-// options, and points a real ECS client at it.
-func newStandinEnv(t *testing.T, harness string, extra ...ecsstandin.Option) *env {
+// workerImage is the image reference of the tests' task definition.
+const workerImage = "000000000000.dkr.ecr.us-east-1.amazonaws.com/galley-worker:test"
+
+// newStandinEnv starts a stand-in whose worker image runs harness, with
+// cluster galley-test and task definition galley-worker:1 (one container,
+// worker, whose environment is GALLEY_WORKSPACE=/workspace and defEnv), and
+// extra options, and points a real ECS client at it.
+func newStandinEnv(t *testing.T, harness string, defEnv []ecsstandin.KeyValue, extra ...ecsstandin.Option) *env {
 	t.Helper()
 	opts := append([]ecsstandin.Option{
-		ecsstandin.WithDir(t.TempDir()), ecsstandin.WithHarness(harness),
-		ecsstandin.WithGrace(2 * time.Second), ecsstandin.WithContainer("worker"),
-		ecsstandin.WithTaskEnv("GALLEY_WORKSPACE", "/workspace"),
+		ecsstandin.WithDir(t.TempDir()), ecsstandin.WithGrace(2 * time.Second),
+		ecsstandin.WithImage(workerImage, ecsstandin.Image{Entrypoint: []string{harness},
+			Env: map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"}}),
 	}, extra...)
 	srv, err := ecsstandin.New(opts...)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.CreateCluster("galley-test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.RegisterTaskDefinition(ecsstandin.TaskDefinition{
+		Family: "galley-worker", NetworkMode: "awsvpc", RequiresCompatibilities: []string{"FARGATE"},
+		CPU: "1024", Memory: "2048",
+		ContainerDefinitions: []ecsstandin.ContainerDefinition{{Name: "worker", Image: workerImage,
+			Environment: append([]ecsstandin.KeyValue{{Name: "GALLEY_WORKSPACE", Value: "/workspace"}}, defEnv...)}},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv)
@@ -102,7 +118,7 @@ func newStandinEnv(t *testing.T, harness string, extra ...ecsstandin.Option) *en
 		HTTPClient:   hs.Client(),
 	})
 	return &env{srv: srv, client: client, cfg: ecsrt.Config{
-		Cluster: "galley-test", TaskDefinition: "galley-worker:3", Container: "worker",
+		Cluster: "galley-test", TaskDefinition: "galley-worker:1", Container: "worker",
 		Subnets: []string{"subnet-0a1b2c"}, SecurityGroups: []string{"sg-0a1b2c"},
 		Endpoint: "https://galley.example/", Repository: "https://git.example/house.git", House: "test-house",
 	}}
@@ -397,7 +413,7 @@ func TestOverridesHoldNoSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	if in.ClientToken != s.IdempotencyToken || in.StartedBy != "galley-w-secret" || in.LaunchType != "FARGATE" ||
-		!in.EnableECSManagedTags || in.Cluster != "galley-test" || in.TaskDefinition != "galley-worker:3" || in.Count != 1 {
+		!in.EnableECSManagedTags || in.Cluster != "galley-test" || in.TaskDefinition != "galley-worker:1" || in.Count != 1 {
 		t.Errorf("RunTask request = %+v", in)
 	}
 	if vpc := in.NetworkConfiguration.AwsvpcConfiguration; !slices.Equal(vpc.Subnets, e.cfg.Subnets) ||

@@ -28,8 +28,8 @@ func newEFSEnv(t *testing.T, harness string) (*env, string) {
 	if err := os.Mkdir(root, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	e := newStandinEnv(t, harness, ecsstandin.WithVolume(root),
-		ecsstandin.WithTaskEnv("GALLEY_WORKSPACE_ROOT", root))
+	e := newStandinEnv(t, harness, []ecsstandin.KeyValue{{Name: "GALLEY_WORKSPACE_ROOT", Value: root}},
+		ecsstandin.WithVolume(root))
 	e.cfg.WorkspaceRoot = root
 	return e, root
 }
