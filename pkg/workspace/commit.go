@@ -60,16 +60,16 @@ func CommitAndPush(ctx context.Context, dir, path, content, message string) erro
 		return galleyerr.E(op, galleyerr.Invalid, fmt.Sprintf("write %s", path), err)
 	}
 
-	g := gitexec.Cmd{Dir: dir, Env: commitEnv}
-	if _, err := g.Run(ctx, "add", "--", path); err != nil {
+	g := func(args ...string) (string, error) { return inRepo(ctx, dir, commitEnv, args...) }
+	if _, err := g("add", "--", path); err != nil {
 		return galleyerr.E(op, galleyerr.Other, "stage file", err)
 	}
-	_, err = g.Run(ctx, "diff", "--cached", "--quiet", "--", path)
+	_, err = g("diff", "--cached", "--quiet", "--no-ext-diff", "--no-textconv", "--", path)
 	switch gitexec.ExitCode(err) {
 	case 0: // nothing new: the file was committed before
 	case 1:
 		// Committing only path leaves whatever else the agent staged alone.
-		if _, err := g.Run(ctx, "-c", "commit.gpgsign=false", "commit", "--quiet", "--no-verify",
+		if _, err := g("-c", "commit.gpgsign=false", "commit", "--quiet", "--no-verify",
 			"-m", message, "--only", "--", path); err != nil {
 			return galleyerr.E(op, galleyerr.Other, "commit", err)
 		}
@@ -83,7 +83,7 @@ func CommitAndPush(ctx context.Context, dir, path, content, message string) erro
 func push(ctx context.Context, dir, branch string) error {
 	const op = galleyerr.Op("workspace.CommitAndPush")
 	ref := "refs/heads/" + branch
-	_, err := gitexec.Run(ctx, dir, "push", "--quiet", "origin", ref+":"+ref)
+	_, err := inRepo(ctx, dir, nil, "push", "--quiet", "origin", ref+":"+ref)
 	if err == nil {
 		return nil
 	}
@@ -92,10 +92,10 @@ func push(ctx context.Context, dir, branch string) error {
 	}
 	// Classify by the remote's state, not git's wording: a remote head the
 	// local branch does not contain means the branch moved there.
-	out, lerr := gitexec.Run(ctx, dir, "ls-remote", "--", "origin", ref)
+	out, lerr := inRepo(ctx, dir, nil, "ls-remote", "--", "origin", ref)
 	if lerr == nil {
 		if remote, _, _ := strings.Cut(strings.TrimSpace(out), "\t"); remote != "" {
-			if _, aerr := gitexec.Run(ctx, dir, "merge-base", "--is-ancestor", remote, ref); aerr != nil {
+			if _, aerr := inRepo(ctx, dir, nil, "merge-base", "--is-ancestor", remote, ref); aerr != nil {
 				return galleyerr.E(op, galleyerr.Conflict, fmt.Sprintf("branch %s moved on the remote: not a fast-forward", branch), err)
 			}
 		}
@@ -106,7 +106,7 @@ func push(ctx context.Context, dir, branch string) error {
 // workspaceBranch returns the branch a prepared workspace may push, and
 // checks that it is the one checked out.
 func workspaceBranch(ctx context.Context, dir string) (string, error) {
-	out, err := gitexec.Run(ctx, dir, "config", "--local", "--get", branchKey)
+	out, err := inRepo(ctx, dir, nil, "config", "--local", "--get", branchKey)
 	branch := strings.TrimSpace(out)
 	if err != nil || branch == "" {
 		return "", galleyerr.E(galleyerr.Invalid, fmt.Sprintf("%s is not a prepared workspace", dir))
@@ -114,7 +114,7 @@ func workspaceBranch(ctx context.Context, dir string) (string, error) {
 	if err := verifyTop(ctx, dir); err != nil {
 		return "", err
 	}
-	head, _ := gitexec.Run(ctx, dir, "symbolic-ref", "-q", "HEAD")
+	head, _ := inRepo(ctx, dir, nil, "symbolic-ref", "-q", "HEAD")
 	if got := strings.TrimSpace(head); got != "refs/heads/"+branch {
 		return "", galleyerr.E(galleyerr.Conflict, fmt.Sprintf("the workspace has %q checked out, not branch %s", got, branch))
 	}

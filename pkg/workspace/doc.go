@@ -13,17 +13,34 @@
 // agent. Each workspace is a full clone, not a worktree of a shared
 // repository, so that its config, hooks and refs are its own.
 //
-// Pushes are restricted in two ways: remote.origin.push maps only the
-// worker's branch, so a bare `git push` pushes nothing else, and a pre-push
-// hook (core.hooksPath points at it, whatever the global configuration
-// says) refuses any other ref and the deletion of the branch. A hook is a
-// guard against mistakes, not a security boundary: an agent can pass
-// --no-verify. The git host credential a worker holds is what must limit it
-// on the server side.
+// What limits a worker's pushes is its push gate (package gitserve): the
+// harness, under a user the agent cannot read, serves the agent's origin
+// on loopback (UseGate points the clone there), authenticated with a
+// per-session secret; the gate forwards fetches, and pushes of the
+// worker's own branch only, to the house repository with the house
+// credential, which the agent never holds. Deleting the insteadOf setting
+// does not help the agent: the house refuses it without the credential.
+//
+// Prepare still installs a courtesy restriction, because it costs nothing
+// and helps where there is no gate (the local server, whose house is a
+// path on disk): remote.origin.push maps only the worker's branch, so a
+// bare `git push` pushes nothing else, and a pre-push hook (core.hooksPath
+// points at it, whatever the global configuration says) refuses any other
+// ref and the deletion of the branch, with a message before any bytes are
+// sent. It is not a boundary: an agent can pass --no-verify.
+//
+// A workspace the agent has used is hostile ground: its .git/config can
+// name programs git runs (hooks, core.fsmonitor, filters, credential
+// helpers, includes of other files). Prepare of an existing clone first
+// Scrubs it, rewriting the config from Go with an allowlist and deleting
+// hooks, without running git there; and every git command galley runs in a
+// workspace does so with hooks and fsmonitor off and no system or global
+// configuration (inRepo).
 //
 // Credentials never appear in a repository URL (Prepare refuses one that
-// carries them), so they can reach neither the clone's config nor a log;
-// a harness passes them through git's credential helpers in the
-// environment (GIT_CONFIG_COUNT/KEY/VALUE, GIT_ASKPASS), which git, run
-// here, inherits. Errors are redacted all the same.
+// carries them), so they can reach neither the clone's config nor a log.
+// WithCredential passes the house credential to Prepare's clone as an
+// HTTP header in the git process's environment only; a harness may also
+// pass helpers through GIT_CONFIG_COUNT/KEY/VALUE, which git, run here,
+// inherits. Errors are redacted all the same.
 package workspace

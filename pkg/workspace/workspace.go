@@ -26,8 +26,17 @@ const branchKey = "galley.branch"
 // or is on another branch, the answer is Conflict; a dir that holds other
 // files is Invalid. The clone is made in a temporary sibling and renamed
 // into place, so an interrupted Prepare leaves no half-made workspace.
-func Prepare(ctx context.Context, repoURL, branch, dir string) error {
+//
+// An existing clone is first Scrubbed: whatever an earlier agent planted
+// in its git directory is gone before galley runs git there (with the
+// safe settings of inRepo all the same).
+func Prepare(ctx context.Context, repoURL, branch, dir string, opts ...Option) error {
 	const op = galleyerr.Op("workspace.Prepare")
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cred := o.credentialEnv(repoURL)
 	if branch != "" {
 		if err := githost.ValidateBranch(branch); err != nil {
 			return galleyerr.E(op, err)
@@ -44,6 +53,9 @@ func Prepare(ctx context.Context, repoURL, branch, dir string) error {
 	case err != nil:
 		return galleyerr.E(op, err)
 	case state == stateClone:
+		if err := Scrub(ctx, dir); err != nil {
+			return galleyerr.E(op, err)
+		}
 		if err := verify(ctx, dir, repoURL, branch); err != nil {
 			return galleyerr.E(op, err)
 		}
@@ -68,13 +80,16 @@ func Prepare(ctx context.Context, repoURL, branch, dir string) error {
 	if branch != "" {
 		clone = append(clone, "--branch", branch)
 	}
-	if _, err := gitexec.Run(ctx, parent, append(clone, "--", repoURL, tmp)...); err != nil {
-		return galleyerr.E(op, cloneError(ctx, parent, repoURL, branch, err))
+	// No hook runs during the clone's checkout, even one a global
+	// init.templateDir would install.
+	clone = append([]string{"-c", "core.hooksPath=/dev/null"}, clone...)
+	if _, err := (gitexec.Cmd{Dir: parent, Env: cred}).Run(ctx, append(clone, "--", repoURL, tmp)...); err != nil {
+		return galleyerr.E(op, cloneError(ctx, parent, repoURL, branch, cred, err))
 	}
 	if branch == "" {
 		// A worker launched without a branch works on a detached checkout
 		// of the default branch head and may push nothing.
-		if _, err := gitexec.Run(ctx, tmp, "checkout", "--quiet", "--detach"); err != nil {
+		if _, err := inRepo(ctx, tmp, nil, "checkout", "--quiet", "--detach"); err != nil {
 			return galleyerr.E(op, galleyerr.Other, "detach the checkout", err)
 		}
 	}
@@ -180,11 +195,11 @@ func verify(ctx context.Context, dir, repoURL, branch string) error {
 	if err := verifyTop(ctx, dir); err != nil {
 		return err
 	}
-	origin, _ := gitexec.Run(ctx, dir, "config", "--get", "remote.origin.url")
+	origin, _ := inRepo(ctx, dir, nil, "config", "--local", "--get", "remote.origin.url")
 	if strings.TrimSpace(origin) != repoURL {
 		return galleyerr.E(galleyerr.Conflict, fmt.Sprintf("%s is a clone of another repository", dir))
 	}
-	head, _ := gitexec.Run(ctx, dir, "symbolic-ref", "-q", "HEAD")
+	head, _ := inRepo(ctx, dir, nil, "symbolic-ref", "-q", "HEAD")
 	want := "refs/heads/" + branch
 	if branch == "" {
 		want = "" // detached
@@ -192,7 +207,7 @@ func verify(ctx context.Context, dir, repoURL, branch string) error {
 	if got := strings.TrimSpace(head); got != want {
 		return galleyerr.E(galleyerr.Conflict, fmt.Sprintf("%s has %q checked out, not branch %s", dir, got, branch))
 	}
-	if pinned, _ := gitexec.Run(ctx, dir, "config", "--get", branchKey); pinned != "" && strings.TrimSpace(pinned) != branchValue(branch) {
+	if pinned, _ := inRepo(ctx, dir, nil, "config", "--local", "--get", branchKey); pinned != "" && strings.TrimSpace(pinned) != branchValue(branch) {
 		return galleyerr.E(galleyerr.Conflict, fmt.Sprintf("%s is the workspace of branch %s", dir, strings.TrimSpace(pinned)))
 	}
 	return nil
@@ -201,7 +216,7 @@ func verify(ctx context.Context, dir, repoURL, branch string) error {
 // verifyTop checks that dir is the top of its own clone, not a directory
 // inside another repository's work tree.
 func verifyTop(ctx context.Context, dir string) error {
-	out, err := gitexec.Run(ctx, dir, "rev-parse", "--show-toplevel")
+	out, err := inRepo(ctx, dir, nil, "rev-parse", "--show-toplevel")
 	if err != nil {
 		return galleyerr.E(galleyerr.Invalid, fmt.Sprintf("%s is not a git clone", dir), err)
 	}
@@ -215,15 +230,35 @@ func verifyTop(ctx context.Context, dir string) error {
 // cloneError classifies a failed clone: a missing branch is NotFound (the
 // service creates it before the worker starts, so this is a caller's bug or
 // a deleted branch), anything else Unavailable.
-func cloneError(ctx context.Context, dir, repoURL, branch string, err error) error {
+func cloneError(ctx context.Context, dir, repoURL, branch string, cred []string, err error) error {
 	if ctx.Err() != nil {
 		return galleyerr.E(galleyerr.Unavailable, ctx.Err())
 	}
-	_, lerr := gitexec.Run(ctx, dir, "ls-remote", "--exit-code", "--heads", "--", repoURL, "refs/heads/"+branch)
+	if refusedCredential(err) {
+		// git answers a refused credential by asking for another, which
+		// prompts being off refuse: say what happened.
+		return galleyerr.E(galleyerr.Unavailable, "clone: the repository refused the git credential (or needs one)", err)
+	}
+	_, lerr := gitexec.Cmd{Dir: dir, Env: cred}.Run(ctx, "ls-remote", "--exit-code", "--heads", "--", repoURL, "refs/heads/"+branch)
 	if gitexec.ExitCode(lerr) == 2 { // reachable, and no such ref
 		return galleyerr.E(galleyerr.NotFound, fmt.Sprintf("branch %s does not exist in the repository", branch))
 	}
 	return galleyerr.E(galleyerr.Unavailable, "clone", err)
+}
+
+// refusedCredential reports whether git failed for want of an accepted
+// HTTP credential.
+func refusedCredential(err error) bool {
+	var e *gitexec.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	for _, s := range []string{"could not read Username", "could not read Password", "Authentication failed", "terminal prompts disabled"} {
+		if strings.Contains(e.Stderr, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // restrictPush (re)writes the push configuration and pre-push hook for
@@ -232,7 +267,7 @@ func cloneError(ctx context.Context, dir, repoURL, branch string, err error) err
 // so repairing a healthy clone is read-only and concurrent Prepares of one
 // workspace do not contend for its config lock.
 func restrictPush(ctx context.Context, work, dir, branch string) error {
-	gitDir, err := gitexec.Run(ctx, work, "rev-parse", "--absolute-git-dir")
+	gitDir, err := inRepo(ctx, work, nil, "rev-parse", "--absolute-git-dir")
 	if err != nil {
 		return galleyerr.E(galleyerr.Other, "locate git directory", err)
 	}
@@ -273,14 +308,14 @@ func restrictPush(ctx context.Context, work, dir, branch string) error {
 // setConfig sets key to value in work's local config when it holds another
 // value (replace) or none.
 func setConfig(ctx context.Context, work, key, value string, replace bool) error {
-	out, err := gitexec.Run(ctx, work, "config", "--local", "--get-all", key)
+	out, err := inRepo(ctx, work, nil, "config", "--local", "--get-all", key)
 	switch code := gitexec.ExitCode(err); {
 	case code == 0 && (!replace || strings.TrimSuffix(out, "\n") == value):
 		return nil
 	case code != 0 && code != 1: // 1: the key is not set
 		return galleyerr.E(galleyerr.Other, "read clone configuration", err)
 	}
-	if _, err := gitexec.Run(ctx, work, "config", "--local", "--replace-all", key, value); err != nil {
+	if _, err := inRepo(ctx, work, nil, "config", "--local", "--replace-all", key, value); err != nil {
 		return galleyerr.E(galleyerr.Other, "configure clone", err)
 	}
 	return nil
