@@ -109,6 +109,9 @@ type Config struct {
 	// Prepare prepares the workspace; nil means workspace.Prepare, with
 	// the git credential when one is set.
 	Prepare func(ctx context.Context, repoURL, branch, dir string) error
+	// UseGate makes the clone at dir fetch and push repoURL through the
+	// agent's push gate at gateURL; nil means workspace.UseGate.
+	UseGate func(ctx context.Context, dir, repoURL, gateURL string) error
 	// ClientOptions tune the worker-API client (tests shorten retries).
 	ClientOptions []client.Option
 
@@ -312,6 +315,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Prepare == nil {
 		c.Prepare = prepareWith(c.GitUsername, c.GitCredential)
+	}
+	if c.UseGate == nil {
+		c.UseGate = useGate
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))

@@ -46,8 +46,10 @@ type harness struct {
 	// needs is the driver's: whether tool results carry waiting messages,
 	// and which provider key the agent gets.
 	needs AgentNeeds
-	box   *inbox
-	ctx   context.Context // the run's context, for work started by events
+	// gateEnv gives the agent's git the push gate's credential.
+	gateEnv []string
+	box     *inbox
+	ctx     context.Context // the run's context, for work started by events
 
 	readyMu sync.Mutex
 	ready   bool
@@ -120,6 +122,16 @@ func (h *harness) run(ctx context.Context) error {
 	if err := h.cfg.Prepare(ctx, h.cfg.Repository, branch, h.cfg.Workspace); err != nil {
 		return h.notStarted(ctx, "preparing the workspace failed", err)
 	}
+
+	gate, err := h.startGate(h.cfg.Repository, branch)
+	if err != nil {
+		return h.notStarted(ctx, "starting the push gate failed", err)
+	}
+	defer gate.close() // the agent has ended when run returns
+	if err := h.cfg.UseGate(ctx, h.cfg.Workspace, h.cfg.Repository, gate.url); err != nil {
+		return h.notStarted(ctx, "pointing the workspace at the push gate failed", err)
+	}
+	h.gateEnv = gate.env
 
 	srv, err := h.startMCP()
 	if err != nil {
@@ -282,6 +294,7 @@ func (h *harness) prepareCommand(cmd *exec.Cmd) error {
 	if key != "" && h.needs.KeyEnv != "" {
 		env = append(env, h.needs.KeyEnv+"="+key)
 	}
+	env = append(env, h.gateEnv...)
 	cmd.Env = append(env, cmd.Env...)
 	forbidden := map[string]string{"the worker token": h.cfg.Token, "the git credential": h.cfg.GitCredential}
 	for _, p := range []Provider{ProviderAnthropic, ProviderOpenAI} {

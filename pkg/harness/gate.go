@@ -1,0 +1,119 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/galley-run/galley/pkg/gitserve"
+)
+
+// GateUser is the user name the agent presents to its push gate, with the
+// gate's per-session secret.
+const GateUser = "galley-agent"
+
+// gateRealm is what the gate's 401 challenge names.
+const gateRealm = "galley worker push gate"
+
+// gatePath is the repository's path on the gate; it means nothing to the
+// handlers (they route by the smart-HTTP suffix) but makes a readable URL.
+const gatePath = "/house.git"
+
+// pushGate is the agent's way to the house repository: a smart-HTTP server
+// on 127.0.0.1 that accepts only requests carrying its per-session secret,
+// lets pushes of the worker's branch through and refuses every other ref,
+// and forwards to the house repository with the house git credential
+// (which the agent never holds), or serves a local repository itself.
+type pushGate struct {
+	url string
+	// env gives git the gate's credential: an http.<url>.extraHeader
+	// setting in the agent's environment only, never on disk or in argv.
+	env []string
+	srv *http.Server
+}
+
+func (g *pushGate) close() { _ = g.srv.Close() }
+
+// startGate starts the push gate for repoURL (a local path, file:// URL, or
+// http(s) URL) and branch ("" allows no push).
+func (h *harness) startGate(repoURL, branch string) (*pushGate, error) {
+	upstream, err := h.gateUpstream(repoURL)
+	if err != nil {
+		return nil, err
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, err
+	}
+	secret := hex.EncodeToString(raw)
+	handler := gitserve.BasicAuth(gateRealm, gitserve.Credential(GateUser, secret),
+		gitserve.PushGate(gitserve.OnlyBranch(branch), upstream))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	gateURL := "http://" + ln.Addr().String() + gatePath
+	auth := base64.StdEncoding.EncodeToString([]byte(GateUser + ":" + secret))
+	return &pushGate{
+		url: gateURL,
+		env: []string{
+			"GIT_CONFIG_COUNT=1",
+			"GIT_CONFIG_KEY_0=http." + gateURL + ".extraHeader",
+			"GIT_CONFIG_VALUE_0=Authorization: Basic " + auth,
+		},
+		srv: srv,
+	}, nil
+}
+
+// gateUpstream is where the gate forwards: the house repository over
+// http(s) with the house git credential, or a local bare repository
+// served by git http-backend.
+func (h *harness) gateUpstream(repoURL string) (http.Handler, error) {
+	switch {
+	case strings.HasPrefix(repoURL, "https://"), strings.HasPrefix(repoURL, "http://"):
+		// Without a credential the gate forwards unauthenticated: a public
+		// repository can be fetched, and a refusal comes back as a 502
+		// naming the house credential.
+		cred := h.cfg.GitCredential
+		return gitserve.Upstream(repoURL, h.cfg.GitUsername, func(context.Context) (string, error) { return cred, nil })
+	case strings.HasPrefix(repoURL, "file://"):
+		u, err := url.Parse(repoURL)
+		if err != nil || u.Path == "" || (u.Host != "" && u.Host != "localhost") {
+			return nil, errors.New("the repository's file URL names no local path")
+		}
+		return gitserve.Backend(u.Path), nil
+	case filepath.IsAbs(repoURL):
+		return gitserve.Backend(repoURL), nil
+	}
+	// ssh and scp-like addresses would need the credential in the agent's
+	// reach; relative paths depend on a working folder.
+	return nil, fmt.Errorf("the push gate serves https, http, file:// and absolute local repositories, not %q", redactURL(repoURL))
+}
+
+// redactURL drops user info a repository address might carry.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	if at := strings.LastIndex(s, "@"); at >= 0 {
+		return "…" + s[at:]
+	}
+	return s
+}
+
+// useGate is the default Config.UseGate.
+// TODO(workspace.UseGate): call workspace.UseGate(ctx, dir, repoURL,
+// gateURL) once pkg/workspace has it; until then the clone keeps fetching
+// and pushing repoURL directly.
+func useGate(ctx context.Context, dir, repoURL, gateURL string) error { return nil }
