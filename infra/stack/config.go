@@ -24,8 +24,8 @@ type Config struct {
 	WorkerMemory  int      `json:"workerMemory"`  // Fargate memory (MiB) per worker
 	MaxWorkers    int      `json:"maxWorkers"`    // concurrent workers; beyond: rate-limited
 	AwaitCapMs    int      `json:"awaitCapMs"`    // deliveries/await hold cap
-	// QueueIdleHours: the reconciler's hourly sweep deletes doorbell
-	// queues unused for longer.
+	// QueueIdleHours: the reconciler's sweep (at most hourly) deletes
+	// doorbell queues unused for longer.
 	QueueIdleHours int `json:"queueIdleHours"`
 	// DomainName and CertificateArn together give the API a custom domain
 	// (the certificate must be in the stack's region).
@@ -38,6 +38,19 @@ type Config struct {
 	ThrottleBurst    int    `json:"throttleBurst"` // API burst
 	// AssetDir holds one folder per function with its `bootstrap`.
 	AssetDir string `json:"assetDir"`
+	// GitUsername is the user name sent with the git credential (the
+	// token): x-access-token suits GitHub App and fine-grained tokens;
+	// other hosts want the account's name or "oauth2".
+	GitUsername string `json:"gitUsername"`
+	// LambdaArchitecture is the functions' instruction set: arm64, or
+	// x86_64 for hosts that emulate Lambda on x86 (LocalStack, aws-local).
+	// The worker task stays ARM64.
+	LambdaArchitecture string `json:"lambdaArchitecture"`
+	// ScriptAgent makes the scripted agent the default for launches that
+	// name none (GALLEY_DEFAULT_AGENT=script on effects), so that
+	// `galley conformance` with effects can run against the deployment.
+	// Not for production.
+	ScriptAgent bool `json:"scriptAgent"`
 	// WorkerContext is the worker image's build context (the repository
 	// root) and WorkerDockerfile the Dockerfile inside it.
 	WorkerContext    string `json:"-"`
@@ -47,20 +60,22 @@ type Config struct {
 // Defaults for every context key.
 func Defaults() Config {
 	return Config{
-		House:            "main",
-		Backend:          "galley",
-		Credential:       "galley-token",
-		AgentFamilies:    []string{"claude", "codex"},
-		WorkerCPU:        1024,
-		WorkerMemory:     4096,
-		MaxWorkers:       10,
-		AwaitCapMs:       25000,
-		QueueIdleHours:   24,
-		LogRetentionDays: 30,
-		ThrottleRate:     50,
-		ThrottleBurst:    100,
-		AssetDir:         "bin/lambda",
-		WorkerDockerfile: "worker/Dockerfile",
+		House:              "main",
+		Backend:            "galley",
+		Credential:         "galley-token",
+		AgentFamilies:      []string{"claude", "codex"},
+		WorkerCPU:          1024,
+		WorkerMemory:       4096,
+		MaxWorkers:         10,
+		AwaitCapMs:         25000,
+		QueueIdleHours:     24,
+		LogRetentionDays:   30,
+		ThrottleRate:       50,
+		ThrottleBurst:      100,
+		AssetDir:           "bin/lambda",
+		GitUsername:        DefaultGitUsername,
+		LambdaArchitecture: ArchARM64,
+		WorkerDockerfile:   "worker/Dockerfile",
 	}
 }
 
@@ -104,6 +119,15 @@ func FromContext(get Context) (Config, error) {
 	str("certificateArn", &c.CertificateArn)
 	str("alarmTopicArn", &c.AlarmTopicArn)
 	str("assetDir", &c.AssetDir)
+	str("gitUsername", &c.GitUsername)
+	str("lambdaArchitecture", &c.LambdaArchitecture)
+	if v := get("scriptAgent"); v != nil {
+		b, err := strconv.ParseBool(strings.TrimSpace(fmt.Sprint(v)))
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("context scriptAgent: %q is not true or false", fmt.Sprint(v)))
+		}
+		c.ScriptAgent = b
+	}
 	num("workerCpu", &c.WorkerCPU)
 	num("workerMemory", &c.WorkerMemory)
 	num("maxWorkers", &c.MaxWorkers)
@@ -136,6 +160,30 @@ func FromContext(get Context) (Config, error) {
 }
 
 var identifier = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// DefaultGitUsername is the user name GitHub takes with an installation or
+// fine-grained token.
+const DefaultGitUsername = "x-access-token"
+
+// Lambda architectures (context lambdaArchitecture).
+const (
+	ArchARM64 = "arm64"
+	ArchX8664 = "x86_64"
+)
+
+// validGitUsername: 1 to 256 printable ASCII characters without ':', which
+// would end the user part of a credential.
+func validGitUsername(u string) bool {
+	if len(u) < 1 || len(u) > 256 {
+		return false
+	}
+	for i := 0; i < len(u); i++ {
+		if u[i] < 0x20 || u[i] > 0x7e || u[i] == ':' {
+			return false
+		}
+	}
+	return true
+}
 
 // Agent families a deployment may allow (the functions accept these two;
 // the scripted agent is for tests and the local stacks).
@@ -178,7 +226,11 @@ func (c Config) Validate() error {
 	if len(c.House) > 32 {
 		errs = append(errs, fmt.Sprintf("house %q: at most 32 characters on AWS (queue and secret names carry it)", c.House))
 	}
-	if c.Repository != "" && !strings.HasPrefix(c.Repository, "https://") {
+	// The functions refuse to start without a repository: a stack
+	// without one would deploy and then fail every call.
+	if c.Repository == "" {
+		errs = append(errs, "repository: required, the house repository's https:// URL (-c repository=https://...; make REPOSITORY=...)")
+	} else if !strings.HasPrefix(c.Repository, "https://") {
 		errs = append(errs, fmt.Sprintf("repository %q: want an https:// URL (the git credential is a token)", c.Repository))
 	}
 	if len(c.AgentFamilies) == 0 {
@@ -226,6 +278,12 @@ func (c Config) Validate() error {
 	}
 	if c.ThrottleRate < 1 || c.ThrottleBurst < 1 {
 		errs = append(errs, "throttleRate and throttleBurst: want at least 1")
+	}
+	if !validGitUsername(c.GitUsername) {
+		errs = append(errs, fmt.Sprintf("gitUsername %q: want 1 to 256 printable ASCII characters without ':'", c.GitUsername))
+	}
+	if c.LambdaArchitecture != ArchARM64 && c.LambdaArchitecture != ArchX8664 {
+		errs = append(errs, fmt.Sprintf("lambdaArchitecture %q: want %s or %s", c.LambdaArchitecture, ArchARM64, ArchX8664))
 	}
 	if c.AssetDir == "" {
 		errs = append(errs, "assetDir: want the folder holding <function>/bootstrap")

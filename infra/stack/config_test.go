@@ -17,7 +17,7 @@ func TestFromContext(t *testing.T) {
 		{name: "defaults", check: func(t *testing.T, c stack.Config) {
 			if c.House != "main" || c.Backend != "galley" || c.Credential != "galley-token" || c.AwaitCapMs != 25000 ||
 				c.MaxWorkers != 10 || c.WorkerCPU != 1024 || c.WorkerMemory != 4096 || strings.Join(c.AgentFamilies, ",") != "claude,codex" ||
-				c.QueueIdleHours != 24 {
+				c.QueueIdleHours != 24 || c.GitUsername != "x-access-token" || c.LambdaArchitecture != "arm64" || c.ScriptAgent {
 				t.Errorf("defaults %+v", c)
 			}
 			if c.QueuePrefix() != "galley-main-" || c.SecretPrefix() != "galley/main/" || c.StackName() != "galley-main" {
@@ -53,6 +53,45 @@ func TestFromContext(t *testing.T) {
 		{name: "script is local only", ctx: map[string]any{"agentFamilies": "script"}, wantErr: `"script"`},
 		{name: "domain without certificate", ctx: map[string]any{"domainName": "g.example.com"}, wantErr: "both or neither"},
 		{name: "ssh repository", ctx: map[string]any{"repository": "git@example.com:h.git"}, wantErr: "https://"},
+		{name: "repository required", ctx: map[string]any{"repository": ""}, wantErr: "repository: required"},
+		{name: "repository blank", ctx: map[string]any{"repository": "  "}, wantErr: "repository: required"},
+		{name: "git username", ctx: map[string]any{"gitUsername": "oauth2"}, check: func(t *testing.T, c stack.Config) {
+			if c.GitUsername != "oauth2" {
+				t.Errorf("gitUsername %q", c.GitUsername)
+			}
+		}},
+		{name: "git username longest", ctx: map[string]any{"gitUsername": strings.Repeat("u", 256)}, check: func(t *testing.T, c stack.Config) {
+			if len(c.GitUsername) != 256 {
+				t.Errorf("gitUsername of %d characters", len(c.GitUsername))
+			}
+		}},
+		{name: "git username empty", ctx: map[string]any{"gitUsername": ""}, wantErr: "gitUsername"},
+		{name: "git username too long", ctx: map[string]any{"gitUsername": strings.Repeat("u", 257)}, wantErr: "gitUsername"},
+		{name: "git username colon", ctx: map[string]any{"gitUsername": "user:pass"}, wantErr: "gitUsername"},
+		{name: "git username control", ctx: map[string]any{"gitUsername": "us\ter"}, wantErr: "gitUsername"},
+		{name: "git username non-ascii", ctx: map[string]any{"gitUsername": "usér"}, wantErr: "gitUsername"},
+		{name: "x86 functions", ctx: map[string]any{"lambdaArchitecture": "x86_64"}, check: func(t *testing.T, c stack.Config) {
+			if c.LambdaArchitecture != "x86_64" {
+				t.Errorf("lambdaArchitecture %q", c.LambdaArchitecture)
+			}
+		}},
+		{name: "architecture", ctx: map[string]any{"lambdaArchitecture": "amd64"}, wantErr: "lambdaArchitecture"},
+		{name: "script agent from -c", ctx: map[string]any{"scriptAgent": "true"}, check: func(t *testing.T, c stack.Config) {
+			if !c.ScriptAgent {
+				t.Error("scriptAgent off")
+			}
+		}},
+		{name: "script agent from cdk.json", ctx: map[string]any{"scriptAgent": true}, check: func(t *testing.T, c stack.Config) {
+			if !c.ScriptAgent {
+				t.Error("scriptAgent off")
+			}
+		}},
+		{name: "script agent off", ctx: map[string]any{"scriptAgent": "false"}, check: func(t *testing.T, c stack.Config) {
+			if c.ScriptAgent {
+				t.Error("scriptAgent on")
+			}
+		}},
+		{name: "script agent not a bool", ctx: map[string]any{"scriptAgent": "yes please"}, wantErr: "scriptAgent"},
 		{name: "retention", ctx: map[string]any{"logRetentionDays": 31}, wantErr: "logRetentionDays"},
 		{name: "queue idle age", ctx: map[string]any{"queueIdleHours": "48"}, check: func(t *testing.T, c stack.Config) {
 			if c.QueueIdleHours != 48 {
@@ -63,7 +102,12 @@ func TestFromContext(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := stack.FromContext(func(k string) any { return tt.ctx[k] })
+			// Every case has a repository unless it sets its own.
+			ctx := map[string]any{"repository": "https://git.example.com/house.git"}
+			for k, v := range tt.ctx {
+				ctx[k] = v
+			}
+			c, err := stack.FromContext(func(k string) any { return ctx[k] })
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err %v, want one naming %s", err, tt.wantErr)
@@ -75,5 +119,20 @@ func TestFromContext(t *testing.T) {
 			}
 			tt.check(t, c)
 		})
+	}
+}
+
+// TestRepositoryRequired: with no repository at all the configuration is
+// refused, and so is the app: synth fails, it does not warn.
+func TestRepositoryRequired(t *testing.T) {
+	if _, err := stack.FromContext(func(string) any { return nil }); err == nil || !strings.Contains(err.Error(), "repository: required") {
+		t.Errorf("no context: err %v, want repository required", err)
+	}
+	if _, err := synth(map[string]any{"house": "norepo"}); err == nil || !strings.Contains(err.Error(), "repository: required") {
+		t.Errorf("synth without repository: err %v, want repository required", err)
+	}
+	cfg := stack.Defaults()
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "repository") {
+		t.Errorf("Defaults().Validate() = %v, want repository required", err)
 	}
 }

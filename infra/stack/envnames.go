@@ -22,6 +22,16 @@ const (
 	EnvRepository     = "GALLEY_REPOSITORY"       // the house's git repository URL
 	EnvWorkerEndpoint = "GALLEY_WORKER_ENDPOINT"  // the API's base URL, for the harness
 	EnvQueueIdleHours = "GALLEY_QUEUE_IDLE_HOURS" // reconciler: sweep doorbell queues unused this long (default 24)
+	EnvSecretGit      = "GALLEY_SECRET_GIT"       // git credential secret ARN (effects, reads: branches)
+	// EnvGitUsername is the user name sent with the git credential (context
+	// gitUsername, default x-access-token): on effects, reads and the
+	// worker container.
+	EnvGitUsername = "GALLEY_GIT_USERNAME"
+	// EnvDefaultAgent is the agent for launches that name none; the stack
+	// sets it (to script) on the effects function only with context
+	// scriptAgent=true, for smoke tests. GALLEY_AGENT_FAMILIES, which the
+	// descriptor declares, never includes script.
+	EnvDefaultAgent = "GALLEY_DEFAULT_AGENT"
 
 	// Beyond the list above, for RunTask: the container to override, and
 	// whether to give the task a public IP (the VPC has public subnets
@@ -33,14 +43,22 @@ const (
 	EnvWorkerSecretArn = "GALLEY_WORKER_SECRET_ARN"
 )
 
-// Environment of the worker task's container (set in the task definition;
-// none holds a secret value, only names and ARNs). The runtime adds the
-// worker's own identity and credential per task at RunTask.
+// Secrets of the worker task's container: ECS reads them from Secrets
+// Manager with the task's execution role when the task starts and sets
+// them in the container's environment (the container definition's
+// "secrets", which hold only the secrets' ARNs). The task role, which the
+// agent might reach, can read no secret.
 const (
-	EnvSecretAnthropic = "GALLEY_SECRET_ANTHROPIC" // ARN of the Anthropic API key secret
-	EnvSecretOpenAI    = "GALLEY_SECRET_OPENAI"    // ARN of the OpenAI API key secret
-	EnvSecretGit       = "GALLEY_SECRET_GIT"       // ARN of the git credential secret
-	EnvWorkspace       = "GALLEY_WORKSPACE"        // workspace root inside the task
+	EnvAnthropicAPIKey = "GALLEY_ANTHROPIC_API_KEY" // the anthropic secret
+	EnvOpenAIAPIKey    = "GALLEY_OPENAI_API_KEY"    // the openai secret (the harness hands it to Codex as CODEX_API_KEY)
+	EnvGitCredential   = "GALLEY_GIT_CREDENTIAL"    // the git-credential secret
+)
+
+// Plain environment of the worker task's container (set in the task
+// definition; configuration only). The runtime adds the worker's own
+// identity and bootstrap code per task at RunTask.
+const (
+	EnvWorkspace = "GALLEY_WORKSPACE" // workspace root inside the task
 	// EnvWorkspaceRoot is the workspaces file system's mount in the worker
 	// container (WorkspaceMount): set on the effects function, which makes
 	// every worktree below it, and on the container, whose remove-workspace
@@ -51,13 +69,17 @@ const (
 // WorkerContainerName is the worker task definition's only container.
 const WorkerContainerName = "worker"
 
-// StuckWorkers metric: namespace and name the service emits (as CloudWatch
-// embedded metric format in its logs) with dimension House=<house>: the
-// number of live workers whose last heartbeat is older than the service's
-// staleness bound.
+// Metrics in namespace galley with dimension House=<house>. The
+// reconciler emits the two gauges as CloudWatch embedded metric format in
+// its log on every housekeeping tick (every five minutes): StuckWorkers,
+// the live workers whose last heartbeat is older than the service's
+// staleness bound; LiveWorkers, the live (unsettled) workers, which the
+// launch cap counts. AwaitFailures comes from a metric filter on the API's
+// access log.
 const (
 	MetricNamespace     = "galley"
 	MetricStuckWorkers  = "StuckWorkers"
+	MetricLiveWorkers   = "LiveWorkers"
 	MetricAwaitFailures = "AwaitFailures"
 	MetricDimHouse      = "House"
 )

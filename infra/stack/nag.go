@@ -82,11 +82,15 @@ func (g *Galley) addNagSuppressions() {
 			"same check in a second invocation per call.")
 
 	suppress(g.TaskDefinition, "AwsSolutions-ECS2",
-		"The container environment holds configuration only (house, repository URL, API endpoint, workspace path, "+
-			"and the ARNs of the secrets); the harness reads secret values with the task role at run time, so no "+
-			"secret value is in the task definition or RunTask's overrides (asserted by the infra tests).")
+		"The container environment holds configuration only (house, repository URL, API endpoint, workspace paths, "+
+			"git user name); the provider keys and the git credential are container secrets that ECS reads from "+
+			"Secrets Manager with the execution role at task start, so no secret value is in the task definition or "+
+			"RunTask's overrides (asserted by the infra tests).")
 
 	suppress(g.ReconcilerDLQ, "AwsSolutions-SQS3",
 		"This queue is itself the dead-letter queue of the EventBridge rule's Lambda target; cdk-nag recognizes "+
 			"only SQS redrive policies as dead-letter use.")
+	suppress(g.ReconcilerFailures, "AwsSolutions-SQS3",
+		"This queue is itself the on-failure destination of the reconciler's asynchronous invocations (a "+
+			"dead-letter queue in all but name); cdk-nag recognizes only SQS redrive policies as dead-letter use.")
 }

@@ -20,6 +20,7 @@ const (
 	AlarmStuckWorkers    = "stuck-workers"
 	AlarmWorkersOverCap  = "workers-over-cap"
 	AlarmReconcilerDLQ   = "reconciler-dead-letters"
+	AlarmReconcilerFails = "reconciler-failures"
 	alarmFnErrorsSuffix  = "-errors"
 	alarmFnThrottlesSuff = "-throttles"
 )
@@ -38,26 +39,24 @@ func (g *Galley) awaitFailures() awscloudwatch.Metric {
 	})
 }
 
-// stuckWorkers is the gauge the service emits (docs/deploy.md).
-func (g *Galley) stuckWorkers() awscloudwatch.Metric {
+// gauge is one of the gauges the reconciler emits on every housekeeping
+// tick (embedded metric format, docs/deploy.md), at its 5-minute maximum.
+func (g *Galley) gauge(name string) awscloudwatch.Metric {
 	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 		Namespace:     jsii.String(MetricNamespace),
-		MetricName:    jsii.String(MetricStuckWorkers),
+		MetricName:    jsii.String(name),
 		DimensionsMap: &map[string]*string{MetricDimHouse: jsii.String(g.Config.House)},
 		Statistic:     jsii.String("Maximum"),
 		Period:        fiveMinutes(),
 	})
 }
 
-func (g *Galley) runningWorkers() awscloudwatch.Metric {
-	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
-		Namespace:     jsii.String("ECS/ContainerInsights"),
-		MetricName:    jsii.String("RunningTaskCount"),
-		DimensionsMap: &map[string]*string{"ClusterName": g.Cluster.ClusterName()},
-		Statistic:     jsii.String("Maximum"),
-		Period:        fiveMinutes(),
-	})
-}
+func (g *Galley) stuckWorkers() awscloudwatch.Metric { return g.gauge(MetricStuckWorkers) }
+
+// liveWorkers counts the unsettled workers, which the launch cap counts.
+// (The cluster runs no ECS service, so Container Insights' per-service
+// task counts never exist for it.)
+func (g *Galley) liveWorkers() awscloudwatch.Metric { return g.gauge(MetricLiveWorkers) }
 
 // addAlarms makes one alarm per failure an operator must hear about.
 func (g *Galley) addAlarms() {
@@ -117,13 +116,20 @@ func (g *Galley) addAlarms() {
 		g.stuckWorkers(), 1, 3, ge)
 
 	alarm("WorkersOverCapAlarm", AlarmWorkersOverCap,
-		fmt.Sprintf("more than maxWorkers (%d) worker tasks running for 10 minutes: tasks leaked or the cap is not enforced", g.Config.MaxWorkers),
-		g.runningWorkers(), float64(g.Config.MaxWorkers), 2, awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD)
+		fmt.Sprintf("live workers at maxWorkers (%d) for 10 minutes (metric galley/LiveWorkers): launches are refused "+
+			"as rate-limited; raise maxWorkers, or look for workers that do not settle", g.Config.MaxWorkers),
+		g.liveWorkers(), float64(g.Config.MaxWorkers), 2, ge)
 
 	alarm("ReconcilerDeadLettersAlarm", AlarmReconcilerDLQ,
-		"ECS task state changes the reconciler could not take: workers may not settle until the next observe",
+		"ECS task state changes EventBridge could not deliver to the reconciler for 6 hours: workers may not settle until the next observe",
 		g.ReconcilerDLQ.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: fiveMinutes(), Statistic: jsii.String("Maximum")}),
 		1, 1, ge)
+
+	alarm("ReconcilerFailuresAlarm", AlarmReconcilerFails,
+		"reconciler invocations that failed in the function after Lambda's 2 retries (kept in the ReconcilerFailures queue): "+
+			"a task state change not settled, or a housekeeping tick lost",
+		g.ReconcilerFailures.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: fiveMinutes(), Statistic: jsii.String("Maximum")}),
+		0, 1, awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD)
 }
 
 // addDashboard makes one dashboard with the API, the functions, the table,
@@ -170,11 +176,12 @@ func (g *Galley) addDashboard() {
 			{graph("Function invocations", invocations, nil), graph("Function duration (p99)", durations, nil)},
 			{graph("Function errors", errors, nil), graph("Function throttles", throttles, nil)},
 			{
-				graph("Workers", []awscloudwatch.IMetric{g.runningWorkers().With(&awscloudwatch.MetricOptions{Label: jsii.String("running tasks")})},
+				graph("Workers", []awscloudwatch.IMetric{g.liveWorkers().With(&awscloudwatch.MetricOptions{Label: jsii.String("live workers")})},
 					[]awscloudwatch.IMetric{g.stuckWorkers().With(&awscloudwatch.MetricOptions{Label: jsii.String("stuck workers")})}),
-				graph("await failures and reconciler dead letters", []awscloudwatch.IMetric{
+				graph("await failures and reconciler failures", []awscloudwatch.IMetric{
 					g.awaitFailures().With(&awscloudwatch.MetricOptions{Label: jsii.String("await 5xx")}),
-					g.ReconcilerDLQ.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Label: jsii.String("dead letters")}),
+					g.ReconcilerDLQ.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Label: jsii.String("undelivered events")}),
+					g.ReconcilerFailures.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Label: jsii.String("failed invocations")}),
 				}, nil),
 			},
 			{

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdadestinations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
@@ -93,7 +94,7 @@ var fnSpecs = map[string]fnSpec{
 	FnReads:      {256, 10, "galley reads: descriptor, inventory, observe, usage"},
 	FnMailbox:    {256, 29, "galley mailbox: deliveries next/acknowledge/await, runs/adopt"},
 	FnWorkerAPI:  {256, 29, "galley worker API for the harness (per-worker tokens)"},
-	FnReconciler: {256, 30, "galley reconciler: ECS task state changes settle workers; hourly, idle doorbell queues go"},
+	FnReconciler: {256, 30, "galley reconciler: ECS task state changes settle workers; every 5 minutes, gauges and (hourly) idle doorbell queues"},
 }
 
 // Galley is the synthesized deployment, with the constructs tests inspect.
@@ -126,10 +127,18 @@ type Galley struct {
 	// ProviderSecrets by short name (anthropic, openai, git-credential).
 	ProviderSecrets map[string]awssecretsmanager.Secret
 	TaskStateRule   awsevents.Rule
-	ReconcilerDLQ   awssqs.Queue
-	SweepRule       awsevents.Rule // hourly: the reconciler deletes idle doorbell queues
-	Alarms          map[string]awscloudwatch.Alarm
-	Dashboard       awscloudwatch.Dashboard
+	// ReconcilerDLQ keeps the task state changes EventBridge could not
+	// deliver to the reconciler.
+	ReconcilerDLQ awssqs.Queue
+	// ReconcilerFailures keeps the reconciler's asynchronous invocations
+	// (both rules') that failed in the function after Lambda's retries.
+	ReconcilerFailures awssqs.Queue
+	// HousekeepingRule ticks the reconciler every five minutes: it emits
+	// the StuckWorkers and LiveWorkers gauges, and at most hourly deletes
+	// idle doorbell queues.
+	HousekeepingRule awsevents.Rule
+	Alarms           map[string]awscloudwatch.Alarm
+	Dashboard        awscloudwatch.Dashboard
 	// Endpoint is the https URL kitchn binds to (a token until deploy).
 	Endpoint *string
 }
@@ -158,10 +167,10 @@ func NewGalleyStack(scope constructs.Construct, id string, cfg Config, props *aw
 	}
 	awscdk.Tags_Of(s).Add(jsii.String("galley:house"), jsii.String(cfg.House), nil)
 	awscdk.Tags_Of(s).Add(jsii.String("galley:backend"), jsii.String(cfg.Backend), nil)
-	if cfg.Repository == "" {
-		awscdk.Annotations_Of(s).AddWarningV2(jsii.String("galley:repository"), jsii.String(
-			"context repository is not set: this synthesizes, but the deployed functions refuse to start without "+
-				"GALLEY_REPOSITORY; deploy with -c repository=https://... (make deploy REPOSITORY=...)"), nil)
+	if cfg.ScriptAgent {
+		awscdk.Annotations_Of(s).AddWarningV2(jsii.String("galley:scriptAgent"), jsii.String(
+			"context scriptAgent is on: launches that name no agent run the scripted test agent "+
+				"(GALLEY_DEFAULT_AGENT=script on the effects function); for smoke tests, not for production"), nil)
 	}
 
 	g.addTable()
@@ -173,7 +182,7 @@ func NewGalleyStack(scope constructs.Construct, id string, cfg Config, props *aw
 	g.addFunctions()
 	g.addRoutes()
 	g.addReconcilerRule()
-	g.addSweepRule()
+	g.addHousekeepingRule()
 	g.addAlarms()
 	g.addDashboard()
 	g.addOutputs()
@@ -364,21 +373,15 @@ func (g *Galley) addWorkers() error {
 
 	g.TaskRole = awsiam.NewRole(g.Stack, jsii.String("WorkerTaskRole"), &awsiam.RoleProps{
 		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("ecs-tasks.amazonaws.com"), nil),
-		Description: jsii.String("galley worker task: reads only the provider-key and git-credential secrets"),
+		Description: jsii.String("galley worker task: mounts the workspaces; reads no secret"),
 	})
+	// The execution role is ECS's, never the task's: it pulls the image,
+	// writes the logs and reads the provider keys and the git credential
+	// once, at task start, into the container's environment.
 	g.ExecutionRole = awsiam.NewRole(g.Stack, jsii.String("WorkerExecutionRole"), &awsiam.RoleProps{
 		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("ecs-tasks.amazonaws.com"), nil),
-		Description: jsii.String("galley worker task execution: pulls the image, writes the task's logs"),
+		Description: jsii.String("galley worker task execution: pulls the image, writes the task's logs, injects the provider and git secrets"),
 	})
-	var secretArns []*string
-	for _, name := range []string{SecretAnthropic, SecretOpenAI, SecretGit} {
-		secretArns = append(secretArns, g.ProviderSecrets[name].SecretArn())
-	}
-	g.TaskRole.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Sid:       jsii.String("ReadProviderAndGitSecrets"),
-		Actions:   jsii.Strings("secretsmanager:GetSecretValue"),
-		Resources: &secretArns,
-	}))
 	g.addWorkspaces()
 
 	g.TaskDefinition = awsecs.NewFargateTaskDefinition(g.Stack, jsii.String("WorkerTask"), &awsecs.FargateTaskDefinitionProps{
@@ -432,18 +435,23 @@ func (g *Galley) addWorkers() error {
 			StreamPrefix: jsii.String("worker"),
 			LogGroup:     g.logGroup("WorkerLogs"),
 		}),
-		// Names and ARNs only: the harness reads secret values itself with
-		// the task role, so no value is in the task definition or in
-		// RunTask's overrides.
+		// Configuration only.
 		Environment: &map[string]*string{
-			EnvHouse:           jsii.String(cfg.House),
-			EnvRepository:      jsii.String(cfg.Repository),
-			EnvWorkerEndpoint:  g.Endpoint,
-			EnvWorkspace:       jsii.String("/workspace"),
-			EnvWorkspaceRoot:   jsii.String(WorkspaceMount),
-			EnvSecretAnthropic: g.ProviderSecrets[SecretAnthropic].SecretArn(),
-			EnvSecretOpenAI:    g.ProviderSecrets[SecretOpenAI].SecretArn(),
-			EnvSecretGit:       g.ProviderSecrets[SecretGit].SecretArn(),
+			EnvHouse:          jsii.String(cfg.House),
+			EnvRepository:     jsii.String(cfg.Repository),
+			EnvWorkerEndpoint: g.Endpoint,
+			EnvWorkspace:      jsii.String("/workspace"),
+			EnvWorkspaceRoot:  jsii.String(WorkspaceMount),
+			EnvGitUsername:    jsii.String(cfg.GitUsername),
+		},
+		// ECS reads these with the execution role at task start (the
+		// definition holds only the ARNs), so the task role, which the
+		// agent might reach, needs no secret; a value put later reaches
+		// only tasks started later.
+		Secrets: &map[string]awsecs.Secret{
+			EnvAnthropicAPIKey: awsecs.Secret_FromSecretsManager(g.ProviderSecrets[SecretAnthropic], nil),
+			EnvOpenAIAPIKey:    awsecs.Secret_FromSecretsManager(g.ProviderSecrets[SecretOpenAI], nil),
+			EnvGitCredential:   awsecs.Secret_FromSecretsManager(g.ProviderSecrets[SecretGit], nil),
 		},
 	})
 	worker.AddMountPoints(&awsecs.MountPoint{
@@ -591,12 +599,20 @@ func (g *Galley) addFunctions() {
 		if name != FnWorkerAPI && name != FnReconciler {
 			fenv[EnvTokenSecretArn] = g.TokenSecret.SecretArn()
 		}
-		if name == FnEffects {
-			// Launch creates the worker's branch in the house repository,
-			// and its worktree on the workspaces file system; release
-			// removes the worktree with a cleanup task.
+		if name == FnEffects || name == FnReads {
+			// Launch creates the worker's branch in the house repository;
+			// reads checks that branches are still there (liveness), which
+			// a private repository answers only with the credential.
 			fenv[EnvSecretGit] = g.ProviderSecrets[SecretGit].SecretArn()
+			fenv[EnvGitUsername] = jsii.String(cfg.GitUsername)
+		}
+		if name == FnEffects {
+			// Launch makes the worker's worktree on the workspaces file
+			// system; release removes it with a cleanup task.
 			fenv[EnvWorkspaceRoot] = jsii.String(WorkspaceMount)
+			if cfg.ScriptAgent {
+				fenv[EnvDefaultAgent] = jsii.String("script")
+			}
 		}
 		if name == FnEffects || name == FnWorkerAPI {
 			fenv[EnvWorkerSecretArn] = g.WorkerSecret.SecretArn()
@@ -607,7 +623,7 @@ func (g *Galley) addFunctions() {
 		fn := awslambda.NewFunction(g.Stack, jsii.String(id), &awslambda.FunctionProps{
 			Description:   jsii.String(spec.desc),
 			Runtime:       awslambda.Runtime_PROVIDED_AL2023(),
-			Architecture:  awslambda.Architecture_ARM_64(),
+			Architecture:  g.lambdaArchitecture(),
 			Handler:       jsii.String("bootstrap"),
 			Code:          awslambda.Code_FromAsset(jsii.String(filepath.Join(cfg.AssetDir, name)), nil),
 			Role:          role,
@@ -622,6 +638,13 @@ func (g *Galley) addFunctions() {
 		g.Roles[name] = role
 	}
 	g.grantFunctions()
+}
+
+func (g *Galley) lambdaArchitecture() awslambda.Architecture {
+	if g.Config.LambdaArchitecture == ArchX8664 {
+		return awslambda.Architecture_X86_64()
+	}
+	return awslambda.Architecture_ARM_64()
 }
 
 // grantFunctions gives each function's role exactly what its routes need.
@@ -677,6 +700,8 @@ func (g *Galley) grantFunctions() {
 	stmt(reads, "DescribeWorkerTasks", []string{"ecs:DescribeTasks"}, tasks, inCluster)
 	listTasks(reads)
 	stmt(reads, "ReadBearerToken", []string{"secretsmanager:GetSecretValue"}, token, nil)
+	stmt(reads, "ReadGitCredential", []string{"secretsmanager:GetSecretValue"},
+		[]*string{g.ProviderSecrets[SecretGit].SecretArn()}, nil)
 
 	mailbox := g.Roles[FnMailbox]
 	g.Table.GrantReadWriteData(mailbox)
@@ -694,7 +719,7 @@ func (g *Galley) grantFunctions() {
 	// The reconciler settles workers; a settled worker's report rings the
 	// coordinator's doorbell so a waiting await wakes at once. It also
 	// stops a task that outlives its settled worker (found by startedBy),
-	// and every hour deletes the doorbell queues nobody listened on for
+	// and at most hourly deletes the doorbell queues nobody listened on for
 	// queueIdleHours (sqsbell's Sweep). ListQueues names no queue, so AWS
 	// requires Resource "*" (it only lists names); reading tags and
 	// deleting stay on this house's queues.
@@ -736,12 +761,29 @@ func (g *Galley) addRoutes() {
 }
 
 // addReconcilerRule sends the worker cluster's task state changes to the
-// reconciler; events it fails to take land in a TLS-only queue.
+// reconciler. Two layers of retry, each with a queue for what is left:
+// EventBridge retries a failed delivery (throttling, the function
+// unreachable) for up to 6 hours, then puts the event in a TLS-only
+// dead-letter queue; a delivered invocation is asynchronous, so the
+// function's own errors are retried twice by Lambda and then go to the
+// on-failure queue, instead of being dropped. Both queues are alarmed.
 func (g *Galley) addReconcilerRule() {
-	g.ReconcilerDLQ = awssqs.NewQueue(g.Stack, jsii.String("ReconcilerDeadLetters"), &awssqs.QueueProps{
-		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
-		EnforceSSL:      jsii.Bool(true),
-		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
+	queue := func(id string) awssqs.Queue {
+		return awssqs.NewQueue(g.Stack, jsii.String(id), &awssqs.QueueProps{
+			Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+			EnforceSSL:      jsii.Bool(true),
+			RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
+		})
+	}
+	g.ReconcilerDLQ = queue("ReconcilerDeadLetters")
+	g.ReconcilerFailures = queue("ReconcilerFailures")
+	reconciler := g.Functions[FnReconciler]
+	// The destination grants the reconciler's role sqs:SendMessage on the
+	// queue; it applies to every asynchronous invocation, so to both rules.
+	reconciler.ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{
+		OnFailure:     awslambdadestinations.NewSqsDestination(g.ReconcilerFailures),
+		RetryAttempts: jsii.Number(2),
+		MaxEventAge:   awscdk.Duration_Hours(jsii.Number(6)),
 	})
 	g.TaskStateRule = awsevents.NewRule(g.Stack, jsii.String("TaskStateChanges"), &awsevents.RuleProps{
 		Description: jsii.String("galley worker tasks' state changes to the reconciler"),
@@ -753,23 +795,29 @@ func (g *Galley) addReconcilerRule() {
 			},
 		},
 	})
-	g.TaskStateRule.AddTarget(awseventstargets.NewLambdaFunction(g.Functions[FnReconciler], &awseventstargets.LambdaFunctionProps{
+	g.TaskStateRule.AddTarget(awseventstargets.NewLambdaFunction(reconciler, &awseventstargets.LambdaFunctionProps{
 		DeadLetterQueue: g.ReconcilerDLQ,
 		MaxEventAge:     awscdk.Duration_Hours(jsii.Number(6)),
 		RetryAttempts:   jsii.Number(20),
 	}))
 }
 
-// addSweepRule has the reconciler sweep the idle doorbell queues every hour.
-// A missed tick costs nothing (the next one sweeps), so the target gets no
-// dead-letter queue and an event is not kept past the next tick.
-func (g *Galley) addSweepRule() {
-	g.SweepRule = awsevents.NewRule(g.Stack, jsii.String("DoorbellSweep"), &awsevents.RuleProps{
-		Description: jsii.String(fmt.Sprintf("galley: hourly, the reconciler deletes doorbell queues idle for %d hours", g.Config.QueueIdleHours)),
-		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Hours(jsii.Number(1))),
+// HousekeepingRate is the reconciler's housekeeping tick.
+const HousekeepingRate = "rate(5 minutes)"
+
+// addHousekeepingRule ticks the reconciler every five minutes: on every
+// tick it emits the StuckWorkers and LiveWorkers gauges the alarms watch,
+// and at most hourly it deletes the idle doorbell queues. A missed tick
+// costs nothing (the next one comes), so the target gets no dead-letter
+// queue and a delivery is not tried past the next tick.
+func (g *Galley) addHousekeepingRule() {
+	g.HousekeepingRule = awsevents.NewRule(g.Stack, jsii.String("Housekeeping"), &awsevents.RuleProps{
+		Description: jsii.String(fmt.Sprintf("galley: every 5 minutes the reconciler emits its worker gauges; "+
+			"hourly it deletes doorbell queues idle for %d hours", g.Config.QueueIdleHours)),
+		Schedule: awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(5))),
 	})
-	g.SweepRule.AddTarget(awseventstargets.NewLambdaFunction(g.Functions[FnReconciler], &awseventstargets.LambdaFunctionProps{
-		MaxEventAge:   awscdk.Duration_Hours(jsii.Number(1)),
+	g.HousekeepingRule.AddTarget(awseventstargets.NewLambdaFunction(g.Functions[FnReconciler], &awseventstargets.LambdaFunctionProps{
+		MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(4)),
 		RetryAttempts: jsii.Number(2),
 	}))
 }

@@ -365,7 +365,7 @@ func TestFunctionEnvironment(t *testing.T) {
 		token, worker, git bool
 	}{
 		{stack.FnEffects, true, true, true},
-		{stack.FnReads, true, false, false},
+		{stack.FnReads, true, false, true},
 		{stack.FnMailbox, true, false, false},
 		{stack.FnWorkerAPI, false, true, false},
 		{stack.FnReconciler, false, false, false},
@@ -400,6 +400,14 @@ func TestFunctionEnvironment(t *testing.T) {
 			if _, ok := env[stack.EnvQueueIdleHours]; ok != (tt.fn == stack.FnReconciler) {
 				t.Errorf("%s set: %v", stack.EnvQueueIdleHours, ok)
 			}
+			// The git user name goes with the git credential.
+			if v, ok := env[stack.EnvGitUsername]; ok != tt.git || (ok && v != "x-access-token") {
+				t.Errorf("%s = %v (set %v), want x-access-token where the credential is", stack.EnvGitUsername, v, ok)
+			}
+			// The scripted agent is off by default: no default agent set.
+			if v, ok := env[stack.EnvDefaultAgent]; ok {
+				t.Errorf("%s = %v without scriptAgent", stack.EnvDefaultAgent, v)
+			}
 			// Only references to secrets, never a resolved value.
 			raw, _ := json.Marshal(env)
 			if strings.Contains(string(raw), "resolve:secretsmanager") {
@@ -418,6 +426,8 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 	listen := []string{"sqs:CreateQueue", "sqs:DeleteMessage", "sqs:ReceiveMessage", "sqs:TagQueue"}
 	ring := []string{"sqs:CreateQueue", "sqs:SendMessage", "sqs:TagQueue"}
 	secret := []string{"secretsmanager:GetSecretValue"}
+	// CDK's SQS destination grants what sending takes (grantSendMessages).
+	failures := []string{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}
 	join := func(parts ...[]string) []string {
 		var out []string
 		for _, p := range parts {
@@ -435,8 +445,9 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 		{stack.FnReads, join(logs, dynamoRead, secret, []string{"ecs:DescribeTasks", "ecs:ListTasks"})},
 		{stack.FnMailbox, join(logs, dynamoWrite, listen, secret)},
 		{stack.FnWorkerAPI, join(logs, dynamoWrite, listen, ring, secret)},
-		// The sweep of idle doorbell queues: exactly these three.
-		{stack.FnReconciler, join(logs, dynamoWrite, ring, []string{"ecs:StopTask", "ecs:ListTasks",
+		// The sweep of idle doorbell queues: exactly these three; and
+		// what the on-failure destination needs of its queue.
+		{stack.FnReconciler, join(logs, dynamoWrite, ring, failures, []string{"ecs:StopTask", "ecs:ListTasks",
 			"sqs:ListQueues", "sqs:ListQueueTags", "sqs:DeleteQueue"})},
 	}
 	table := s.id(s.g.Table)
@@ -472,6 +483,11 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 				case strings.HasPrefix(st.Actions[0], "dynamodb:"):
 					if !jsonEq(st.Resources, []any{getArn(table), map[string]any{"Fn::Join": []any{"", []any{getArn(table), "/index/*"}}}}) {
 						t.Errorf("dynamodb on %s, want the table and its indexes", raw)
+					}
+				case tt.fn == stack.FnReconciler && jsonEq(st.Resources, []any{getArn(s.id(s.g.ReconcilerFailures))}):
+					// The on-failure destination: sending, on that queue only.
+					if !slices.Equal(st.Actions, failures) {
+						t.Errorf("on the failures queue: %v, want %v", st.Actions, failures)
 					}
 				case strings.HasPrefix(st.Actions[0], "sqs:"):
 					if !strings.Contains(string(raw), `":galley-kitchen_1-*"`) || strings.Count(string(raw), "*") != 1 {
@@ -536,10 +552,12 @@ func TestSecretsReadOnlyByTheirUsers(t *testing.T) {
 		role  constructs.IConstruct
 		reads []string
 	}{
-		{"worker task role", g.TaskRole, []string{"anthropic", "git", "openai"}},
-		{"worker execution role", g.ExecutionRole, nil},
+		// The agent might reach the task role's credentials: no secret.
+		{"worker task role", g.TaskRole, nil},
+		// ECS injects the container's secrets with the execution role.
+		{"worker execution role", g.ExecutionRole, []string{"anthropic", "git", "openai"}},
 		{"effects", g.Roles[stack.FnEffects], []string{"git", "token", "workerKey"}},
-		{"reads", g.Roles[stack.FnReads], []string{"token"}},
+		{"reads", g.Roles[stack.FnReads], []string{"git", "token"}},
 		{"mailbox", g.Roles[stack.FnMailbox], []string{"token"}},
 		{"workerapi", g.Roles[stack.FnWorkerAPI], []string{"workerKey"}},
 		{"reconciler", g.Roles[stack.FnReconciler], nil},
@@ -560,7 +578,30 @@ func TestSecretsReadOnlyByTheirUsers(t *testing.T) {
 			if !slices.Equal(got, tt.reads) {
 				t.Errorf("can read %v, want %v", got, tt.reads)
 			}
+			// No Secrets Manager action at all beyond those reads: not on
+			// any other secret, not on "*".
+			for _, st := range sts {
+				for _, a := range st.Actions {
+					if !strings.HasPrefix(a, "secretsmanager:") {
+						continue
+					}
+					for _, r := range st.Resources {
+						id, _ := r.(map[string]any)["Ref"].(string)
+						if r == "*" || id == "" {
+							t.Errorf("%s on %v", a, r)
+						}
+					}
+				}
+			}
 		})
+	}
+	// The task role has no Secrets Manager action whatever.
+	for _, st := range s.statements(s.id(g.TaskRole)) {
+		for _, a := range st.Actions {
+			if strings.HasPrefix(a, "secretsmanager:") {
+				t.Errorf("worker task role may %s on %v", a, st.Resources)
+			}
+		}
 	}
 }
 
@@ -594,7 +635,7 @@ func TestTableHasPITRTTLAndProtection(t *testing.T) {
 	check(t, "one table", func() { s.tmpl.ResourceCountIs(jsii.String("AWS::DynamoDB::Table"), jsii.Number(1)) })
 }
 
-func TestTaskDefinitionHoldsNoSecret(t *testing.T) {
+func TestTaskDefinitionHoldsNoSecretValue(t *testing.T) {
 	s := deployment(t)
 	td := props(s.resources("AWS::ECS::TaskDefinition")[s.id(s.g.TaskDefinition)])
 	if !jsonEq(td["RuntimePlatform"], map[string]any{"CpuArchitecture": "ARM64", "OperatingSystemFamily": "LINUX"}) {
@@ -614,41 +655,64 @@ func TestTaskDefinitionHoldsNoSecret(t *testing.T) {
 	if c["Name"] != stack.WorkerContainerName {
 		t.Errorf("container %v, want %s", c["Name"], stack.WorkerContainerName)
 	}
-	if _, ok := c["Secrets"]; ok {
-		t.Errorf("container injects secrets %v: the harness reads them itself", c["Secrets"])
+	// The provider keys and the git credential are container secrets:
+	// ECS reads each by its ARN (the secret's Ref) at task start.
+	wantSecrets := []any{
+		map[string]any{"Name": stack.EnvAnthropicAPIKey, "ValueFrom": ref(s.id(s.g.ProviderSecrets[stack.SecretAnthropic]))},
+		map[string]any{"Name": stack.EnvGitCredential, "ValueFrom": ref(s.id(s.g.ProviderSecrets[stack.SecretGit]))},
+		map[string]any{"Name": stack.EnvOpenAIAPIKey, "ValueFrom": ref(s.id(s.g.ProviderSecrets[stack.SecretOpenAI]))},
 	}
+	gotSecrets := slices.Clone(list(c["Secrets"]))
+	slices.SortFunc(gotSecrets, func(a, b any) int {
+		return strings.Compare(a.(map[string]any)["Name"].(string), b.(map[string]any)["Name"].(string))
+	})
+	if !jsonEq(gotSecrets, wantSecrets) {
+		t.Errorf("container secrets %v, want %v", gotSecrets, wantSecrets)
+	}
+	check(t, "container secrets", func() {
+		s.tmpl.HasResourceProperties(jsii.String("AWS::ECS::TaskDefinition"), map[string]any{
+			"ContainerDefinitions": []any{assertions.Match_ObjectLike(&map[string]any{
+				"Name":    stack.WorkerContainerName,
+				"Secrets": assertions.Match_ArrayWith(&[]any{wantSecrets[0], wantSecrets[1], wantSecrets[2]}),
+			})},
+		})
+	})
 	raw, _ := json.Marshal(td)
 	if strings.Contains(string(raw), "resolve:secretsmanager") || strings.Contains(string(raw), "SecretString") {
 		t.Errorf("task definition resolves a secret value")
 	}
-	// Every variable is plain configuration or the ARN of a secret the
-	// task may read; never kitchn's token or the worker signing key.
-	allowedSecretRefs := map[string]bool{
-		s.id(s.g.ProviderSecrets[stack.SecretAnthropic]): true,
-		s.id(s.g.ProviderSecrets[stack.SecretOpenAI]):    true,
-		s.id(s.g.ProviderSecrets[stack.SecretGit]):       true,
-	}
+	// Every variable is plain configuration: no secret's ARN at all (the
+	// harness has no business with Secrets Manager), nothing named like a
+	// credential.
 	secretIDs := map[string]bool{}
 	for id := range s.resources("AWS::SecretsManager::Secret") {
 		secretIDs[id] = true
 	}
-	names := map[string]bool{}
+	names := map[string]any{}
 	for _, e := range c["Environment"].([]any) {
 		e := e.(map[string]any)
 		name := e["Name"].(string)
-		names[name] = true
-		if regexp.MustCompile(`(?i)token|password|api_?key`).MatchString(name) {
+		names[name] = e["Value"]
+		if regexp.MustCompile(`(?i)token|password|api_?key|credential|secret`).MatchString(name) {
 			t.Errorf("variable %s looks like a credential", name)
 		}
 		if r, ok := e["Value"].(map[string]any); ok {
-			if id, ok := r["Ref"].(string); ok && secretIDs[id] && !allowedSecretRefs[id] {
-				t.Errorf("variable %s names secret %s, which the task must not know", name, id)
+			if id, ok := r["Ref"].(string); ok && secretIDs[id] {
+				t.Errorf("variable %s names secret %s", name, id)
 			}
 		}
 	}
-	for _, want := range []string{stack.EnvWorkerEndpoint, stack.EnvSecretAnthropic, stack.EnvSecretOpenAI, stack.EnvSecretGit, stack.EnvWorkspace} {
-		if !names[want] {
+	for _, want := range []string{stack.EnvWorkerEndpoint, stack.EnvWorkspace, stack.EnvHouse, stack.EnvRepository, stack.EnvGitUsername} {
+		if _, ok := names[want]; !ok {
 			t.Errorf("missing %s", want)
+		}
+	}
+	if names[stack.EnvGitUsername] != "x-access-token" {
+		t.Errorf("%s = %v, want x-access-token", stack.EnvGitUsername, names[stack.EnvGitUsername])
+	}
+	for _, gone := range []string{"GALLEY_SECRET_ANTHROPIC", "GALLEY_SECRET_OPENAI", stack.EnvSecretGit} {
+		if _, ok := names[gone]; ok {
+			t.Errorf("container still has %s", gone)
 		}
 	}
 	lp := c["LinuxParameters"].(map[string]any)
@@ -685,7 +749,7 @@ func TestEventRuleTargetsReconciler(t *testing.T) {
 	rules := s.resources("AWS::Events::Rule")
 	rule := props(rules[s.id(s.g.TaskStateRule)])
 	if len(rules) != 2 {
-		t.Errorf("%d rules, want 2 (task state changes, the hourly sweep)", len(rules))
+		t.Errorf("%d rules, want 2 (task state changes, housekeeping)", len(rules))
 	}
 	wantPattern := map[string]any{
 		"detail":      map[string]any{"clusterArn": []any{getArn(s.id(s.g.Cluster))}},
@@ -705,6 +769,10 @@ func TestEventRuleTargetsReconciler(t *testing.T) {
 	}
 	if !jsonEq(target["DeadLetterConfig"], map[string]any{"Arn": getArn(s.id(s.g.ReconcilerDLQ))}) {
 		t.Errorf("dead letters %v", target["DeadLetterConfig"])
+	}
+	// EventBridge retries delivery for up to 6 hours.
+	if !jsonEq(target["RetryPolicy"], map[string]any{"MaximumEventAgeInSeconds": 21600.0, "MaximumRetryAttempts": 20.0}) {
+		t.Errorf("retry policy %v, want 6 h and 20 attempts", target["RetryPolicy"])
 	}
 	check(t, "events may invoke the reconciler", func() {
 		s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), map[string]any{
@@ -728,17 +796,20 @@ func TestEventRuleTargetsReconciler(t *testing.T) {
 	})
 }
 
-// The hourly schedule reaches the reconciler, which sweeps the idle
-// doorbell queues; only the reconciler may delete them, and only this
-// house's.
-func TestSweepScheduleTargetsReconciler(t *testing.T) {
+// The five-minute housekeeping schedule reaches the reconciler, which
+// emits the worker gauges and sweeps the idle doorbell queues; only the
+// reconciler may delete them, and only this house's.
+func TestHousekeepingScheduleTargetsReconciler(t *testing.T) {
 	s := deployment(t)
-	rule := props(s.resources("AWS::Events::Rule")[s.id(s.g.SweepRule)])
-	if rule["ScheduleExpression"] != "rate(1 hour)" || rule["State"] != "ENABLED" {
-		t.Errorf("schedule %v state %v, want rate(1 hour) ENABLED", rule["ScheduleExpression"], rule["State"])
+	rule := props(s.resources("AWS::Events::Rule")[s.id(s.g.HousekeepingRule)])
+	if stack.HousekeepingRate != "rate(5 minutes)" {
+		t.Errorf("HousekeepingRate %s", stack.HousekeepingRate)
+	}
+	if rule["ScheduleExpression"] != stack.HousekeepingRate || rule["State"] != "ENABLED" {
+		t.Errorf("schedule %v state %v, want rate(5 minutes) ENABLED", rule["ScheduleExpression"], rule["State"])
 	}
 	if _, ok := rule["EventPattern"]; ok {
-		t.Errorf("the sweep rule matches events too: %v", rule["EventPattern"])
+		t.Errorf("the housekeeping rule matches events too: %v", rule["EventPattern"])
 	}
 	targets := list(rule["Targets"])
 	if len(targets) != 1 {
@@ -749,13 +820,23 @@ func TestSweepScheduleTargetsReconciler(t *testing.T) {
 		t.Errorf("target %v, want the reconciler", target["Arn"])
 	} else if _, ok := target["Input"]; ok {
 		t.Errorf("target input %v: the reconciler recognises the Scheduled Event itself", target["Input"])
+	} else {
+		// A missed tick is left to the next: no dead letters, and no
+		// delivery tried past the next tick.
+		if dl, ok := target["DeadLetterConfig"]; ok {
+			t.Errorf("housekeeping target has dead letters %v", dl)
+		}
+		rp, _ := target["RetryPolicy"].(map[string]any)
+		if age, _ := rp["MaximumEventAgeInSeconds"].(float64); age < 60 || age > 300 {
+			t.Errorf("housekeeping event age %v, want 60 to 300 s (within a tick)", rp["MaximumEventAgeInSeconds"])
+		}
 	}
 	check(t, "the schedule may invoke the reconciler", func() {
 		s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), map[string]any{
 			"Action":       "lambda:InvokeFunction",
 			"FunctionName": reconciler,
 			"Principal":    "events.amazonaws.com",
-			"SourceArn":    getArn(s.id(s.g.SweepRule)),
+			"SourceArn":    getArn(s.id(s.g.HousekeepingRule)),
 		})
 	})
 	env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[stack.FnReconciler])])["Environment"].(map[string]any)["Variables"].(map[string]any)
@@ -827,7 +908,8 @@ func TestAlarmsAndDashboardExist(t *testing.T) {
 	for _, a := range s.resources("AWS::CloudWatch::Alarm") {
 		byName[props(a)["AlarmName"].(string)] = props(a)
 	}
-	want := []string{stack.AlarmAPI5xx, stack.AlarmAwaitFailures, stack.AlarmStuckWorkers, stack.AlarmWorkersOverCap, stack.AlarmReconcilerDLQ}
+	want := []string{stack.AlarmAPI5xx, stack.AlarmAwaitFailures, stack.AlarmStuckWorkers, stack.AlarmWorkersOverCap,
+		stack.AlarmReconcilerDLQ, stack.AlarmReconcilerFails}
 	for _, fn := range stack.FunctionNames {
 		want = append(want, fn+"-errors", fn+"-throttles")
 	}
@@ -839,10 +921,37 @@ func TestAlarmsAndDashboardExist(t *testing.T) {
 	if len(byName) != len(want) {
 		t.Errorf("%d alarms, want %d", len(byName), len(want))
 	}
-	stuck := byName["galley-kitchen_1-"+stack.AlarmStuckWorkers]
-	if stuck["Namespace"] != "galley" || stuck["MetricName"] != "StuckWorkers" ||
-		!jsonEq(stuck["Dimensions"], []any{map[string]any{"Name": "House", "Value": "kitchen_1"}}) {
-		t.Errorf("stuck workers alarm watches %v/%v %v", stuck["Namespace"], stuck["MetricName"], stuck["Dimensions"])
+	// Both gauges are the reconciler's (namespace galley, House dimension),
+	// at their 5-minute maximum.
+	house := []any{map[string]any{"Name": "House", "Value": "kitchen_1"}}
+	for _, c := range []struct {
+		alarm, metric, op  string
+		threshold, periods float64
+	}{
+		{stack.AlarmStuckWorkers, "StuckWorkers", "GreaterThanOrEqualToThreshold", 1, 3},
+		// At the cap launches are refused as rate-limited: alarm at it.
+		{stack.AlarmWorkersOverCap, "LiveWorkers", "GreaterThanOrEqualToThreshold", 10, 2},
+	} {
+		a := byName["galley-kitchen_1-"+c.alarm]
+		if a["Namespace"] != "galley" || a["MetricName"] != c.metric || !jsonEq(a["Dimensions"], house) ||
+			a["Statistic"] != "Maximum" || a["Period"] != 300.0 {
+			t.Errorf("%s watches %v/%v %v %v/%v, want galley/%s House=kitchen_1 Maximum/300", c.alarm,
+				a["Namespace"], a["MetricName"], a["Dimensions"], a["Statistic"], a["Period"], c.metric)
+		}
+		if a["ComparisonOperator"] != c.op || a["Threshold"] != c.threshold || a["EvaluationPeriods"] != c.periods {
+			t.Errorf("%s fires %v %v for %v periods, want %s %v for %v", c.alarm,
+				a["ComparisonOperator"], a["Threshold"], a["EvaluationPeriods"], c.op, c.threshold, c.periods)
+		}
+	}
+	if stack.MetricLiveWorkers != "LiveWorkers" || stack.MetricStuckWorkers != "StuckWorkers" {
+		t.Errorf("metric names %s %s", stack.MetricLiveWorkers, stack.MetricStuckWorkers)
+	}
+	// No alarm watches a metric nothing emits: Container Insights' per-
+	// service counts never exist for a cluster without services.
+	for name, a := range byName {
+		if ns, _ := a["Namespace"].(string); ns == "ECS/ContainerInsights" {
+			t.Errorf("%s watches %s/%v", name, ns, a["MetricName"])
+		}
 	}
 	mailboxErrors := byName["galley-kitchen_1-mailbox-errors"]
 	if mailboxErrors["MetricName"] != "Errors" || !jsonEq(mailboxErrors["Dimensions"], []any{map[string]any{"Name": "FunctionName", "Value": ref(s.id(s.g.Functions[stack.FnMailbox]))}}) {
@@ -984,6 +1093,151 @@ func TestNagHasNoUnsuppressedErrors(t *testing.T) {
 		})
 		if found != 1 {
 			t.Errorf("control: %d SMG4 errors, want 1", found)
+		}
+	})
+}
+
+// TestReconcilerFailuresKeptAndAlarmed: the reconciler's asynchronous
+// invocations that fail in the function go, after Lambda's two retries, to
+// an encrypted TLS-only queue kept 14 days, which is alarmed; the
+// EventBridge dead-letter queue stays beside it.
+func TestReconcilerFailuresKeptAndAlarmed(t *testing.T) {
+	s := deployment(t)
+	fn := s.id(s.g.Functions[stack.FnReconciler])
+	failures := s.id(s.g.ReconcilerFailures)
+	if failures == s.id(s.g.ReconcilerDLQ) {
+		t.Fatal("the failures queue is the dead-letter queue")
+	}
+	check(t, "async invoke config", func() {
+		s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::EventInvokeConfig"), map[string]any{
+			"FunctionName":             ref(fn),
+			"Qualifier":                "$LATEST",
+			"MaximumRetryAttempts":     2,
+			"MaximumEventAgeInSeconds": 21600,
+			"DestinationConfig": map[string]any{
+				"OnFailure": map[string]any{"Destination": getArn(failures)},
+			},
+		})
+	})
+	// Only the reconciler's asynchronous invocations are configured so.
+	check(t, "one async invoke config", func() {
+		s.tmpl.ResourceCountIs(jsii.String("AWS::Lambda::EventInvokeConfig"), jsii.Number(1))
+	})
+	q := props(s.resources("AWS::SQS::Queue")[failures])
+	if q["SqsManagedSseEnabled"] != true || q["MessageRetentionPeriod"] != 1209600.0 {
+		t.Errorf("failures queue %v, want SQS-managed encryption and 14 days", q)
+	}
+	check(t, "failures queue refuses plain HTTP", func() {
+		s.tmpl.HasResourceProperties(jsii.String("AWS::SQS::QueuePolicy"), map[string]any{
+			"PolicyDocument": map[string]any{"Statement": assertions.Match_ArrayWith(&[]any{map[string]any{
+				"Action":    "sqs:*",
+				"Condition": map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}},
+				"Effect":    "Deny",
+				"Principal": map[string]any{"AWS": "*"},
+				"Resource":  getArn(failures),
+			}})},
+		})
+	})
+	// The reconciler's role may send to it (Lambda sends with the
+	// function's role); no other function's may.
+	for _, name := range stack.FunctionNames {
+		got := allows(s.statements(s.id(s.g.Roles[name])), "sqs:SendMessage", getArn(failures))
+		if got != (name == stack.FnReconciler) {
+			t.Errorf("%s may send to the failures queue: %v", name, got)
+		}
+	}
+	var alarm map[string]any
+	for _, a := range s.resources("AWS::CloudWatch::Alarm") {
+		if props(a)["AlarmName"] == "galley-kitchen_1-"+stack.AlarmReconcilerFails {
+			alarm = props(a)
+		}
+	}
+	if alarm == nil {
+		t.Fatal("no reconciler-failures alarm")
+	}
+	if alarm["Namespace"] != "AWS/SQS" || alarm["MetricName"] != "ApproximateNumberOfMessagesVisible" ||
+		!jsonEq(alarm["Dimensions"], []any{map[string]any{"Name": "QueueName", "Value": map[string]any{"Fn::GetAtt": []any{failures, "QueueName"}}}}) {
+		t.Errorf("reconciler-failures watches %v/%v %v", alarm["Namespace"], alarm["MetricName"], alarm["Dimensions"])
+	}
+	if alarm["ComparisonOperator"] != "GreaterThanThreshold" || alarm["Threshold"] != 0.0 {
+		t.Errorf("reconciler-failures fires %v %v, want > 0", alarm["ComparisonOperator"], alarm["Threshold"])
+	}
+}
+
+// TestDeploymentOptions: gitUsername, lambdaArchitecture and scriptAgent
+// reach the template, and scriptAgent leaves a warning on the stack.
+func TestDeploymentOptions(t *testing.T) {
+	s, err := synth(map[string]any{
+		"house":              "smoke",
+		"repository":         "https://git.example.com/house.git",
+		"gitUsername":        "oauth2",
+		"lambdaArchitecture": "x86_64",
+		"scriptAgent":        "true",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fns := s.resources("AWS::Lambda::Function")
+	for _, name := range stack.FunctionNames {
+		env := func(g *synthed) map[string]any {
+			return props(g.resources("AWS::Lambda::Function")[g.id(g.g.Functions[name])])["Environment"].(map[string]any)["Variables"].(map[string]any)
+		}
+		p := props(fns[s.id(s.g.Functions[name])])
+		if !jsonEq(p["Architectures"], []any{"x86_64"}) {
+			t.Errorf("%s: architectures %v, want x86_64", name, p["Architectures"])
+		}
+		e := env(s)
+		if v, ok := e[stack.EnvGitUsername]; ok != (name == stack.FnEffects || name == stack.FnReads) || (ok && v != "oauth2") {
+			t.Errorf("%s: %s = %v (set %v)", name, stack.EnvGitUsername, v, ok)
+		}
+		// The scripted agent is the default for launches (effects) only;
+		// the families the descriptor declares are unchanged.
+		if v, ok := e[stack.EnvDefaultAgent]; ok != (name == stack.FnEffects) || (ok && v != "script") {
+			t.Errorf("%s: %s = %v (set %v), want script on effects only", name, stack.EnvDefaultAgent, v, ok)
+		}
+		if e[stack.EnvAgentFamilies] != "claude,codex" {
+			t.Errorf("%s: %s = %v, want claude,codex", name, stack.EnvAgentFamilies, e[stack.EnvAgentFamilies])
+		}
+		// The default deployment: arm64, and no default agent anywhere.
+		d := deployment(t)
+		if p := props(d.resources("AWS::Lambda::Function")[d.id(d.g.Functions[name])]); !jsonEq(p["Architectures"], []any{"arm64"}) {
+			t.Errorf("default %s: architectures %v, want arm64", name, p["Architectures"])
+		}
+		if v, ok := env(d)[stack.EnvDefaultAgent]; ok {
+			t.Errorf("default %s: %s = %v", name, stack.EnvDefaultAgent, v)
+		}
+	}
+	// The worker task stays ARM64 whatever the functions run on.
+	td := props(s.resources("AWS::ECS::TaskDefinition")[s.id(s.g.TaskDefinition)])
+	if !jsonEq(td["RuntimePlatform"], map[string]any{"CpuArchitecture": "ARM64", "OperatingSystemFamily": "LINUX"}) {
+		t.Errorf("runtime platform %v, want ARM64 Linux", td["RuntimePlatform"])
+	}
+	check(t, "container git user name", func() {
+		s.tmpl.HasResourceProperties(jsii.String("AWS::ECS::TaskDefinition"), map[string]any{
+			"ContainerDefinitions": []any{assertions.Match_ObjectLike(&map[string]any{
+				"Environment": assertions.Match_ArrayWith(&[]any{map[string]any{"Name": stack.EnvGitUsername, "Value": "oauth2"}}),
+			})},
+		})
+	})
+
+	warnings := func(st awscdk.Stack) int {
+		n := 0
+		check(t, "annotations", func() {
+			n = len(*assertions.Annotations_FromStack(st).FindWarning(jsii.String("*"),
+				assertions.Match_StringLikeRegexp(jsii.String("scriptAgent.*not for production"))))
+		})
+		return n
+	}
+	if n := warnings(s.g.Stack); n != 1 {
+		t.Errorf("scriptAgent on: %d warnings, want 1", n)
+	}
+	if n := warnings(deployment(t).g.Stack); n != 0 {
+		t.Errorf("scriptAgent off: %d warnings, want none", n)
+	}
+	// Still clean under cdk-nag.
+	check(t, "nag", func() {
+		if errs := *assertions.Annotations_FromStack(s.g.Stack).FindError(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String(".*"))); len(errs) > 0 {
+			t.Errorf("%d unsuppressed errors, first %s", len(errs), *errs[0].Id)
 		}
 	})
 }
