@@ -1,9 +1,17 @@
 // Package reconcile settles workers from ECS "Task State Change" events,
-// as EventBridge delivers them to the reconciler function, and sweeps idle
-// doorbell queues on EventBridge's hourly "Scheduled Event": a worker whose
+// as EventBridge delivers them to the reconciler function, and keeps house
+// on EventBridge's 5-minute housekeeping "Scheduled Event": a worker whose
 // task stopped without a report settles failed, and its coordinator gets a
 // worker-done row saying why; a task that still runs for a worker that
 // already settled (a cancel that raced the launch) is stopped.
+//
+// Every housekeeping tick emits the worker gauges the alarms read
+// (LiveWorkers and StuckWorkers, package metrics) as an embedded metric
+// format line; the tick scheduled in an hour's first tick period also
+// sweeps the idle doorbell queues, so about once an hour. Whether a tick
+// sweeps follows from the time EventBridge scheduled it, not from when it
+// arrives: a redelivered tick decides as the first copy did, and an hour
+// whose sweeping tick was lost leaves its work to the next hour's.
 //
 // Events arrive late, twice, concurrently and out of order. The reconciler
 // is safe under all of that because it acts on facts that never revert: a
@@ -19,12 +27,16 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/metrics"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/runtime/ecsrt"
 	"github.com/galley-run/galley/pkg/store"
@@ -56,12 +68,23 @@ type Sweeper interface {
 	Sweep(ctx context.Context, idle time.Duration) (int, error)
 }
 
+// Gauger counts the workers for the gauges: live, what the launch cap
+// counts, and stuck, the live ones without a sign of life in time.
+// *service.Service implements it.
+type Gauger interface {
+	WorkerGauges(ctx context.Context) (live, stuck int, err error)
+}
+
 // Scheduled events: what EventBridge sends for a schedule rule (the
-// reconciler's hourly sweep).
+// reconciler's housekeeping tick).
 const (
 	ScheduledSource     = "aws.events"
 	ScheduledDetailType = "Scheduled Event"
 )
+
+// DefaultTick is the housekeeping schedule's period: the stack's
+// rate(5 minutes).
+const DefaultTick = 5 * time.Minute
 
 // Outcome says what one event did.
 type Outcome string
@@ -88,6 +111,11 @@ type Reconciler struct {
 	container string
 	sweeper   Sweeper
 	idle      time.Duration
+	tick      time.Duration
+	gauger    Gauger
+	house     string
+	out       io.Writer
+	gauges    *metrics.Writer
 	lease     time.Duration
 	now       func() time.Time
 	log       *slog.Logger
@@ -110,6 +138,21 @@ func WithSweeper(s Sweeper, idle time.Duration) Option {
 	return func(r *Reconciler) { r.sweeper, r.idle = s, idle }
 }
 
+// WithTick tells the reconciler its housekeeping schedule's period
+// (default DefaultTick): the sweep runs on the tick scheduled in each
+// hour's first period. A period of an hour or more sweeps on every tick.
+func WithTick(d time.Duration) Option { return func(r *Reconciler) { r.tick = d } }
+
+// WithGauges has every housekeeping tick emit g's worker gauges for house
+// (dimension House); without it a tick emits no metric.
+func WithGauges(g Gauger, house string) Option {
+	return func(r *Reconciler) { r.gauger, r.house = g, house }
+}
+
+// WithMetrics sets where the gauges' embedded metric format lines go
+// (default os.Stdout, where Lambda hands them to CloudWatch Logs).
+func WithMetrics(w io.Writer) Option { return func(r *Reconciler) { r.out = w } }
+
 // WithLease sets the claim's lease.
 func WithLease(d time.Duration) Option { return func(r *Reconciler) { r.lease = d } }
 
@@ -122,26 +165,29 @@ func WithLogger(l *slog.Logger) Option { return func(r *Reconciler) { r.log = l 
 // New returns a Reconciler settling through svc and claiming in st.
 func New(svc Settler, st Store, opts ...Option) *Reconciler {
 	r := &Reconciler{svc: svc, st: st, container: "worker", lease: DefaultLease, now: time.Now,
-		log: slog.New(slog.DiscardHandler)}
+		tick: DefaultTick, out: os.Stdout, log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(r)
+	}
+	if r.gauger != nil {
+		r.gauges = metrics.NewWriter(r.out, metrics.Namespace, metrics.Dimension{Name: metrics.DimHouse, Value: r.house})
 	}
 	return r
 }
 
 // HandleEvent is the reconciler function's handler: one EventBridge event.
-// A scheduled event sweeps the idle doorbell queues. Any other event that
-// is not a task state change, or cannot be read, is logged and dropped (a
-// retry could not make it readable); an error asks EventBridge to deliver
-// the event again later.
+// A scheduled event is a housekeeping tick. Any other event that is not a
+// task state change, or cannot be read, is logged and dropped (a retry
+// could not make it readable); an error asks for the event again later.
 func (r *Reconciler) HandleEvent(ctx context.Context, event json.RawMessage) error {
 	var head struct {
 		ID         string `json:"id"`
 		Source     string `json:"source"`
 		DetailType string `json:"detail-type"`
+		Time       string `json:"time"`
 	}
 	if json.Unmarshal(event, &head) == nil && head.Source == ScheduledSource && head.DetailType == ScheduledDetailType {
-		return r.sweep(ctx, head.ID)
+		return r.housekeeping(ctx, head.ID, head.Time)
 	}
 	c, err := ecsrt.ParseTaskStateChange(event)
 	if err != nil {
@@ -159,13 +205,71 @@ func (r *Reconciler) HandleEvent(ctx context.Context, event json.RawMessage) err
 	return nil
 }
 
+// housekeeping runs one tick scheduled at the RFC 3339 time at: it emits
+// the gauges, then sweeps when the sweep is due. Either failing makes the
+// tick an error (the function's error alarm), and a failure of the gauges
+// does not keep the sweep from running.
+func (r *Reconciler) housekeeping(ctx context.Context, eventID, at string) error {
+	scheduled, err := time.Parse(time.RFC3339, at)
+	if err != nil {
+		scheduled = r.now()
+		r.log.Warn("scheduled event without a readable time: the sweep is due by the reconciler's clock",
+			"event", eventID, "time", at)
+	}
+	var errs []error
+	if err := r.emitGauges(ctx, eventID); err != nil {
+		errs = append(errs, err)
+	}
+	if r.sweepDue(scheduled) {
+		if err := r.sweep(ctx, eventID); err != nil {
+			errs = append(errs, err)
+		}
+	} else {
+		r.log.Debug("doorbell sweep not due", "event", eventID, "scheduled", scheduled.UTC().Format(time.RFC3339))
+	}
+	return errors.Join(errs...)
+}
+
+// sweepDue reports whether the tick scheduled at t sweeps: the one tick of
+// the hour that falls in its first tick period.
+func (r *Reconciler) sweepDue(t time.Time) bool {
+	if r.tick <= 0 || r.tick >= time.Hour {
+		return true
+	}
+	return t.Sub(t.Truncate(time.Hour)) < r.tick
+}
+
+// emitGauges writes the worker gauges as one embedded metric format line
+// and logs them.
+func (r *Reconciler) emitGauges(ctx context.Context, eventID string) error {
+	if r.gauger == nil {
+		return nil
+	}
+	live, stuck, err := r.gauger.WorkerGauges(ctx)
+	if err != nil {
+		r.log.Error("worker gauges not counted", "event", eventID, "err", err.Error())
+		return err
+	}
+	if err := r.gauges.Emit(r.now(), metrics.Metric{Name: metrics.StuckWorkers, Unit: metrics.UnitCount, Value: float64(stuck)},
+		metrics.Metric{Name: metrics.LiveWorkers, Unit: metrics.UnitCount, Value: float64(live)}); err != nil {
+		r.log.Error("worker gauges not emitted", "event", eventID, "live", live, "stuck", stuck, "err", err.Error())
+		return err
+	}
+	r.log.Info("worker gauges", "event", eventID, "live", live, "stuck", stuck)
+	return nil
+}
+
 // sweep removes the idle doorbell queues within ctx's deadline. A failed
 // or cut-short sweep is an error, so the function's error alarm tells the
 // operator (a missing permission fails every hour); what it deleted stays
 // deleted, and the next sweep goes on from there.
 func (r *Reconciler) sweep(ctx context.Context, eventID string) error {
 	if r.sweeper == nil {
-		r.log.Warn("scheduled event dropped: this reconciler has no doorbell to sweep", "event", eventID)
+		if r.gauger == nil {
+			r.log.Warn("scheduled event dropped: this reconciler has no doorbell to sweep", "event", eventID)
+		} else {
+			r.log.Debug("no doorbell to sweep", "event", eventID)
+		}
 		return nil
 	}
 	n, err := r.sweeper.Sweep(ctx, r.idle)
