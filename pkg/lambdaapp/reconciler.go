@@ -1,19 +1,29 @@
 package lambdaapp
 
-import "github.com/galley-run/galley/pkg/reconcile"
+import (
+	"os"
+
+	"github.com/galley-run/galley/pkg/reconcile"
+)
 
 // NewReconciler is the reconciler function's event handler on the App: it
 // settles workers from task state changes, stops a settled worker's stray
-// task when the runtime can stop tasks, and on the hourly scheduled event
-// sweeps the doorbell queues unused for Config.QueueIdle when the doorbell
-// can sweep (the SQS doorbell; localbell keeps no queues).
-func (a *App) NewReconciler() *reconcile.Reconciler {
-	opts := []reconcile.Option{reconcile.WithLogger(a.Log), reconcile.WithContainer(a.Config.WorkerContainer)}
+// task when the runtime can stop tasks, and on every housekeeping tick (the
+// 5-minute scheduled event) writes the worker gauges as an embedded metric
+// format line on the function's stdout, where CloudWatch Logs extracts
+// them (with the function's JSON log format a JSON object line is kept as
+// it is). The tick in each hour's first five minutes also sweeps the
+// doorbell queues unused for Config.QueueIdle when the doorbell can sweep
+// (the SQS doorbell; localbell keeps no queues). opts apply after these,
+// so a test can send the metrics elsewhere.
+func (a *App) NewReconciler(opts ...reconcile.Option) *reconcile.Reconciler {
+	all := []reconcile.Option{reconcile.WithLogger(a.Log), reconcile.WithContainer(a.Config.WorkerContainer),
+		reconcile.WithGauges(a.Service, a.Config.House), reconcile.WithMetrics(os.Stdout)}
 	if s, ok := a.Runtime.(reconcile.Stopper); ok {
-		opts = append(opts, reconcile.WithStopper(s))
+		all = append(all, reconcile.WithStopper(s))
 	}
 	if s, ok := a.Doorbell.(reconcile.Sweeper); ok {
-		opts = append(opts, reconcile.WithSweeper(s, a.Config.QueueIdle))
+		all = append(all, reconcile.WithSweeper(s, a.Config.QueueIdle))
 	}
-	return reconcile.New(a.Service, a.Store, opts...)
+	return reconcile.New(a.Service, a.Store, append(all, opts...)...)
 }

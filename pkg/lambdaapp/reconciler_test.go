@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,9 @@ import (
 	"github.com/galley-run/galley/pkg/doorbell/localbell"
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell/sqsbelltest"
 	"github.com/galley-run/galley/pkg/lambdaapp"
+	"github.com/galley-run/galley/pkg/metrics"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/reconcile"
 	"github.com/galley-run/galley/pkg/runtime/ecsrt"
 	"github.com/galley-run/galley/pkg/service"
 	"github.com/galley-run/galley/pkg/service/servicetest"
@@ -52,13 +55,21 @@ func reconcilerApp(t *testing.T, d service.Doorbell, mod func(map[string]string)
 }
 
 // invokeEvent runs one EventBridge event through the reconciler's handler
-// as lambda.Start would: a Lambda context and the function's deadline.
-func invokeEvent(t *testing.T, app *lambdaapp.App, ev string) error {
+// as lambda.Start would: a Lambda context and the function's deadline. The
+// reconciler is the function's, with opts after its own (the metrics go
+// nowhere unless opts say where).
+func invokeEvent(t *testing.T, app *lambdaapp.App, ev string, opts ...reconcile.Option) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	ctx = lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: "req-reconcile-1"})
-	return lambdaapp.Invocation(app.NewReconciler().HandleEvent)(ctx, json.RawMessage(ev))
+	opts = append([]reconcile.Option{reconcile.WithMetrics(io.Discard)}, opts...)
+	return lambdaapp.Invocation(app.NewReconciler(opts...).HandleEvent)(ctx, json.RawMessage(ev))
+}
+
+// housekeepingTick is the 5-minute schedule's event at the RFC 3339 time at.
+func housekeepingTick(at string) string {
+	return strings.Replace(scheduledEvent, `"time":"2023-11-14T22:00:00Z"`, `"time":"`+at+`"`, 1)
 }
 
 // The reconciler function on the SQS doorbell: the scheduled event deletes
@@ -136,8 +147,8 @@ func TestReconcilerSweepsOnScheduleAndStillSettles(t *testing.T) {
 	}
 }
 
-// On a doorbell without queues (localbell) the scheduled event is logged
-// and dropped: no error, so EventBridge does not retry it.
+// On a doorbell without queues (localbell) the sweeping tick sweeps
+// nothing and is no error (so it is not retried); its gauges are emitted.
 func TestReconcilerWithoutQueuesDropsSchedule(t *testing.T) {
 	app, logs := reconcilerApp(t, localbell.New(), nil)
 	if app.Config.QueueIdle != lambdaapp.DefaultQueueIdle {
@@ -146,7 +157,65 @@ func TestReconcilerWithoutQueuesDropsSchedule(t *testing.T) {
 	if err := invokeEvent(t, app, scheduledEvent); err != nil {
 		t.Fatalf("scheduled event: %v", err)
 	}
-	if !strings.Contains(logs.String(), "no doorbell to sweep") {
+	if !strings.Contains(logs.String(), `"msg":"worker gauges","function":"reconciler","event":"ev-sweep","live":0,"stuck":0`) ||
+		strings.Contains(logs.String(), "doorbell sweep") {
 		t.Errorf("log %s", logs.String())
+	}
+}
+
+// The reconciler function's stdout on every housekeeping tick: an
+// embedded metric format line of its own among the JSON log lines, giving
+// the house's worker gauges as CloudWatch extracts them; the log says the
+// counts with the request id. Only the tick in the hour's first five
+// minutes sweeps, and with localbell there is nothing to sweep.
+func TestReconcilerEmitsGaugesOnEveryTick(t *testing.T) {
+	app, _ := reconcilerApp(t, localbell.New(), nil)
+	if _, err := app.Service.Apply(context.Background(), protocol.EffectCall{Run: "run-1", Request: protocol.EffectRequest{
+		House: "h", Backend: "galley", Credential: "galley-token", Task: "t", Attempt: 1, Key: "k-launch",
+		Effect: protocol.EffectTarget{Executor: "worker", Effect: json.RawMessage(
+			`{"type":"launch-worker","role":"commis","workspace":{"type":"isolated"},"brief":"b"}`)},
+	}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+
+	// One stream, as the function's stdout: its log and its metrics.
+	var stdout bytes.Buffer
+	shared := []reconcile.Option{reconcile.WithMetrics(&stdout),
+		reconcile.WithLogger(lambdaapp.NewLogger(&stdout, lambdaapp.Reconciler, "info"))}
+	for _, at := range []string{"2023-11-14T22:00:00Z", "2023-11-14T22:05:00Z"} {
+		if err := invokeEvent(t, app, housekeepingTick(at), shared...); err != nil {
+			t.Fatalf("tick at %s: %v", at, err)
+		}
+	}
+	var emf, logged int
+	for _, line := range strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n") {
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(line), &obj); err != nil {
+			t.Fatalf("stdout line is not one JSON object: %q", line)
+		}
+		ds, ok := metrics.Parse([]byte(line))
+		if !ok {
+			if obj["msg"] == "worker gauges" {
+				logged++
+				if obj["live"] != 1.0 || obj["stuck"] != 0.0 || obj["requestId"] != "req-reconcile-1" {
+					t.Errorf("gauges log line %s", line)
+				}
+			}
+			continue
+		}
+		emf++
+		got := map[string]float64{}
+		for _, d := range ds {
+			if d.Namespace != "galley" || d.Dimensions["House"] != "h" || len(d.Dimensions) != 1 || d.Unit != "Count" {
+				t.Errorf("data point %+v", d)
+			}
+			got[d.Name] = d.Value
+		}
+		if len(got) != 2 || got["LiveWorkers"] != 1 || got["StuckWorkers"] != 0 {
+			t.Errorf("gauges %v, want LiveWorkers 1 and StuckWorkers 0", got)
+		}
+	}
+	if emf != 2 || logged != 2 {
+		t.Errorf("%d EMF lines and %d gauge log lines, want 2 of each: %s", emf, logged, stdout.String())
 	}
 }
