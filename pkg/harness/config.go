@@ -283,17 +283,13 @@ func readTokenFile(path string) (string, error) {
 }
 
 // prepareWith is workspace.Prepare, presenting the git credential when one
-// is set.
+// is set (in git's environment only: never in the clone's config).
 func prepareWith(user, credential string) func(ctx context.Context, repoURL, branch, dir string) error {
 	return func(ctx context.Context, repoURL, branch, dir string) error {
 		if credential == "" {
 			return workspace.Prepare(ctx, repoURL, branch, dir)
 		}
-		// TODO(workspace.WithCredential): pass the credential once
-		// pkg/workspace has the option:
-		//   workspace.Prepare(ctx, repoURL, branch, dir, workspace.WithCredential(user, credential))
-		_ = user
-		return workspace.Prepare(ctx, repoURL, branch, dir)
+		return workspace.Prepare(ctx, repoURL, branch, dir, workspace.WithCredential(user, credential))
 	}
 }
 
@@ -317,7 +313,7 @@ func (c *Config) setDefaults() {
 		c.Prepare = prepareWith(c.GitUsername, c.GitCredential)
 	}
 	if c.UseGate == nil {
-		c.UseGate = useGate
+		c.UseGate = workspace.UseGate
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))

@@ -74,6 +74,11 @@ func TestScriptReportsThroughTools(t *testing.T) {
 	if got := git(t, p.bare, "rev-parse", "main"); got == git(t, p.bare, "rev-parse", testBranch) {
 		t.Error("the branch did not move")
 	}
+	// It went through the harness's push gate: the clone's origin leads
+	// there for fetch and push.
+	if got := git(t, p.ws, "remote", "get-url", "--push", "origin"); !strings.HasPrefix(got, "http://127.0.0.1:") {
+		t.Errorf("the workspace pushes to %q, not the push gate", got)
+	}
 	p.checkNoToken(t)
 }
 

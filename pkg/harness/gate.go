@@ -111,9 +111,3 @@ func redactURL(s string) string {
 	}
 	return s
 }
-
-// useGate is the default Config.UseGate.
-// TODO(workspace.UseGate): call workspace.UseGate(ctx, dir, repoURL,
-// gateURL) once pkg/workspace has it; until then the clone keeps fetching
-// and pushing repoURL directly.
-func useGate(ctx context.Context, dir, repoURL, gateURL string) error { return nil }

@@ -1,7 +1,6 @@
 package harness_test
 
 import (
-	"context"
 	"net"
 	"net/http/httptest"
 	"net/url"
@@ -14,7 +13,6 @@ import (
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/workerapi"
-	"github.com/galley-run/galley/pkg/workspace"
 )
 
 // gitAgent is a shell agent that commits, pushes its branch, tries to push
@@ -43,7 +41,6 @@ func TestAgentPushesThroughTheGate(t *testing.T) {
 			ctx := testCtx(t)
 			bare := bareRepo(t)
 			repo, houseCred := bare, ""
-			var prepare func(ctx context.Context, repoURL, branch, dir string) error
 			if remote == "http" {
 				// The house repository as a forge serves it: only with the
 				// house credential.
@@ -51,30 +48,11 @@ func TestAgentPushesThroughTheGate(t *testing.T) {
 				house := httptest.NewServer(gitserve.BasicAuth("house", gitserve.Credential(harness.DefaultGitUsername, houseCred), gitserve.Backend(bare)))
 				t.Cleanup(house.Close)
 				repo = house.URL + "/house.git"
-				// The clone is made from the bare repository and then names
-				// the http remote, as a credentialed clone of it would.
-				prepare = func(ctx context.Context, repoURL, branch, dir string) error {
-					if err := workspace.Prepare(ctx, bare, branch, dir); err != nil {
-						return err
-					}
-					git(t, dir, "remote", "set-url", "origin", repoURL)
-					return nil
-				}
 			}
 			out := t.TempDir()
-			var gateURL string
 			f := fakeFor(t, workerapi.Self{Agent: protocol.AgentSelection{Agent: "shell"}})
 			p := runInProcess(t, ctx, f, "shell", shellDriver{script: gitAgent, env: []string{"OUT=" + out}}, func(c *harness.Config) {
 				c.Repository, c.GitCredential, c.GitUsername = repo, houseCred, harness.DefaultGitUsername
-				if prepare != nil {
-					c.Prepare = prepare
-				}
-				// Until workspace.UseGate exists: the same redirection.
-				c.UseGate = func(ctx context.Context, dir, repoURL, gate string) error {
-					gateURL = gate
-					git(t, dir, "config", "--local", "url."+gate+".insteadOf", repoURL)
-					return nil
-				}
 			})
 			if err := p.wait(t, ctx); err != nil {
 				t.Fatal(err)
@@ -102,8 +80,14 @@ func TestAgentPushesThroughTheGate(t *testing.T) {
 				t.Error("the gate answered a request without its credential")
 			}
 			env, config := read("env"), read("config")
-			if !strings.Contains(env, "GIT_CONFIG_KEY_0=http."+gateURL+".extraHeader") {
-				t.Errorf("the agent's environment does not carry the gate's credential:\n%s", env)
+			gateURL := ""
+			for _, kv := range strings.Split(env, "\n") {
+				if v, ok := strings.CutPrefix(kv, "GIT_CONFIG_KEY_0=http."); ok {
+					gateURL = strings.TrimSuffix(v, ".extraHeader")
+				}
+			}
+			if !strings.HasPrefix(gateURL, "http://127.0.0.1:") || !strings.Contains(config, "url."+gateURL+".insteadof="+repo) {
+				t.Errorf("the agent's origin is not the gate %q:\n%s\n%s", gateURL, env, config)
 			}
 			if houseCred != "" && (strings.Contains(env, houseCred) || strings.Contains(config, houseCred)) {
 				t.Error("the agent can read the house git credential")

@@ -83,7 +83,9 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	return Execute(ctx, tools, cfg.Brief, cfg.Workspace, cfg.Stdout, workspace.CommitAndPush)
 }
 
-// CommitFunc commits and pushes one file: workspace.CommitAndPush.
+// CommitFunc commits and pushes one file: workspace.CommitAndPush. Its git
+// inherits the agent's environment, so the push goes through the
+// harness's push gate with the gate's credential, as any agent's does.
 type CommitFunc func(ctx context.Context, dir, path, content, message string) error
 
 // Execute runs a brief against tools, writing events to out. Run calls it
