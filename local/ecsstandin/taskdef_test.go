@@ -567,3 +567,38 @@ func TestCredentialsEndpointWhileRunning(t *testing.T) {
 		t.Errorf("task metadata = %v (%v)", meta, err)
 	}
 }
+
+// A GALLEY_WORKSPACE below a mounted EFS file system lies in the host
+// folder that stands for it; a file system the stand-in does not know
+// fails the task's start.
+func TestFileSystemMount(t *testing.T) {
+	fsDir := t.TempDir()
+	td := workerDef()
+	td.Volumes = []Volume{{Name: "workspaces", EFSVolumeConfiguration: &EFSVolume{FileSystemID: "fs-0123", TransitEncryption: "ENABLED"}}}
+	td.ContainerDefinitions[0].MountPoints = []MountPoint{{SourceVolume: "workspaces", ContainerPath: "/mnt/workspaces"}}
+	h := newHarnessDef(t, td, WithFileSystem("fs-0123", fsDir))
+	in := runInput("galley-worker", "galley")
+	in.Overrides.ContainerOverrides[0].Environment = append(in.Overrides.ContainerOverrides[0].Environment,
+		types.KeyValuePair{Name: aws.String("GALLEY_WORKSPACE"), Value: aws.String("/mnt/workspaces/wt-1")})
+	out, err := h.client().RunTask(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ti := h.await(t, aws.ToString(out.Tasks[0].TaskArn), statusStopped)
+	if want := filepath.Join(fsDir, "wt-1"); ti.Workspace != want || ti.ExitCode == nil || *ti.ExitCode != 0 {
+		t.Fatalf("task = %+v, want workspace %s", ti, want)
+	}
+	if _, err := os.Stat(filepath.Join(fsDir, "wt-1", "starts")); err != nil {
+		t.Errorf("the harness did not work in the file system: %v", err)
+	}
+
+	h2 := newHarnessDef(t, td)
+	out, err = h2.client().RunTask(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ti := h2.await(t, aws.ToString(out.Tasks[0].TaskArn), statusStopped); ti.StopCode != "TaskFailedToStart" ||
+		!strings.HasPrefix(ti.StoppedReason, "ResourceInitializationError: failed to invoke EFS utils commands") || ti.Launched {
+		t.Errorf("task mounting an unknown file system = %+v", ti)
+	}
+}
