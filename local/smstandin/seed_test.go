@@ -101,7 +101,7 @@ func TestSeedRefusals(t *testing.T) {
 		"s=file:" + open:                            "open to others",
 		"s=file:" + big:                             "larger than",
 		"s=file:" + empty:                           "empty",
-		"s=file:" + sub:                            "not a regular file",
+		"s=file:" + sub:                             "not a regular file",
 		"s=file:" + filepath.Join(dir, "none"):      "no such file",
 		"s=env:SMSTANDIN_TEST_UNSET_" + rand.Text(): "not set",
 		"s=env:SMSTANDIN_TEST_EMPTY":                "empty",
