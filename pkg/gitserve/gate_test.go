@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/galley-run/galley/pkg/gitserve"
@@ -21,7 +22,8 @@ import (
 func gated(t *testing.T, h house, branch string) (url, user, session string) {
 	t.Helper()
 	houseURL, houseUser, housePass := served(t, h)
-	tok := housePass
+	var tok atomic.Value
+	tok.Store(housePass)
 	user, session = "agent", secret(t)
 	gate := gitserve.BasicAuth("galley push gate", gitserve.Credential(user, session),
 		gitserve.PushGate(gitserve.OnlyBranch(branch), upstreamOf(t, houseURL, houseUser, &tok)))

@@ -244,14 +244,15 @@ func TestBackendRefusesDumbHTTPAndWrongMethods(t *testing.T) {
 }
 
 // upstreamOf serves Upstream to h's served URL with the house credential;
-// the token function's answer can be changed through tok.
-func upstreamOf(t *testing.T, url, user string, tok *string) http.Handler {
+// the token function's answer can be changed through tok ("" fails).
+func upstreamOf(t *testing.T, url, user string, tok *atomic.Value) http.Handler {
 	t.Helper()
 	up, err := gitserve.Upstream(url, user, func(context.Context) (string, error) {
-		if *tok == "" {
+		s, _ := tok.Load().(string)
+		if s == "" {
 			return "", errors.New("no secret")
 		}
-		return *tok, nil
+		return s, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +263,8 @@ func upstreamOf(t *testing.T, url, user string, tok *string) http.Handler {
 func TestUpstream(t *testing.T) {
 	h := newHouse(t, "w1")
 	url, user, pass := served(t, h)
-	tok := pass
+	var tok atomic.Value
+	tok.Store(pass)
 	proxy := httptest.NewServer(upstreamOf(t, url, user, &tok))
 	defer proxy.Close()
 	purl := proxy.URL + "/whatever.git"
@@ -277,19 +279,20 @@ func TestUpstream(t *testing.T) {
 
 	// A rotated-away credential fails upstream, and says so without asking
 	// the client for one.
-	tok = secret(t)
+	rotated := secret(t)
+	tok.Store(rotated)
 	r := gitAs(dir, "", "", "fetch", "origin")
 	if r.err == nil || !strings.Contains(r.stderr, "502") {
 		t.Fatalf("fetch with a refused house credential: %v\n%s", r.err, r.stderr)
 	}
-	if strings.Contains(r.stderr, tok) || strings.Contains(r.stderr, pass) {
+	if strings.Contains(r.stderr, rotated) || strings.Contains(r.stderr, pass) {
 		t.Fatal("git's error shows a credential")
 	}
-	tok = "" // the token function fails
+	tok.Store("") // the token function fails
 	if r := gitAs(dir, "", "", "fetch", "origin"); r.err == nil {
 		t.Fatal("fetch without a house credential succeeded")
 	}
-	tok = pass // rotated back: asked per request
+	tok.Store(pass) // rotated back: asked per request
 	must(t, dir, "", "", "fetch", "--quiet", "origin")
 }
 

@@ -2,8 +2,9 @@
 // workspace: Prepare clones the house's repository with the worker's branch
 // checked out and restricts pushes to that branch, CommitAndPush commits one
 // file and pushes the branch (the scripted agent's `commit` directive), and
-// Remove deletes the files when the workspace is released. Nothing here
-// creates, resets or deletes a branch.
+// Remove deletes the files when the workspace is released; Scrub clears a
+// reused clone of planted git configuration and UseGate routes its origin
+// through a push gate. Nothing here creates, resets or deletes a branch.
 //
 // It drives the git binary rather than go-git, because the agents
 // themselves (Claude Code, Codex) use git in the workspace: the clone, its
