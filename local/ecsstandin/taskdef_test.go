@@ -3,6 +3,7 @@
 package ecsstandin
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -26,6 +27,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/smithy-go"
+
+	"github.com/galley-run/galley/local/smstandin"
 )
 
 const (
@@ -227,61 +230,54 @@ func TestProcessArgs(t *testing.T) {
 	}
 }
 
-// fakeSecrets is a Secrets Manager speaking its awsJson1_1 protocol to the
-// real SDK: it tells the execution roles apart by access key, and each role
-// reads only the secrets granted to it.
-type fakeSecrets struct {
+// gatedSecrets is the Secrets Manager stand-in (local/smstandin) behind a
+// tiny gate that tells the execution roles apart by access key and lets
+// each read only the secrets granted to it, as IAM would.
+type gatedSecrets struct {
+	sm     *smstandin.Server
 	url    string
 	mu     sync.Mutex
-	values map[string]string          // secret ARN: value
 	grants map[string]map[string]bool // access key: secret ARNs it may read
 	inputs []map[string]string
 }
 
-func newFakeSecrets(t *testing.T) *fakeSecrets {
-	f := &fakeSecrets{values: map[string]string{}, grants: map[string]map[string]bool{}}
+func newGatedSecrets(t *testing.T) *gatedSecrets {
+	sm, err := smstandin.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedSecrets{sm: sm, grants: map[string]map[string]bool{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-		w.Header().Set("X-Amzn-Requestid", newUUID())
-		fail := func(status int, code, msg string) {
-			w.WriteHeader(status)
-			_ = json.NewEncoder(w).Encode(map[string]string{"__type": code, "Message": msg})
-		}
-		if r.Header.Get("X-Amz-Target") != "secretsmanager.GetSecretValue" {
-			fail(400, "UnknownOperationException", "not served")
-			return
-		}
 		_, cred, _ := strings.Cut(r.Header.Get("Authorization"), "Credential=")
 		key, _, _ := strings.Cut(cred, "/")
-		var in map[string]string
 		b, _ := io.ReadAll(r.Body)
+		var in map[string]string
 		_ = json.Unmarshal(b, &in)
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		f.inputs = append(f.inputs, in)
-		id := in["SecretId"]
-		if !f.grants[key][id] {
-			fail(400, "AccessDeniedException", fmt.Sprintf("User: %s is not authorized to perform: secretsmanager:GetSecretValue on resource: %s because no identity-based policy allows the secretsmanager:GetSecretValue action", key, id))
+		g.mu.Lock()
+		g.inputs = append(g.inputs, in)
+		allowed := g.grants[key][in["SecretId"]]
+		g.mu.Unlock()
+		if !allowed {
+			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+			w.Header().Set("X-Amzn-Requestid", newUUID())
+			w.WriteHeader(400)
+			_ = json.NewEncoder(w).Encode(map[string]string{"__type": "AccessDeniedException",
+				"Message": fmt.Sprintf("User: %s is not authorized to perform: secretsmanager:GetSecretValue on resource: %s because no identity-based policy allows the secretsmanager:GetSecretValue action", key, in["SecretId"])})
 			return
 		}
-		v, ok := f.values[id]
-		if !ok {
-			fail(400, "ResourceNotFoundException", "Secrets Manager can't find the specified secret.")
-			return
-		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"ARN": id, "Name": id, "SecretString": v,
-			"VersionId": newUUID(), "VersionStages": []string{"AWSCURRENT"}, "CreatedDate": 1.7e9})
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		sm.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	f.url = srv.URL
-	return f
+	g.url = srv.URL
+	return g
 }
 
 // source hands a client signed as role: access key "AKID-" and the role's
 // name.
-func (f *fakeSecrets) source() SecretsSource {
+func (g *gatedSecrets) source() SecretsSource {
 	return func(_ context.Context, role string) (SecretsGetter, error) {
-		return secretsmanager.New(secretsmanager.Options{Region: "us-east-1", BaseEndpoint: aws.String(f.url),
+		return secretsmanager.New(secretsmanager.Options{Region: "us-east-1", BaseEndpoint: aws.String(g.url),
 			RetryMaxAttempts: 1,
 			Credentials:      credentials.NewStaticCredentialsProvider(roleKey(role), "fake-secret-key", "")}), nil
 	}
@@ -289,16 +285,22 @@ func (f *fakeSecrets) source() SecretsSource {
 
 func roleKey(role string) string { return "AKID-" + role[strings.LastIndex(role, "/")+1:] }
 
-func (f *fakeSecrets) put(arn, value string, readers ...string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.values[arn] = value
-	for _, r := range readers {
-		if f.grants[roleKey(r)] == nil {
-			f.grants[roleKey(r)] = map[string]bool{}
-		}
-		f.grants[roleKey(r)][arn] = true
+// put creates secret name and lets readers read it; it returns its ARN.
+func (g *gatedSecrets) put(t *testing.T, name, value string, readers ...string) string {
+	t.Helper()
+	arn, err := g.sm.Create(name, value)
+	if err != nil {
+		t.Fatal(err)
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, r := range readers {
+		if g.grants[roleKey(r)] == nil {
+			g.grants[roleKey(r)] = map[string]bool{}
+		}
+		g.grants[roleKey(r)][arn] = true
+	}
+	return arn
 }
 
 // readRecord reads one of the fake harness's records of its only start.
@@ -325,13 +327,11 @@ func TestExactEnvironment(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDHOST")
 	t.Setenv("SOME_HOST_VARIABLE", hostMarker)
 
-	sm := newFakeSecrets(t)
-	dbArn := "arn:aws:secretsmanager:us-east-1:000000000000:secret:galley/db-AbCdEf"
-	apiArn := "arn:aws:secretsmanager:us-east-1:000000000000:secret:galley/api-GhIjKl"
+	sm := newGatedSecrets(t)
 	dbPassword, apiKey := rand.Text(), rand.Text()
 	apiJSON, _ := json.Marshal(map[string]string{"key": apiKey, "other": rand.Text()})
-	sm.put(dbArn, dbPassword, execRole)
-	sm.put(apiArn, string(apiJSON), execRole)
+	dbArn := sm.put(t, "galley/db", dbPassword, execRole)
+	apiArn := sm.put(t, "galley/api", string(apiJSON), execRole)
 
 	img := harnessImage()
 	img.Env["SHARED"] = "image"
@@ -416,11 +416,9 @@ func TestExactEnvironment(t *testing.T) {
 // A secret the execution role may not read stops the task before its
 // process starts, with Fargate's stop code and reason, in the events too.
 func TestUnreadableSecretFailsTheTask(t *testing.T) {
-	sm := newFakeSecrets(t)
-	granted := "arn:aws:secretsmanager:us-east-1:000000000000:secret:granted-AbCdEf"
-	denied := "arn:aws:secretsmanager:us-east-1:000000000000:secret:denied-GhIjKl"
-	sm.put(granted, rand.Text(), execRole)
-	sm.put(denied, rand.Text(), "arn:aws:iam::000000000000:role/someone-else")
+	sm := newGatedSecrets(t)
+	granted := sm.put(t, "granted", rand.Text(), execRole)
+	denied := sm.put(t, "denied", rand.Text(), "arn:aws:iam::000000000000:role/someone-else")
 	td := workerDef()
 	td.ExecutionRoleArn = execRole
 	td.ContainerDefinitions[0].Secrets = []Secret{{"GRANTED", granted}, {"DENIED", denied}}
