@@ -63,8 +63,10 @@ type Server struct {
 // Request is one request the stand-in received. It holds no body: a body
 // may carry a secret value.
 type Request struct {
-	Op       string // from X-Amz-Target, without the prefix
-	SecretID string // SecretId, or Name for CreateSecret; empty for others
+	Op string // from X-Amz-Target, without the prefix
+	// SecretID is SecretId, or Name for CreateSecret, as sent; empty for
+	// other operations. Log lines name the ARN it resolves to instead.
+	SecretID string
 	// AccessKeyID is the caller's, from the Authorization header's
 	// credential; empty when the header has none.
 	AccessKeyID string
@@ -129,7 +131,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fail := func(e *Error) {
 		rec.Code = e.Code
 		w.Header().Set("X-Amzn-Errortype", e.Code)
-		s.log.Info("secretsmanager call refused", "op", op, "secret", rec.SecretID, "code", e.Code)
+		s.log.Info("secretsmanager call refused", "op", op, "secret", s.logID(rec.SecretID), "code", e.Code)
 		answer(e.status(), map[string]string{"__type": e.Code, "message": e.Message})
 	}
 	switch {
@@ -165,7 +167,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(aerr)
 		return
 	}
-	s.log.Debug("secretsmanager call", "op", op, "secret", rec.SecretID)
+	s.log.Debug("secretsmanager call", "op", op, "secret", s.logID(rec.SecretID))
 	answer(200, out)
 }
 
@@ -229,6 +231,19 @@ func secretIDOf(body []byte) string {
 		return ids.SecretId
 	}
 	return ids.Name
+}
+
+// logID is how a log line names the secret a request named: its ARN when
+// it resolves, else only the id's length, since a misconfigured caller may
+// send a value where an id belongs.
+func (s *Server) logID(id string) string {
+	if id == "" {
+		return ""
+	}
+	if arn, ok := s.Resolve(id); ok {
+		return arn
+	}
+	return fmt.Sprintf("(an unknown secret id of %d bytes)", len(id))
 }
 
 // checkAuth refuses a request that carries no SigV4 Authorization header,

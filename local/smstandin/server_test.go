@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -718,4 +719,40 @@ func TestWithEndpointVariable(t *testing.T) {
 	if err != nil || string(got) != v {
 		t.Fatalf("ReadSecret through AWS_ENDPOINT_URL_SECRETS_MANAGER: value matches %v, err %v", string(got) == v, err)
 	}
+}
+
+func TestLogsHoldNoValue(t *testing.T) {
+	var buf lockedBuffer
+	h := newHarness(t, WithLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	v := value()
+	c := h.create(t, "logged", v)
+	h.put(t, "logged", value())
+	h.get(t, *c.ARN)
+	// A caller that sends a value where the id belongs.
+	_, err := h.sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(v)})
+	wantCode(t, err, "ResourceNotFoundException", "")
+	out := buf.String()
+	if !strings.Contains(out, *c.ARN) || !strings.Contains(out, "ResourceNotFoundException") {
+		t.Fatalf("the log names no call:\n%s", out)
+	}
+	if strings.Contains(out, v) {
+		t.Fatal("a log line holds a secret value")
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -215,7 +215,7 @@ func checkSecretID(id *string) *Error {
 	if id == nil {
 		return required("secretId")
 	}
-	if err := checkLen("secretId", id, 1, maxSecretIDLen, true); err != nil {
+	if err := checkLen("secretId", id, 1, maxSecretIDLen, false); err != nil {
 		return err
 	}
 	if !strings.HasPrefix(*id, "arn:") && !validName(*id) {
