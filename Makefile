@@ -10,7 +10,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 PKGS := ./pkg/... ./local/... ./worker/... $(wildcard ./functions) $(wildcard ./scripts)
 PKGS := $(patsubst %,%/...,$(filter-out %/...,$(PKGS))) $(filter %/...,$(PKGS))
 
-.PHONY: run run-aws-local build build-aws-local test test-go test-infra vet bench fuzz standins-start standins-stop clean lambdas synth deploy
+.PHONY: run run-aws-local build build-aws-local test test-go test-infra vet bench fuzz standins-start standins-stop clean lambdas synth synth-local deploy
 
 FUNCTIONS := effects reads mailbox workerapi reconciler
 CDK := node_modules/.bin/cdk
@@ -18,6 +18,15 @@ HOUSE ?= main
 REPOSITORY ?=
 CDK_ARGS ?=
 CDK_CONTEXT = -c house=$(HOUSE) $(if $(REPOSITORY),-c repository=$(REPOSITORY)) $(CDK_ARGS)
+# The stack aws-local deploys on this machine: the same app, with the
+# functions built for this machine's architecture, the scripted agent on
+# for smoke tests, and a repository URL that the local git server serves.
+LOCAL_HOUSE ?= local
+LOCAL_REPOSITORY ?= https://git.galley.local/house.git
+HOST_ARCH := $(if $(filter arm64 aarch64,$(shell uname -m)),arm64,x86_64)
+LOCAL_TEMPLATE := cdk.out/galley-$(LOCAL_HOUSE).template.json
+LOCAL_CDK_CONTEXT = -c house=$(LOCAL_HOUSE) -c repository=$(LOCAL_REPOSITORY) -c lambdaArchitecture=$(HOST_ARCH) \
+	-c assetDir=bin/lambda-local -c scriptAgent=true $(CDK_ARGS)
 
 ## run: the local server on 127.0.0.1:8080, state in .galley/, ready for a kitchn binding
 run: build
@@ -29,14 +38,15 @@ build:
 	$(GO) build -o $(BIN)/galley-worker ./worker/cmd/galley-worker
 
 ## test: every test: vet, Go tests against DynamoDB Local and fauxqs (installed, started and stopped here), the CDK app
-test: vet build-aws-local test-go test-infra
+test: vet synth-local test-go test-infra
 
 vet:
 	@bad=$$(gofmt -l $(wildcard pkg local worker functions scripts)); if [ -n "$$bad" ]; then echo "not gofmt-clean: $$bad"; exit 1; fi
 	$(GO) vet $(PKGS)
 
 test-go:
-	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) $(GO) test -count=1 -timeout 15m $(PKGS)
+	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) \
+	  GALLEY_AWSLOCAL_TEMPLATE=$(CURDIR)/$(LOCAL_TEMPLATE) $(GO) test -count=1 -timeout 15m $(PKGS)
 
 test-infra:
 	cd infra && $(GO) test -count=1 -timeout 15m ./...
@@ -52,10 +62,16 @@ $(BIN)/aws-lambda-rie: tools/rie/go.mod tools/rie/go.sum
 build-aws-local: build $(BIN)/aws-lambda-rie
 	for f in $(FUNCTIONS); do CGO_ENABLED=0 GOOS=linux $(GO) build -tags lambda.norpc -ldflags='-s -w' -o $(BIN)/lambda-local/$$f/bootstrap ./functions/$$f; done
 	$(GO) build -o $(BIN)/ecs-standin ./local/cmd/ecs-standin
+	$(GO) build -o $(BIN)/standin-agents/claude ./local/standin-cli/claude
+	$(GO) build -o $(BIN)/standin-agents/codex ./local/standin-cli/codex
+
+## synth-local: the stack's template for aws-local ($(LOCAL_TEMPLATE)), functions built for this machine
+synth-local: build-aws-local node_modules/.package-lock.json
+	$(CDK) synth -q $(LOCAL_CDK_CONTEXT) > /dev/null
 
 ## run-aws-local: galley in its AWS shape on this machine (stand-ins started and stopped with it)
-run-aws-local: build-aws-local
-	$(BIN)/galley serve --stack aws-local --default-agent script $(RUN_FLAGS)
+run-aws-local: synth-local
+	$(BIN)/galley serve --stack aws-local --template $(LOCAL_TEMPLATE) $(RUN_FLAGS)
 
 ## lambdas: bin/lambda/<function>/bootstrap for provided.al2023 on arm64
 lambdas:
@@ -67,9 +83,10 @@ lambdas:
 node_modules/.package-lock.json: package-lock.json
 	npm ci
 
-## synth: the stack's template with cdk-nag AwsSolutions (exit 1 on an unsuppressed error)
+## synth: the stack's template with cdk-nag AwsSolutions (exit 1 on an unsuppressed error); REPOSITORY=https://... required
 synth: lambdas node_modules/.package-lock.json
-	$(CDK) synth -q $(CDK_CONTEXT)
+	@test -n "$(REPOSITORY)" || { echo "make synth needs REPOSITORY=https://... (the house repository)" >&2; exit 2; }
+	$(CDK) synth -q $(CDK_CONTEXT) > /dev/null
 
 ## deploy: cdk deploy (REPOSITORY=https://... required; CDK_ARGS="-c maxWorkers=50 ...")
 deploy: lambdas node_modules/.package-lock.json

@@ -33,60 +33,41 @@ func requireStandins(t testing.TB) {
 	standins.Require(t, standins.DynamoDB, standins.SQS)
 }
 
-// TestMain removes the binaries the tests built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if builtDir != "" {
-		os.RemoveAll(builtDir)
-	}
-	os.Exit(code)
-}
-
-var (
-	builtDir  string
-	buildOnce sync.Once
-	built     awslocal.Binaries
-	buildErr  error
-	buildLog  bytes.Buffer
-)
-
-// binaries are the stack's programs: GALLEY_AWSLOCAL_BIN when make built
-// them there, else built once per test binary into a temporary folder.
+// binaries are the stack's local programs: GALLEY_AWSLOCAL_BIN when make
+// built them there, else <module>/bin.
 func binaries(t testing.TB) awslocal.Binaries {
 	t.Helper()
-	if dir := os.Getenv("GALLEY_AWSLOCAL_BIN"); dir != "" {
-		b := awslocal.BinariesIn(dir)
-		if err := b.Check(); err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	buildOnce.Do(func() {
+	dir := os.Getenv(awslocal.EnvBin)
+	if dir == "" {
 		root, err := moduleRoot()
 		if err != nil {
-			buildErr = err
-			return
+			t.Fatal(err)
 		}
-		dir, err := os.MkdirTemp("", "galley-awslocal-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtDir = dir
-		built = awslocal.BinariesIn(dir)
-		// The emulator is a separate module's tool: reuse an installed one.
-		if p := filepath.Join(root, "bin", "aws-lambda-rie"); fileExists(p) {
-			if err := os.Symlink(p, built.RIE); err != nil {
-				buildErr = err
-				return
-			}
-		}
-		buildErr = awslocal.Build(context.Background(), root, built, &buildLog)
-	})
-	if buildErr != nil {
-		t.Fatalf("build: %v\n%s", buildErr, buildLog.String())
+		dir = filepath.Join(root, "bin")
 	}
-	return built
+	b := awslocal.BinariesIn(dir)
+	if err := b.Check(); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// template is the stack template the tests deploy: GALLEY_AWSLOCAL_TEMPLATE
+// (make test synthesizes it), else <module>/cdk.out/galley-local.template.json.
+func template(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv("GALLEY_AWSLOCAL_TEMPLATE")
+	if p == "" {
+		root, err := moduleRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = filepath.Join(root, "cdk.out", "galley-local.template.json")
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("no stack template (%v): run `make synth-local`", err)
+	}
+	return p
 }
 
 func moduleRoot() (string, error) {
@@ -124,10 +105,9 @@ func startStack(t testing.TB, mods ...func(*awslocal.Config)) (*awslocal.Stack, 
 		return logs.Write(p)
 	})
 	cfg := awslocal.Config{
-		Options: localserver.Options{Listen: "127.0.0.1:0", House: "origin89", Data: data,
+		Options: localserver.Options{Listen: "127.0.0.1:0", Data: data,
 			Logger: slog.New(slog.NewJSONHandler(out, nil))},
-		Bin: bin, Table: "galley-awslocal-" + suffix(), QueuePrefix: "galley-awslocal-" + suffix(),
-		FunctionOutput: out, WorkerGrace: 3 * time.Second,
+		Bin: bin, Template: template(t), FunctionOutput: out, WorkerGrace: 3 * time.Second,
 	}
 	for _, m := range mods {
 		m(&cfg)
@@ -168,8 +148,10 @@ func TestConformanceAWSLocal(t *testing.T) {
 	s, token := startStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
+	env := s.FunctionEnv(lambdaapp.Effects)
 	rep := conformance.Run(ctx, conformance.Config{
-		Endpoint: s.Endpoint(), Token: token, House: "origin89", Backend: "galley", Credential: "galley-token",
+		Endpoint: s.Endpoint(), Token: token, House: env[lambdaapp.EnvHouse], Backend: env[lambdaapp.EnvBackend],
+		Credential: env[lambdaapp.EnvCredential],
 		Timeout: 15 * time.Second, Wait: 90 * time.Second,
 	})
 	if rep.Err != nil {
@@ -230,7 +212,7 @@ func call(t *testing.T, s *awslocal.Stack, token, method, path, body string, out
 // change, and its coordinator gets a worker-done row saying why.
 func TestTaskStoppedWithoutReportAWSLocal(t *testing.T) {
 	s, token := startStack(t, func(c *awslocal.Config) { c.WorkerBin = "/bin/false" })
-	launch := `{"run":"run-crash","request":{"house":"origin89","backend":"galley","credential":"galley-token",` +
+	launch := `{"run":"run-crash","request":{"house":"` + s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse] + `","backend":"galley","credential":"galley-token",` +
 		`"task":"t-1","attempt":1,"key":"k-crash-1","effect":{"executor":"worker","effect":` +
 		`{"type":"launch-worker","role":"station-cook","workspace":{"type":"isolated"},"brief":"crash"}}}}`
 	var applied struct {
@@ -266,7 +248,7 @@ func TestTaskStoppedWithoutReportAWSLocal(t *testing.T) {
 		!strings.Contains(row.Body, "code 1") {
 		t.Errorf("row: %+v", row)
 	}
-	if inst := s.Instances(); inst[lambdaapp.Reconciler] != 1 {
+	if inst := s.Instances(); inst[lambdaapp.Reconciler] == 0 {
 		t.Errorf("reconciler instances: %v", inst)
 	}
 }
@@ -278,11 +260,8 @@ func TestTaskStoppedWithoutReportAWSLocal(t *testing.T) {
 func TestServeAWSLocal(t *testing.T) {
 	requireStandins(t)
 	bin := binaries(t)
-	dir := filepath.Dir(bin.ECS)
-	if bin != awslocal.BinariesIn(dir) {
-		t.Skip("the binaries are not in one folder")
-	}
-	t.Setenv(awslocal.EnvBin, dir)
+	tpl := template(t)
+	t.Setenv(awslocal.EnvBin, filepath.Dir(bin.ECS))
 	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", "")
 	t.Setenv("AWS_ENDPOINT_URL_SQS", "")
 	root, err := moduleRoot()
@@ -296,8 +275,8 @@ func TestServeAWSLocal(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- awslocal.ServeAWSLocal(ctx, localserver.Options{Listen: "127.0.0.1:0", House: "h1", Data: data,
-			Logger: slog.New(slog.DiscardHandler)}, &stdout, &stderr)
+		done <- awslocal.ServeAWSLocal(ctx, awslocal.Config{Options: localserver.Options{Listen: "127.0.0.1:0", Data: data,
+			Logger: slog.New(slog.DiscardHandler)}, Template: tpl}, &stdout, &stderr)
 	}()
 	var endpoint string
 	for deadline := time.Now().Add(2 * time.Minute); endpoint == "" && time.Now().Before(deadline); {
@@ -306,7 +285,7 @@ func TestServeAWSLocal(t *testing.T) {
 			t.Fatalf("ServeAWSLocal ended: %v\n%s", err, stderr.String())
 		case <-time.After(50 * time.Millisecond):
 		}
-		if m := regexp.MustCompile(`galley serving house h1 \(backend galley\) at (http://\S+)`).FindStringSubmatch(stdout.String()); m != nil &&
+		if m := regexp.MustCompile(`galley serving house local \(backend galley\) at (http://\S+)`).FindStringSubmatch(stdout.String()); m != nil &&
 			strings.Contains(stdout.String(), `"endpoint": "`+m[1]+`"`) {
 			endpoint = m[1]
 		}
@@ -314,7 +293,7 @@ func TestServeAWSLocal(t *testing.T) {
 	if endpoint == "" {
 		t.Fatalf("no endpoint printed:\n%s\n%s", stdout.String(), stderr.String())
 	}
-	if !strings.Contains(stdout.String(), "bearer token: "+filepath.Join(data, "token")+" (mode 600; copy it to <registry>/private/h1/credentials/galley-token)") {
+	if !strings.Contains(stdout.String(), "bearer token: "+filepath.Join(data, "token")+" (mode 600; copy it to <registry>/private/local/credentials/galley-token)") {
 		t.Errorf("output:\n%s", stdout.String())
 	}
 	tok, err := os.ReadFile(filepath.Join(data, "token"))
@@ -329,7 +308,7 @@ func TestServeAWSLocal(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(b), `"house":"h1"`) {
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"house":"local"`) {
 		t.Errorf("descriptor: %d %s", resp.StatusCode, b)
 	}
 	cancel()

@@ -37,7 +37,7 @@ type probe struct {
 var descriptor = probe{"GET", "/v1/descriptor", ""}
 
 var probes = map[lambdaapp.Function]probe{
-	lambdaapp.Effects: {"POST", "/v1/effects/lookup", `{"run":"bench","request":{"house":"origin89","backend":"galley",` +
+	lambdaapp.Effects: {"POST", "/v1/effects/lookup", `{"run":"bench","request":{"house":"local","backend":"galley",` +
 		`"credential":"galley-token","task":"t","attempt":1,"key":"KEY","effect":{"executor":"worker","effect":` +
 		`{"type":"cancel-worker","worker":{"kind":"worker","backend":"galley","handle":"w-none"}}}}}`},
 	lambdaapp.Reads:     {"POST", "/v1/workers/observe", `{"worker":{"kind":"worker","backend":"galley","handle":"w-KEY"}}`},
@@ -70,11 +70,8 @@ func instance(b *testing.B, s *awslocal.Stack, token string, fn lambdaapp.Functi
 			}
 		}, func() { p.Close() }
 	}
-	fns := map[string]gateway.Invoker{}
-	for _, f := range lambdaapp.Functions {
-		fns[string(f)] = p
-	}
-	g, err := gateway.New(awslocal.Routes, fns)
+	g, err := gateway.New([]gateway.Route{{Method: pr.method, Path: pr.path, Function: "fn"}},
+		map[string]gateway.Invoker{"fn": p})
 	if err != nil {
 		b.Fatal(err)
 	}

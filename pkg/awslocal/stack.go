@@ -1,8 +1,6 @@
 package awslocal
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,8 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,36 +18,48 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/galley-run/galley/local/ecsstandin"
 	"github.com/galley-run/galley/local/gateway"
+	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/local/smstandin"
+	"github.com/galley-run/galley/pkg/cfntemplate"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/localserver"
-	"github.com/galley-run/galley/pkg/store/dynamostore"
 )
 
 // EnvBin names the folder of the stack's binaries when Config.Bin is not
 // set (default: the folder of the running executable, bin/).
 const EnvBin = "GALLEY_AWSLOCAL_BIN"
 
-// Config is the stack's configuration: the local server's options (the
-// same flags), and where the stack's own parts are.
+// Config is the stack's configuration. Everything the deployment itself
+// sets comes from the template; Config says only where things are on this
+// machine.
 type Config struct {
+	// Options are the local server's: Listen, Data, TokenFile and Logger
+	// are used; House, Backend, Credential, DefaultAgent, Families,
+	// AwaitCap and MaxWorkers come from the template, and a value set here
+	// that differs from the template's is an error.
 	localserver.Options
 
-	// Bin locates the binaries; default BinariesIn($GALLEY_AWSLOCAL_BIN, or
-	// the folder of this executable).
+	// Template is the synthesized stack template (cdk.out/<stack>.template.json);
+	// default: DefaultTemplate().
+	Template string
+	// Secrets seed secret values, as NAME=file:PATH or NAME=env:VARIABLE
+	// (smstandin.ParseSeedSpec): the provider keys an operator fills in.
+	Secrets []string
+
+	// Bin locates the local binaries; default BinariesIn($GALLEY_AWSLOCAL_BIN,
+	// or the folder of this executable).
 	Bin Binaries
 	// StandinsScript is scripts/standins.sh, which installs and starts
 	// DynamoDB Local and fauxqs when AWS_ENDPOINT_URL_DYNAMODB and
-	// AWS_ENDPOINT_URL_SQS are not set already (a LocalStack, say); default
-	// <Bin's parent>/scripts/standins.sh, else ./scripts/standins.sh.
+	// AWS_ENDPOINT_URL_SQS are not set already.
 	StandinsScript string
-	// Table and QueuePrefix name the deployment's table and doorbell
-	// queues; default galley-<house>.
-	Table       string
-	QueuePrefix string
 	// FunctionOutput, when set, receives every emulator's and function's
 	// output; by default each function writes <data>/aws-local/logs/<fn>.log.
 	FunctionOutput io.Writer
@@ -63,89 +73,67 @@ type Stack struct {
 	cfg       Config
 	endpoint  string
 	tokenFile string
+	dir       string // <data>/aws-local
 
-	gatewaySrv *http.Server
-	ecsSrv     *http.Server
-	ecs        *ecsstandin.Server
-	pools      map[lambdaapp.Function]*gateway.Pool
-	envs       map[lambdaapp.Function]map[string]string
+	model  *model
+	deploy *deployment
+	kinds  map[lambdaapp.Function]string // galley's function → logical id
+	gates  map[iamgate.Service]*iamgate.Gate
+	// gateURLs are the IAM gates' endpoints, by service.
+	gateURLs map[iamgate.Service]string
+	sm       *smstandin.Server
+	ecs      *ecsstandin.Server
+	admin    *secretsmanager.Client
+	repo     string // the local bare repository
+	gitURL   string // where the git server serves it
 
-	mu     sync.Mutex
-	procs  []*gateway.EmulatorProcess
-	closed bool
+	servers []*http.Server
+	pools   map[string]*gateway.Pool // by function logical id
+	envs    map[string][]string
+	metrics *metricSink
+
+	mu      sync.Mutex
+	procs   []*gateway.EmulatorProcess
+	closed  bool
+	stopped chan struct{}
 
 	logs        []*os.File
 	stopStandin func()
 }
 
-// Start starts the whole stack: DynamoDB Local and fauxqs (unless their
-// endpoints are set), the table, the ECS stand-in, the local gateway on
-// cfg.Listen with the five functions under the emulator behind it. It
-// returns once the gateway listens; functions start on their first
-// request, as Lambda's do.
+// Start deploys the template onto this machine's stand-ins and starts the
+// stack: DynamoDB Local and fauxqs (unless their endpoints are set), the
+// Secrets Manager and ECS stand-ins, an IAM gate in front of each AWS
+// endpoint, the authenticated git server, and the local gateway on
+// cfg.Listen with each function under the emulator. It returns once the
+// gateway listens; functions start on their first request, as Lambda's do.
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	o := &cfg.Options
-	o.Defaults()
-	if cfg.Bin == (Binaries{}) {
-		dir := os.Getenv(EnvBin)
-		if dir == "" {
-			exe, err := os.Executable()
-			if err != nil {
-				return nil, err
-			}
-			dir = filepath.Dir(exe)
-		}
-		cfg.Bin = BinariesIn(dir)
-	}
-	if err := cfg.Bin.Check(); err != nil {
+	if err := fillDefaults(&cfg); err != nil {
 		return nil, err
 	}
-	if o.WorkerBin != "" {
-		cfg.Bin.Harness = o.WorkerBin
+	tpl, err := cfntemplate.Load(cfg.Template)
+	if err != nil {
+		return nil, fmt.Errorf("%w (synthesize it with `make synth-local`)", err)
 	}
-	if cfg.Table == "" {
-		cfg.Table = "galley-" + o.House
+	data, err := filepath.Abs(o.Data)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.QueuePrefix == "" {
-		cfg.QueuePrefix = "galley-" + o.House
-	}
-	if cfg.WorkerGrace <= 0 {
-		cfg.WorkerGrace = 10 * time.Second
-	}
-	s := &Stack{cfg: cfg, pools: map[lambdaapp.Function]*gateway.Pool{}, envs: map[lambdaapp.Function]map[string]string{}}
+	s := &Stack{cfg: cfg, dir: filepath.Join(data, "aws-local"), pools: map[string]*gateway.Pool{},
+		envs: map[string][]string{}, gates: map[iamgate.Service]*iamgate.Gate{}, kinds: map[lambdaapp.Function]string{},
+		stopped: make(chan struct{}), metrics: newMetricSink()}
 	ok := false
 	defer func() {
 		if !ok {
 			s.Close()
 		}
 	}()
-
-	data, err := filepath.Abs(o.Data)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(filepath.Join(data, "aws-local", "logs"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(s.dir, "logs"), 0o700); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
 	if s.tokenFile, err = filepath.Abs(o.TokenFile); err != nil {
 		return nil, err
-	}
-	if _, err := localserver.SecretFile(s.tokenFile, 32); err != nil {
-		return nil, fmt.Errorf("token file: %w", err)
-	}
-	workerSecret := filepath.Join(data, "worker-secret")
-	if _, err := localserver.SecretFile(workerSecret, 32); err != nil {
-		return nil, fmt.Errorf("worker secret: %w", err)
-	}
-	repo := o.Repository
-	if repo == "" {
-		if repo, err = githost.InitBare(ctx, filepath.Join(data, "repository.git")); err != nil {
-			return nil, fmt.Errorf("repository: %w", err)
-		}
-	}
-	repoPath, err := githost.LocalPath(repo)
-	if err != nil {
-		return nil, fmt.Errorf("repository: %w (the aws-local stack serves a local repository only)", err)
 	}
 
 	awsEnv, stop, err := standins(ctx, cfg.StandinsScript, cfg.Bin)
@@ -153,331 +141,230 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	s.stopStandin = stop
-	if err := ensureTable(ctx, awsEnv, cfg.Table); err != nil {
-		return nil, fmt.Errorf("table %s: %w", cfg.Table, err)
-	}
 
-	// The gateway's listener first: its address is the workers' endpoint.
+	// The gateway's listener first: its address is the API's endpoint.
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	s.endpoint = "http://" + localserver.LoopbackAddr(ln.Addr().String())
-
-	// The ECS stand-in, its events going to the reconciler.
-	var taskEnv []ecsstandin.Option
-	for _, k := range []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "CODEX_API_KEY"} {
-		// On AWS the task reads provider keys from Secrets Manager; here
-		// they are the task definition's environment when set.
-		if v := os.Getenv(k); v != "" {
-			taskEnv = append(taskEnv, ecsstandin.WithTaskEnv(k, v))
+	gwSrv := &http.Server{ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
+	s.servers = append(s.servers, gwSrv)
+	defer func() {
+		if !ok {
+			ln.Close()
 		}
+	}()
+
+	// Stand-ins and the IAM gates in front of them, over TLS so that
+	// aws:SecureTransport means what it means on AWS.
+	serverTLS, caPEM, err := iamgate.NewLocalCA()
+	if err != nil {
+		return nil, err
 	}
-	s.ecs, err = ecsstandin.New(append(taskEnv,
-		ecsstandin.WithDir(filepath.Join(data, "aws-local", "ecs")),
-		ecsstandin.WithHarness(mustAbs(cfg.Bin.Harness)),
+	caFile := filepath.Join(s.dir, "ca.pem")
+	if err := os.WriteFile(caFile, caPEM, 0o644); err != nil {
+		return nil, err
+	}
+	if s.sm, err = smstandin.New(smstandin.WithRegion(localRegion), smstandin.WithAccount(localAccount),
+		smstandin.WithLogger(o.Logger)); err != nil {
+		return nil, err
+	}
+	principals := newPrincipals()
+	var fileSystems []ecsstandin.Option
+	for _, id := range tpl.OfType("AWS::EFS::FileSystem") {
+		dir := filepath.Join(s.dir, "efs", efsID(id))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+		fileSystems = append(fileSystems, ecsstandin.WithFileSystem(efsID(id), dir))
+	}
+	s.ecs, err = ecsstandin.New(append(fileSystems,
+		ecsstandin.WithDir(filepath.Join(s.dir, "ecs")),
 		ecsstandin.WithEntrypoint(mustAbs(cfg.Bin.ECS)),
 		ecsstandin.WithGrace(cfg.WorkerGrace),
 		ecsstandin.WithLogger(o.Logger),
-		ecsstandin.WithSink(func(ctx context.Context, ev []byte) error {
-			s.mu.Lock()
-			p := s.pools[lambdaapp.Reconciler]
-			s.mu.Unlock()
-			if p == nil {
-				return errors.New("the reconciler is not running")
+		ecsstandin.WithRegion(localRegion), ecsstandin.WithAccount(localAccount),
+		ecsstandin.WithImageFunc(isWorkerImage, s.workerImage()),
+		ecsstandin.WithSink(s.deliverEvent),
+		ecsstandin.WithSecrets(func(ctx context.Context, executionRole string) (ecsstandin.SecretsGetter, error) {
+			p, ok := principals.role(executionRole)
+			if !ok {
+				return nil, fmt.Errorf("the execution role %s is not a role of the template", executionRole)
 			}
-			_, err := p.Invoke(ctx, ev)
-			return err
+			return secretsmanager.New(s.clientOptions(p, caPEM), func(o *secretsmanager.Options) {
+				o.BaseEndpoint = aws.String(s.gateURL(iamgate.SecretsManager))
+			}), nil
+		}),
+		ecsstandin.WithTaskCredentials(func(taskRole string) (aws.Credentials, error) {
+			p, ok := principals.role(taskRole)
+			if !ok {
+				return aws.Credentials{}, fmt.Errorf("the task role %s is not a role of the template", taskRole)
+			}
+			return aws.Credentials{AccessKeyID: p.AccessKeyID, SecretAccessKey: p.SecretAccessKey,
+				SessionToken: p.SessionToken, CanExpire: true, Expires: time.Now().Add(6 * time.Hour)}, nil
 		}),
 	)...)
 	if err != nil {
-		ln.Close()
 		return nil, fmt.Errorf("ECS stand-in: %w", err)
 	}
-	ecsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	ddbUp, err := iamgate.Proxy(awsEnv["AWS_ENDPOINT_URL_DYNAMODB"])
 	if err != nil {
-		ln.Close()
 		return nil, err
 	}
-	s.ecsSrv = &http.Server{Handler: s.ecs, ReadHeaderTimeout: 10 * time.Second}
-	go s.ecsSrv.Serve(ecsLn)
-	awsEnv["AWS_ENDPOINT_URL_ECS"] = "http://" + ecsLn.Addr().String()
-
-	env := map[string]string{
-		lambdaapp.EnvTable: cfg.Table, lambdaapp.EnvHouse: o.House, lambdaapp.EnvBackend: o.Backend,
-		lambdaapp.EnvCredential: o.Credential, lambdaapp.EnvQueuePrefix: cfg.QueuePrefix,
-		lambdaapp.EnvCluster: "galley-" + o.House, lambdaapp.EnvTaskDefinition: "galley-worker:1",
-		lambdaapp.EnvSubnets: "subnet-local", lambdaapp.EnvSecurityGroup: "sg-local",
-		lambdaapp.EnvWorkerContainer: ecsstandin.DefaultContainer, lambdaapp.EnvAssignPublicIP: "DISABLED",
-		lambdaapp.EnvRepository: repoPath, lambdaapp.EnvWorkerEndpoint: s.endpoint,
-		lambdaapp.EnvWorkspace: lambdaapp.DefaultWorkspace, lambdaapp.EnvDefaultAgent: o.DefaultAgent,
-		lambdaapp.EnvAgentFamilies:        strings.Join(o.Families, ","),
-		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256",
+	sqsUp, err := iamgate.Proxy(awsEnv["AWS_ENDPOINT_URL_SQS"])
+	if err != nil {
+		return nil, err
 	}
-	if o.AwaitCap > 0 {
-		env[lambdaapp.EnvAwaitCapMs] = strconv.FormatInt(o.AwaitCap.Milliseconds(), 10)
-	}
-	if o.MaxWorkers > 0 {
-		env[lambdaapp.EnvMaxWorkers] = strconv.Itoa(o.MaxWorkers)
-	}
-	for k, v := range awsEnv {
-		env[k] = v
-	}
-	invokers := map[string]gateway.Invoker{}
-	for _, fn := range lambdaapp.Functions {
-		fenv := map[string]string{}
-		for k, v := range env {
-			fenv[k] = v
-		}
-		switch fn {
-		case lambdaapp.Effects, lambdaapp.Reads, lambdaapp.Mailbox:
-			fenv[lambdaapp.EnvTokenFile] = s.tokenFile
-		}
-		switch fn {
-		case lambdaapp.Effects, lambdaapp.WorkerAPI:
-			fenv[lambdaapp.EnvWorkerSecretFile] = workerSecret
-		}
-		out, err := s.output(data, fn)
+	taskDefs := func(ref string) (iamgate.TaskDefinition, bool) { return s.taskDefinition(ref) }
+	gateURLs := map[iamgate.Service]string{}
+	for svc, up := range map[iamgate.Service]http.Handler{
+		iamgate.DynamoDB: ddbUp, iamgate.SQS: sqsUp, iamgate.SecretsManager: s.sm, iamgate.ECS: s.ecs,
+	} {
+		g, err := iamgate.New(svc, up, principals, iamgate.WithRegion(localRegion), iamgate.WithAccount(localAccount),
+			iamgate.WithLogger(o.Logger), iamgate.WithSecretResolver(s.sm.Resolve), iamgate.WithTaskDefinitions(taskDefs),
+			iamgate.WithObserver(s.metrics.observe))
 		if err != nil {
-			ln.Close()
 			return nil, err
 		}
-		p := gateway.NewPool(Functions[fn].MaxInstances, s.spawner(fn, fenv, out))
-		s.mu.Lock()
-		s.pools[fn] = p
-		s.envs[fn] = fenv
-		s.mu.Unlock()
-		invokers[string(fn)] = p
+		s.gates[svc] = g
+		u, err := s.serveTLS(g, serverTLS)
+		if err != nil {
+			return nil, err
+		}
+		gateURLs[svc] = u
 	}
-	gw, err := gateway.New(Routes, invokers, gateway.WithLogger(o.Logger))
+	s.gateURLs = gateURLs
+
+	// The house repository, served by the git server that requires the
+	// git credential, as a forge would.
+	if s.repo, err = githost.InitBare(ctx, filepath.Join(data, "repository.git")); err != nil {
+		return nil, fmt.Errorf("repository: %w", err)
+	}
+	gitLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		ln.Close()
 		return nil, err
 	}
-	s.gatewaySrv = &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second,
-		MaxHeaderBytes: 64 << 10}
+	gitHandler := &gitServer{stack: s}
+	gitSrv := &http.Server{Handler: gitHandler, ReadHeaderTimeout: 10 * time.Second}
+	s.servers = append(s.servers, gitSrv)
+	go gitSrv.Serve(gitLn)
+
+	// Deploy: every resource in order, created through the stand-ins' own
+	// APIs with the deployment's (CloudFormation's) rights, not through the
+	// gates.
+	stackName := strings.TrimSuffix(filepath.Base(cfg.Template), ".template.json")
+	d := newDeployment(tpl, stackName, s.endpoint)
+	d.salt = data
+	admin := credentials.NewStaticCredentialsProvider("cloudformation", "cloudformation", "")
+	d.ddb = dynamodb.New(dynamodb.Options{Region: localRegion, Credentials: admin,
+		BaseEndpoint: aws.String(awsEnv["AWS_ENDPOINT_URL_DYNAMODB"]), DisableValidateResponseChecksum: true})
+	d.sqs = sqs.New(sqs.Options{Region: localRegion, Credentials: admin, BaseEndpoint: aws.String(awsEnv["AWS_ENDPOINT_URL_SQS"])})
+	s.admin = secretsmanager.New(secretsmanager.Options{Region: localRegion, Credentials: admin,
+		BaseEndpoint: aws.String("http://secretsmanager.local"), HTTPClient: handlerClient(s.sm)})
+	d.secrets = s.admin
+	d.ecs = ecs.New(ecs.Options{Region: localRegion, Credentials: admin, BaseEndpoint: aws.String("http://ecs.local"),
+		HTTPClient: handlerClient(s.ecs)})
+	repoURL, err := templateRepository(tpl)
+	if err != nil {
+		return nil, err
+	}
+	s.gitURL = localRepositoryURL(repoURL, gitLn.Addr().String())
+	d.substitute = map[string]string{repoURL: s.gitURL}
+	if err := d.deploy(ctx); err != nil {
+		return nil, err
+	}
+	s.deploy = d
+	if s.model, err = readModel(d, filepath.Dir(cfg.Template)); err != nil {
+		return nil, err
+	}
+	for _, r := range s.model.roles {
+		principals.add(r)
+	}
+	for id := range s.model.functions {
+		kind := lambdaapp.Function(functionKind(tpl, id))
+		if _, ok := Functions[kind]; !ok {
+			return nil, fmt.Errorf("function %s: its construct path names no galley function (want one of %v)", id, lambdaapp.Functions)
+		}
+		s.kinds[kind] = id
+	}
+	if err := s.checkOptions(); err != nil {
+		return nil, err
+	}
+
+	// Operator seeds (provider keys), then kitchn's token: kept across
+	// restarts in the token file, as an operator reads it once after a
+	// deploy.
+	specs, err := smstandin.ParseSeedSpecs(cfg.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.sm.Seed(specs...); err != nil {
+		return nil, err
+	}
+	if err := s.syncToken(ctx); err != nil {
+		return nil, err
+	}
+
+	// Functions behind the gateway.
+	invokers := map[string]gateway.Invoker{}
+	for id, f := range s.model.functions {
+		p, _ := principals.role(f.Role)
+		env := map[string]string{}
+		for k, v := range f.Env {
+			env[k] = v
+		}
+		for k, v := range map[string]string{
+			"AWS_REGION": localRegion, "AWS_DEFAULT_REGION": localRegion,
+			"AWS_ACCESS_KEY_ID": p.AccessKeyID, "AWS_SECRET_ACCESS_KEY": p.SecretAccessKey, "AWS_SESSION_TOKEN": p.SessionToken,
+			"AWS_LAMBDA_FUNCTION_NAME": f.Name, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": strconv.Itoa(f.Memory),
+			"AWS_LAMBDA_FUNCTION_VERSION": "$LATEST", "AWS_LAMBDA_LOG_GROUP_NAME": "/aws/lambda/" + f.Name,
+			"TZ": ":UTC", "AWS_CA_BUNDLE": caFile,
+			"AWS_ENDPOINT_URL_DYNAMODB":        gateURLs[iamgate.DynamoDB],
+			"AWS_ENDPOINT_URL_SQS":             gateURLs[iamgate.SQS],
+			"AWS_ENDPOINT_URL_SECRETS_MANAGER": gateURLs[iamgate.SecretsManager],
+			"AWS_ENDPOINT_URL_ECS":             gateURLs[iamgate.ECS],
+		} {
+			env[k] = v
+		}
+		out, err := s.output(functionKind(tpl, id))
+		if err != nil {
+			return nil, err
+		}
+		out = s.metrics.capture(functionKind(tpl, id), out)
+		kv := make([]string, 0, len(env))
+		for k, v := range env {
+			kv = append(kv, k+"="+v)
+		}
+		sort.Strings(kv)
+		s.envs[id] = kv
+		pool := gateway.NewPool(Functions[lambdaapp.Function(functionKind(tpl, id))].MaxInstances, s.spawner(f, kv, out))
+		s.mu.Lock()
+		s.pools[id] = pool
+		s.mu.Unlock()
+		invokers[id] = pool
+	}
+	var routes []gateway.Route
+	for _, r := range s.model.routes {
+		method, path, ok := strings.Cut(r.Key, " ")
+		if !ok {
+			return nil, fmt.Errorf("route key %q: want METHOD /path", r.Key)
+		}
+		routes = append(routes, gateway.Route{Method: method, Path: path, Function: r.Function})
+	}
+	gw, err := gateway.New(routes, invokers, gateway.WithLogger(o.Logger))
+	if err != nil {
+		return nil, err
+	}
+	gwSrv.Handler = gw
 	go func() {
-		if err := s.gatewaySrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := gwSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			o.Logger.Error("gateway", "err", err)
 		}
 	}()
+	if err := s.startSchedules(); err != nil {
+		return nil, err
+	}
 	ok = true
 	return s, nil
-}
-
-// spawner starts fn's emulators with its environment.
-func (s *Stack) spawner(fn lambdaapp.Function, env map[string]string, out io.Writer) func(context.Context) (gateway.Invoker, error) {
-	kv := make([]string, 0, len(env))
-	for k, v := range env {
-		kv = append(kv, k+"="+v)
-	}
-	return func(ctx context.Context) (gateway.Invoker, error) {
-		s.mu.Lock()
-		closed := s.closed
-		s.mu.Unlock()
-		if closed {
-			return nil, errors.New("the stack is shutting down")
-		}
-		p, err := gateway.StartEmulator(context.WithoutCancel(ctx), gateway.EmulatorConfig{
-			RIE: s.cfg.Bin.RIE, Bootstrap: s.cfg.Bin.Bootstrap(fn), Env: kv,
-			Timeout: Functions[fn].Timeout, Name: "galley-" + string(fn), Output: out,
-		})
-		if err != nil {
-			return nil, err
-		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.closed {
-			p.Close()
-			return nil, errors.New("the stack is shutting down")
-		}
-		s.procs = append(s.procs, p)
-		return p, nil
-	}
-}
-
-// NewInstance starts one more emulator of fn outside its pool, with fn's
-// environment and its output to out: a fresh instance whose first
-// invocation is a cold start (the benchmarks measure it). The caller
-// closes it; Close closes it too.
-func (s *Stack) NewInstance(ctx context.Context, fn lambdaapp.Function, out io.Writer) (*gateway.EmulatorProcess, error) {
-	s.mu.Lock()
-	env := s.envs[fn]
-	s.mu.Unlock()
-	if env == nil {
-		return nil, fmt.Errorf("no function %q", fn)
-	}
-	inv, err := s.spawner(fn, env, out)(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return inv.(*gateway.EmulatorProcess), nil
-}
-
-func (s *Stack) output(data string, fn lambdaapp.Function) (io.Writer, error) {
-	if s.cfg.FunctionOutput != nil {
-		return s.cfg.FunctionOutput, nil
-	}
-	f, err := os.OpenFile(filepath.Join(data, "aws-local", "logs", string(fn)+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	s.logs = append(s.logs, f)
-	return f, nil
-}
-
-// Endpoint is the gateway's URL, the endpoint of the kitchn binding.
-func (s *Stack) Endpoint() string { return s.endpoint }
-
-// TokenFile is where the bearer token lives.
-func (s *Stack) TokenFile() string { return s.tokenFile }
-
-// ECS is the ECS stand-in (tests inspect its tasks and requests).
-func (s *Stack) ECS() *ecsstandin.Server { return s.ecs }
-
-// Instances reports how many emulators each function runs.
-func (s *Stack) Instances() map[lambdaapp.Function]int {
-	m := map[lambdaapp.Function]int{}
-	for fn, p := range s.pools {
-		m[fn] = p.Size()
-	}
-	return m
-}
-
-// Binding is the kitchn backend binding for the stack.
-func (s *Stack) Binding() string {
-	return localserver.Binding(s.cfg.Backend, s.cfg.Credential, s.endpoint)
-}
-
-// Close stops everything, in the order that lets the last events land: the
-// gateway stops taking requests, the ECS stand-in stops the worker tasks
-// and delivers their final state changes to the reconciler, then the
-// functions and the stand-ins stop. Stand-ins that were running before
-// Start keep running.
-func (s *Stack) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if s.gatewaySrv != nil {
-		_ = s.gatewaySrv.Shutdown(ctx)
-	}
-	if s.ecs != nil {
-		_ = s.ecs.Close()
-	}
-	if s.ecsSrv != nil {
-		_ = s.ecsSrv.Shutdown(ctx)
-	}
-	s.mu.Lock()
-	s.closed = true
-	procs := s.procs
-	s.procs = nil
-	s.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, p := range procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.Close()
-		}()
-	}
-	wg.Wait()
-	for _, f := range s.logs {
-		f.Close()
-	}
-	s.logs = nil
-	if s.stopStandin != nil {
-		s.stopStandin()
-		s.stopStandin = nil
-	}
-	return nil
-}
-
-// ServeAWSLocal is `galley serve --stack aws-local`: it starts the stack
-// with the local server's options, prints what `galley serve` prints, and
-// stops everything when ctx ends (SIGTERM).
-func ServeAWSLocal(ctx context.Context, o localserver.Options, stdout, stderr io.Writer) error {
-	o.Defaults()
-	fmt.Fprintln(stderr, "galley: starting the aws-local stack (DynamoDB Local, fauxqs, the ECS stand-in, five functions under the Lambda emulator)")
-	s, err := Start(ctx, Config{Options: o})
-	if err != nil {
-		return err
-	}
-	localserver.PrintReady(stdout, o, s.Endpoint(), s.TokenFile())
-	<-ctx.Done()
-	fmt.Fprintln(stdout, "galley: shutting down")
-	return s.Close()
-}
-
-// standins returns the AWS variables that point the functions at DynamoDB
-// and SQS stand-ins: those of this process when both endpoints are set (a
-// LocalStack, or stand-ins started by make test), else those of
-// scripts/standins.sh, which it starts; stop stops them again only if
-// they were not running before.
-func standins(ctx context.Context, script string, bin Binaries) (map[string]string, func(), error) {
-	env := map[string]string{
-		"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "standin", "AWS_SECRET_ACCESS_KEY": "standin",
-	}
-	ddb, sqs := os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"), os.Getenv("AWS_ENDPOINT_URL_SQS")
-	if ddb != "" && sqs != "" {
-		env["AWS_ENDPOINT_URL_DYNAMODB"], env["AWS_ENDPOINT_URL_SQS"] = ddb, sqs
-		for _, k := range []string{"AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-			"AWS_ENDPOINT_URL_SECRETS_MANAGER"} {
-			if v := os.Getenv(k); v != "" {
-				env[k] = v
-			}
-		}
-		return env, func() {}, nil
-	}
-	if script == "" {
-		script = filepath.Join(filepath.Dir(filepath.Dir(mustAbs(bin.ECS))), "scripts", "standins.sh")
-		if _, err := os.Stat(script); err != nil {
-			script = filepath.Join("scripts", "standins.sh")
-		}
-	}
-	if _, err := os.Stat(script); err != nil {
-		return nil, nil, fmt.Errorf("cannot find scripts/standins.sh to start DynamoDB Local and fauxqs (or set AWS_ENDPOINT_URL_DYNAMODB and AWS_ENDPOINT_URL_SQS): %w", err)
-	}
-	running := exec.CommandContext(ctx, script, "status").Run() == nil
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, script, "start")
-	cmd.Stdout, cmd.Stderr = &out, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return nil, nil, fmt.Errorf("scripts/standins.sh start: %w", err)
-	}
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "export ")
-		if k, v, found := strings.Cut(line, "="); ok && found {
-			env[k] = v
-		}
-	}
-	if env["AWS_ENDPOINT_URL_DYNAMODB"] == "" || env["AWS_ENDPOINT_URL_SQS"] == "" {
-		return nil, nil, errors.New("scripts/standins.sh start printed no endpoints")
-	}
-	stop := func() {}
-	if !running {
-		stop = func() {
-			c := exec.Command(script, "stop")
-			c.Stdout, c.Stderr = os.Stderr, os.Stderr
-			_ = c.Run()
-		}
-	}
-	return env, stop, nil
-}
-
-// ensureTable makes the deployment's table (the CDK app does on AWS).
-func ensureTable(ctx context.Context, env map[string]string, table string) error {
-	c := dynamodb.New(dynamodb.Options{
-		Region:                          env["AWS_REGION"],
-		BaseEndpoint:                    aws.String(env["AWS_ENDPOINT_URL_DYNAMODB"]),
-		Credentials:                     credentials.NewStaticCredentialsProvider(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], env["AWS_SESSION_TOKEN"]),
-		DisableValidateResponseChecksum: true,
-	})
-	return dynamostore.New(c, table).EnsureTable(ctx)
-}
-
-func mustAbs(p string) string {
-	if a, err := filepath.Abs(p); err == nil {
-		return a
-	}
-	return p
 }

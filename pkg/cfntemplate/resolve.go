@@ -443,6 +443,9 @@ func (r *Resolver) sub(path string, arg any) (any, error) {
 	return b.String(), nil
 }
 
+// Condition evaluates one of the template's Conditions.
+func (r *Resolver) Condition(name string) (bool, error) { return r.condition(name) }
+
 func (r *Resolver) condition(name string) (bool, error) {
 	c, ok := r.T.Conditions[name]
 	if !ok {

@@ -138,6 +138,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	stack := fs.String("stack", "local", "local (one process) or aws-local (the AWS shape on this machine: gateway, functions under the Lambda emulator, DynamoDB Local, fauxqs, the ECS stand-in)")
 	table := fs.String("table", "", "DynamoDB table with --store dynamodb, created when missing (default galley-<house>)")
 	queuePrefix := fs.String("queue-prefix", "", "SQS queue name prefix with --doorbell sqs (default galley-<house>)")
+	template := fs.String("template", "", "with --stack aws-local: the synthesized stack template (default: the one cdk.out/*.template.json, which `make synth-local` writes)")
+	var secrets stringList
+	fs.Var(&secrets, "secret", "with --stack aws-local, repeatable: seed a secret of the template, NAME=file:PATH or NAME=env:VARIABLE (e.g. galley/local/anthropic=env:ANTHROPIC_API_KEY)")
 	faultSpec := fs.String("inject-aws-faults", "", "TESTING ONLY: inject faults into the DynamoDB and SQS clients at seeded rates, e.g. "+
 		"'throttle=0.02,timeout=0.01,lost-response=0.02,delayed=0.01,condition-failed=0.01,seed=7' (also ops=ReceiveMessage+SendMessage, delay=50ms); "+
 		"needs --store dynamodb or --doorbell sqs; the counts are logged at shutdown")
@@ -151,10 +154,22 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch *stack {
 	case "local":
 	case "aws-local":
-		if families != "" {
-			o.Families = strings.Split(families, ",")
+		// The template is the deployment: flags that would change what it
+		// sets are refused, and those left at their defaults say nothing.
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, name := range []string{"default-agent", "families", "await-cap", "max-workers", "store", "doorbell", "table", "queue-prefix", "repository"} {
+			if set[name] {
+				fmt.Fprintf(stderr, "galley serve --stack aws-local: --%s comes from the template; synthesize with the value you want (make synth-local)\n", name)
+				return 2
+			}
 		}
-		if err := awslocal.ServeAWSLocal(ctx, o, stdout, stderr); err != nil {
+		for name, v := range map[string]*string{"house": &o.House, "backend": &o.Backend, "credential": &o.Credential} {
+			if !set[name] {
+				*v = ""
+			}
+		}
+		if err := awslocal.ServeAWSLocal(ctx, awslocal.Config{Options: o, Template: *template, Secrets: secrets}, stdout, stderr); err != nil {
 			fmt.Fprintf(stderr, "galley serve --stack aws-local: %v\n", err)
 			return 1
 		}
@@ -197,3 +212,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }

@@ -1,0 +1,247 @@
+package awslocal_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/pkg/lambdaapp"
+	"github.com/galley-run/galley/pkg/protocol"
+)
+
+// kitchn is a kitchn client of one stack: effects, observe, usage and a
+// coordinator's mailbox.
+type kitchn struct {
+	t     *testing.T
+	s     *awslocal.Stack
+	token string
+	house string
+	run   string
+	// pending rows read and acknowledged, not yet looked at.
+	pending []protocol.MailMessage
+}
+
+func newKitchn(t *testing.T, s *awslocal.Stack, token, run string) *kitchn {
+	return &kitchn{t: t, s: s, token: token, house: s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse], run: run}
+}
+
+func (k *kitchn) effect(key, effect string) (status string, receipt protocol.Receipt) {
+	k.t.Helper()
+	body := fmt.Sprintf(`{"run":%q,"request":{"house":%q,"backend":"galley","credential":"galley-token","task":"t-1",`+
+		`"attempt":1,"key":%q,"effect":{"executor":"worker","effect":%s}}}`, k.run, k.house, key, effect)
+	var out struct {
+		Status  string
+		Reason  string
+		Receipt protocol.Receipt
+	}
+	call(k.t, k.s, k.token, "POST", "/v1/effects", body, &out)
+	return out.Status + out.Reason, out.Receipt
+}
+
+func (k *kitchn) worker(handle string) string {
+	return fmt.Sprintf(`{"kind":"worker","backend":"galley","handle":%q}`, handle)
+}
+
+func (k *kitchn) observe(handle string) protocol.Observation {
+	var obs protocol.Observation
+	call(k.t, k.s, k.token, "POST", "/v1/workers/observe", `{"worker":`+k.worker(handle)+`}`, &obs)
+	return obs
+}
+
+// next returns the first mailbox row from now on that match accepts,
+// acknowledging every batch it reads.
+func (k *kitchn) next(what string, match func(protocol.MailMessage) bool) protocol.MailMessage {
+	k.t.Helper()
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); {
+		for len(k.pending) > 0 {
+			r := k.pending[0]
+			k.pending = k.pending[1:]
+			if match(r) {
+				return r
+			}
+			if r.Kind == protocol.MsgWorkerDone && !strings.Contains(what, "worker-done") {
+				k.t.Fatalf("waiting for %s, the worker ended: %+v", what, r)
+			}
+		}
+		var a protocol.MailboxAnswer
+		call(k.t, k.s, k.token, "POST", "/v1/deliveries/await", fmt.Sprintf(`{"run":%q,"coordinator":"c1","waitMs":10000}`, k.run), &a)
+		if a.Delivery == nil {
+			continue
+		}
+		var ack protocol.MailboxAnswer
+		call(k.t, k.s, k.token, "POST", "/v1/deliveries/acknowledge", fmt.Sprintf(`{"run":%q,"coordinator":"c1","delivery":%q}`, k.run, a.Delivery.ID), &ack)
+		k.pending = append(k.pending, a.Delivery.Messages...)
+	}
+	k.t.Fatalf("no %s in the mailbox", what)
+	return protocol.MailMessage{}
+}
+
+func kind(kind, prefix string) func(protocol.MailMessage) bool {
+	return func(r protocol.MailMessage) bool { return r.Kind == kind && strings.HasPrefix(r.Body, prefix) }
+}
+
+func hash16(v string) string {
+	h := sha256.Sum256([]byte(v))
+	return hex.EncodeToString(h[:])[:16]
+}
+
+func randomValue(t *testing.T, prefix string) string {
+	return prefix + suffix() + suffix() + suffix()
+}
+
+// TestWorkerFromTemplateAWSLocal runs the deployed worker path end to end
+// through the stack deployed from its template, with the stand-in Claude
+// Code and Codex CLIs in the worker image: the worker clones the house
+// repository over authenticated git, gets its provider key from Secrets
+// Manager through the task definition's secrets (resolved with the
+// execution role, through the IAM gate), asks a question and gets the
+// reply, receives a message in the middle of its turn, commits and pushes
+// its branch, reports usage and settles. The agent's environment holds its
+// provider key and none of kitchn's token, the task role's credentials, the
+// worker signing key or the git credential.
+func TestWorkerFromTemplateAWSLocal(t *testing.T) {
+	s, token := startStack(t)
+	ctx := context.Background()
+	house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
+	keys := map[string]string{"anthropic": randomValue(t, "sk-ant-test-"), "openai": randomValue(t, "sk-test-")}
+	for name, v := range keys {
+		if err := s.PutSecret(ctx, "galley/"+house+"/"+name, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gitCred, err := s.SecretValue(ctx, s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvSecretGit])
+	if err != nil {
+		t.Fatal(err)
+	}
+	signingKey, err := s.SecretValue(ctx, s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkerSecretArn])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The forge is strict: no credential, or a wrong one, reads nothing.
+	for _, url := range []string{s.GitURL(), strings.Replace(s.GitURL(), "http://", "http://x-access-token:wrong@", 1)} {
+		cmd := exec.Command("git", "ls-remote", url)
+		cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=", "SSH_ASKPASS=")
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Authentication failed") &&
+			!strings.Contains(string(out), "could not read Username") {
+			t.Fatalf("git ls-remote without the credential: %v %s", err, out)
+		}
+	}
+
+	for _, tc := range []struct{ family, keyVar, key string }{
+		{"claude", "ANTHROPIC_API_KEY", keys["anthropic"]},
+		{"codex", "CODEX_API_KEY", keys["openai"]},
+	} {
+		t.Run(tc.family, func(t *testing.T) {
+			k := newKitchn(t, s, token, "run-"+tc.family)
+			branch := "template/" + tc.family
+			brief := strings.Join([]string{
+				"#!standin",
+				"env-report",
+				`tool ask_coordinator {"subject":"colour","body":"red or blue?"}`,
+				`tool post_status {"body":"reply: $LAST"}`,
+				"commit agent.txt written by " + tc.family,
+				`tool finish {"outcome":"succeeded","body":"all done"}`,
+			}, "\n")
+			b, _ := json.Marshal(brief)
+			st, rc := k.effect("k-launch-"+tc.family, fmt.Sprintf(`{"type":"launch-worker","role":"station-cook",`+
+				`"workspace":{"type":"isolated"},"brief":%s,"branch":%q,"agent":{"agent":%q}}`, b, branch, tc.family))
+			if st != "applied" {
+				t.Fatalf("launch: %s", st)
+			}
+			w := rc.Created[0].Handle
+
+			env := k.next("env report", func(r protocol.MailMessage) bool { return r.Kind == protocol.MsgStatus && strings.HasPrefix(r.Body, "{") })
+			var report map[string]string
+			if err := json.Unmarshal([]byte(env.Body), &report); err != nil {
+				t.Fatalf("env report: %v: %s", err, env.Body)
+			}
+			if report[tc.keyVar] != hash16(tc.key) {
+				t.Errorf("the agent's %s is not the provider key from Secrets Manager (have %q)", tc.keyVar, report[tc.keyVar])
+			}
+			forbidden := map[string]string{"kitchn's token": token, "the git credential": gitCred, "the worker signing key": signingKey}
+			for name, h := range report {
+				for what, v := range forbidden {
+					if h == hash16(v) {
+						t.Errorf("the agent's %s holds %s", name, what)
+					}
+				}
+				if strings.HasPrefix(name, "AWS_") || strings.HasPrefix(name, "ECS_CONTAINER_METADATA") ||
+					strings.HasPrefix(name, "GALLEY_") && name != "GALLEY_MCP_URL" && name != "GALLEY_MCP_SECRET" && name != "GALLEY_WORKSPACE" {
+					t.Errorf("the agent's environment has %s", name)
+				}
+			}
+			other := map[string]string{"claude": "CODEX_API_KEY", "codex": "ANTHROPIC_API_KEY"}[tc.family]
+			if _, ok := report[other]; ok {
+				t.Errorf("the %s agent has the other family's %s", tc.family, other)
+			}
+
+			q := k.next("question", kind(protocol.MsgQuestion, ""))
+			if q.Subject != "colour" || q.Body != "red or blue?" {
+				t.Fatalf("question: %+v", q)
+			}
+			if obs := k.observe(w); obs.State != protocol.StateAwaitingReply {
+				t.Fatalf("state while the question waits: %+v", obs)
+			}
+			// A message while the agent works reaches it in the middle of
+			// its turn, riding on its next tool result.
+			if st, _ := k.effect("k-msg-"+tc.family, fmt.Sprintf(`{"type":"message-worker","worker":%s,"body":"hurry up"}`, k.worker(w))); st != "applied" {
+				t.Fatalf("message: %s", st)
+			}
+			if st, _ := k.effect("k-reply-"+tc.family, fmt.Sprintf(`{"type":"reply-to-worker","worker":%s,"question":%q,"body":"blue"}`, k.worker(w), q.ID)); st != "applied" {
+				t.Fatalf("reply: %s", st)
+			}
+			if r := k.next("reply status", kind(protocol.MsgStatus, "reply: ")); r.Body != "reply: blue\nMessage from the coordinator: hurry up" {
+				t.Fatalf("the agent saw %q", r.Body)
+			}
+			done := k.next("worker-done", kind(protocol.MsgWorkerDone, ""))
+			if done.Outcome != protocol.OutcomeSucceeded || done.Body != "all done" {
+				t.Fatalf("worker-done: %+v", done)
+			}
+			if obs := k.observe(w); obs.State != protocol.StateSettled || obs.Outcome != protocol.OutcomeSucceeded {
+				t.Fatalf("settled as %+v", obs)
+			}
+			got, err := exec.Command("git", "--git-dir", s.Repository(), "show", branch+":agent.txt").CombinedOutput()
+			if err != nil || string(got) != "written by "+tc.family {
+				t.Fatalf("pushed file on %s: %q %v", branch, got, err)
+			}
+			var usage struct {
+				Status string
+				Report protocol.UsageReport
+			}
+			for deadline := time.Now().Add(30 * time.Second); usage.Status != "reported" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				call(t, s, token, "POST", "/v1/workers/usage", `{"worker":`+k.worker(w)+`}`, &usage)
+			}
+			if usage.Status != "reported" || usage.Report.Tokens == nil || usage.Report.Agent != tc.family {
+				t.Fatalf("usage: %+v", usage)
+			}
+		})
+	}
+
+	// The provider keys came from Secrets Manager through the task
+	// definition: read by the execution role, through the IAM gate.
+	read := map[string]bool{}
+	for _, d := range s.Gate(iamgate.SecretsManager).Decisions() {
+		if d.Allowed && d.Action == "secretsmanager:GetSecretValue" && strings.Contains(d.Role, "ExecutionRole") {
+			read[d.Resource] = true
+		}
+	}
+	for _, name := range []string{"anthropic", "openai", "git-credential"} {
+		found := false
+		for arn := range read {
+			found = found || strings.Contains(arn, ":secret:galley/"+house+"/"+name+"-")
+		}
+		if !found {
+			t.Errorf("the execution role never read the %s secret (read: %v)", name, read)
+		}
+	}
+}
