@@ -231,11 +231,8 @@ func (w *configWriter) allowed(in *gitconfig.Config, hooksPath string) {
 		w.section("remote", "origin")
 		w.entry("remote", "origin", "url", url)
 		w.entry("remote", "origin", "fetch", "+refs/heads/*:refs/remotes/origin/*")
-		if pinned {
-			ref := "refs/heads/.none"
-			if branch != branchValue("") {
-				ref = "refs/heads/" + branch
-			}
+		if pinned && branch != branchValue("") {
+			ref := "refs/heads/" + branch
 			w.entry("remote", "origin", "push", ref+":"+ref)
 		}
 	}

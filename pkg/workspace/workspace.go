@@ -277,8 +277,10 @@ func restrictPush(ctx context.Context, work, dir, branch string) error {
 	}
 	ref := "refs/heads/" + branch
 	if branch == "" {
-		// No branch: the hook allows nothing, and the push refspec names a
-		// ref that cannot exist (a component may not start with a dot).
+		// No branch: the hook allows nothing, and origin gets no push
+		// refspec (push.default nothing makes a bare push push nothing;
+		// the gate refuses every ref). A refspec naming an impossible ref
+		// would make git refuse the remote's configuration altogether.
 		ref = "refs/heads/.none"
 	}
 	if err := writeExecutable(filepath.Join(hooks, "pre-push"), prePushHook(ref)); err != nil {
@@ -286,10 +288,12 @@ func restrictPush(ctx context.Context, work, dir, branch string) error {
 	}
 	settings := [][2]string{
 		{branchKey, branchValue(branch)},
-		{"remote.origin.push", ref + ":" + ref},
 		{"push.default", "nothing"}, // a bare push to any other remote pushes nothing
 		// Absolute, and local, so a global core.hooksPath cannot bypass the hook.
 		{"core.hooksPath", filepath.Join(dir, ".git", "hooks")},
+	}
+	if branch != "" {
+		settings = append(settings, [2]string{"remote.origin.push", ref + ":" + ref})
 	}
 	for _, kv := range settings {
 		if err := setConfig(ctx, work, kv[0], kv[1], true); err != nil {
