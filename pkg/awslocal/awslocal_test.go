@@ -93,21 +93,22 @@ func suffix() string {
 // queues, with the functions' logs in the test's data folder (shown when
 // the test fails).
 func startStack(t testing.TB, mods ...func(*awslocal.Config)) (*awslocal.Stack, string) {
+	s, token, _ := startStackLogged(t, mods...)
+	return s, token
+}
+
+// startStackLogged is startStack that also returns the stack's output
+// (its log and every function's).
+func startStackLogged(t testing.TB, mods ...func(*awslocal.Config)) (*awslocal.Stack, string, *syncBuffer) {
 	t.Helper()
 	requireStandins(t)
 	bin := binaries(t)
 	data := t.TempDir()
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	out := writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logs.Write(p)
-	})
+	logs := &syncBuffer{}
 	cfg := awslocal.Config{
 		Options: localserver.Options{Listen: "127.0.0.1:0", Data: data,
-			Logger: slog.New(slog.NewJSONHandler(out, nil))},
-		Bin: bin, Template: template(t), FunctionOutput: out, WorkerGrace: 3 * time.Second,
+			Logger: slog.New(slog.NewJSONHandler(logs, nil))},
+		Bin: bin, Template: template(t), FunctionOutput: logs, WorkerGrace: 3 * time.Second,
 	}
 	for _, m := range mods {
 		m(&cfg)
@@ -119,9 +120,7 @@ func startStack(t testing.TB, mods ...func(*awslocal.Config)) (*awslocal.Stack, 
 	t.Cleanup(func() {
 		s.Close()
 		if t.Failed() {
-			mu.Lock()
-			defer mu.Unlock()
-			b := logs.Bytes()
+			b := []byte(logs.String())
 			if len(b) > 64<<10 {
 				b = b[len(b)-64<<10:]
 			}
@@ -132,7 +131,7 @@ func startStack(t testing.TB, mods ...func(*awslocal.Config)) (*awslocal.Stack, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, strings.TrimSpace(string(tok))
+	return s, strings.TrimSpace(string(tok)), logs
 }
 
 type writerFunc func([]byte) (int, error)
@@ -152,7 +151,7 @@ func TestConformanceAWSLocal(t *testing.T) {
 	rep := conformance.Run(ctx, conformance.Config{
 		Endpoint: s.Endpoint(), Token: token, House: env[lambdaapp.EnvHouse], Backend: env[lambdaapp.EnvBackend],
 		Credential: env[lambdaapp.EnvCredential],
-		Timeout: 15 * time.Second, Wait: 90 * time.Second,
+		Timeout:    15 * time.Second, Wait: 90 * time.Second,
 	})
 	if rep.Err != nil {
 		t.Fatal(rep.Err)

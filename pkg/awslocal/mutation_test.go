@@ -1,0 +1,272 @@
+package awslocal_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/pkg/lambdaapp"
+	"github.com/galley-run/galley/pkg/protocol"
+)
+
+// smoke drives the deployment's main paths as kitchn and a worker would —
+// the descriptor, a scripted worker launched on a branch that reports
+// and settles, observe, and a Claude Code worker (the stand-in CLI) that
+// needs its provider key — and returns the first failure, explained from
+// what the stack saw: the HTTP answer, the functions' init errors, and
+// the IAM gates' denials.
+func smoke(s *awslocal.Stack, token string, logs *syncBuffer) error {
+	explain := func(err error) error {
+		var why []string
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, "function init failed") {
+				why = append(why, strings.TrimSpace(line))
+			}
+		}
+		for _, svc := range []iamgate.Service{iamgate.DynamoDB, iamgate.SQS, iamgate.SecretsManager, iamgate.ECS} {
+			for _, d := range s.Gate(svc).Decisions() {
+				if !d.Allowed {
+					why = append(why, fmt.Sprintf("AccessDeniedException: %s is not authorized to perform: %s on resource: %s", d.Caller, d.Action, d.Resource))
+				}
+			}
+		}
+		if len(why) == 0 {
+			return err
+		}
+		return fmt.Errorf("%w\n  %s", err, strings.Join(why, "\n  "))
+	}
+	do := func(method, path, body string, out any) error {
+		req, _ := http.NewRequest(method, s.Endpoint()+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, strings.TrimSpace(string(b)))
+		}
+		return json.Unmarshal(b, out)
+	}
+	house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
+	launch := func(run, key, brief, branch, agent string) (string, error) {
+		b, _ := json.Marshal(brief)
+		sel := ""
+		if agent != "" {
+			sel = fmt.Sprintf(`,"agent":{"agent":%q}`, agent)
+		}
+		body := fmt.Sprintf(`{"run":%q,"request":{"house":%q,"backend":"galley","credential":"galley-token","task":"t","attempt":1,`+
+			`"key":%q,"effect":{"executor":"worker","effect":{"type":"launch-worker","role":"station-cook",`+
+			`"workspace":{"type":"isolated"},"brief":%s,"branch":%q%s}}}}`, run, house, key, b, branch, sel)
+		var out struct {
+			Status, Reason string
+			Receipt        protocol.Receipt
+		}
+		if err := do("POST", "/v1/effects", body, &out); err != nil {
+			return "", err
+		}
+		if out.Status != "applied" || len(out.Receipt.Created) == 0 {
+			return "", fmt.Errorf("launch %s: %s %s", key, out.Status, out.Reason)
+		}
+		return out.Receipt.Created[0].Handle, nil
+	}
+	settled := func(run, handle string) error {
+		var obs protocol.Observation
+		for deadline := time.Now().Add(45 * time.Second); time.Now().Before(deadline); {
+			var a protocol.MailboxAnswer
+			if err := do("POST", "/v1/deliveries/await", fmt.Sprintf(`{"run":%q,"coordinator":"c","waitMs":5000}`, run), &a); err != nil {
+				return err
+			}
+			if a.Delivery != nil {
+				for _, m := range a.Delivery.Messages {
+					if m.Kind == protocol.MsgWorkerDone {
+						if m.Outcome != protocol.OutcomeSucceeded {
+							return fmt.Errorf("worker %s settled %s: %s", handle, m.Outcome, m.Body)
+						}
+						if err := do("POST", "/v1/workers/observe", `{"worker":{"kind":"worker","backend":"galley","handle":"`+handle+`"}}`, &obs); err != nil {
+							return err
+						}
+						if obs.State != protocol.StateSettled {
+							return fmt.Errorf("worker %s reported done, observe says %s", handle, obs.State)
+						}
+						return nil
+					}
+				}
+				var ack protocol.MailboxAnswer
+				if err := do("POST", "/v1/deliveries/acknowledge", fmt.Sprintf(`{"run":%q,"coordinator":"c","delivery":%q}`, run, a.Delivery.ID), &ack); err != nil {
+					return err
+				}
+			}
+		}
+		return fmt.Errorf("worker %s never reported", handle)
+	}
+	var d map[string]any
+	if err := do("GET", "/v1/descriptor", "", &d); err != nil {
+		return explain(err)
+	}
+	w, err := launch("smoke-script", "k-smoke-script", "#!galley-script\nstatus hello\ncommit smoke.txt smoke\ndone succeeded ok", "smoke/script", "")
+	if err != nil {
+		return explain(err)
+	}
+	if err := settled("smoke-script", w); err != nil {
+		return explain(err)
+	}
+	w, err = launch("smoke-claude", "k-smoke-claude", "#!standin\ntool finish {\"outcome\":\"succeeded\",\"body\":\"ok\"}", "smoke/claude", "claude")
+	if err != nil {
+		return explain(err)
+	}
+	return explain(settled("smoke-claude", w))
+}
+
+// mutatedTemplate writes a mutated copy of the stack template into a
+// folder of its own, beside links to the original's assets.
+func mutatedTemplate(t *testing.T, mutate func(resources map[string]any) error) string {
+	t.Helper()
+	src := template(t)
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tpl map[string]any
+	if err := json.Unmarshal(b, &tpl); err != nil {
+		t.Fatal(err)
+	}
+	if err := mutate(tpl["Resources"].(map[string]any)); err != nil {
+		t.Fatalf("mutation: %v", err)
+	}
+	dir := t.TempDir()
+	assets, _ := filepath.Glob(filepath.Join(filepath.Dir(src), "asset.*"))
+	for _, a := range assets {
+		if err := os.Symlink(a, filepath.Join(dir, filepath.Base(a))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, _ := json.Marshal(tpl)
+	p := filepath.Join(dir, filepath.Base(src))
+	if err := os.WriteFile(p, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// resourcesOf lists the resources of one type with their properties.
+func resourcesOf(res map[string]any, typ string) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for id, r := range res {
+		m := r.(map[string]any)
+		if m["Type"] == typ {
+			p, _ := m["Properties"].(map[string]any)
+			out[id] = p
+		}
+	}
+	return out
+}
+
+// functionByPath finds a function by its construct path's name (Effects).
+func functionByPath(res map[string]any, name string) (map[string]any, error) {
+	for _, r := range res {
+		m := r.(map[string]any)
+		path, _ := m["Metadata"].(map[string]any)["aws:cdk:path"].(string)
+		if m["Type"] == "AWS::Lambda::Function" && strings.Split(path, "/")[1] == name {
+			return m["Properties"].(map[string]any), nil
+		}
+	}
+	return nil, fmt.Errorf("no function %s", name)
+}
+
+// TestTemplateMutations deploys copies of the synthesized template, each
+// missing one thing, and shows that the smoke run fails on each with a
+// message naming what is missing — and passes on the template as it is.
+// A local stack configured beside the template could not tell.
+func TestTemplateMutations(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(res map[string]any) error
+		want   []string // every one must appear in the smoke failure
+	}{
+		{name: "unchanged", mutate: func(map[string]any) error { return nil }},
+		{name: "route removed", want: []string{"POST /v1/effects", "404"}, mutate: func(res map[string]any) error {
+			for id, p := range resourcesOf(res, "AWS::ApiGatewayV2::Route") {
+				if p["RouteKey"] == "POST /v1/effects" {
+					delete(res, id)
+					return nil
+				}
+			}
+			return fmt.Errorf("no route POST /v1/effects")
+		}},
+		{name: "function environment variable removed", want: []string{"GALLEY_TABLE", "function init failed"}, mutate: func(res map[string]any) error {
+			p, err := functionByPath(res, "Reads")
+			if err != nil {
+				return err
+			}
+			vars := p["Environment"].(map[string]any)["Variables"].(map[string]any)
+			if _, ok := vars["GALLEY_TABLE"]; !ok {
+				return fmt.Errorf("reads has no GALLEY_TABLE")
+			}
+			delete(vars, "GALLEY_TABLE")
+			return nil
+		}},
+		{name: "IAM statement removed", want: []string{"AccessDeniedException", "ecs:RunTask"}, mutate: func(res map[string]any) error {
+			for _, p := range resourcesOf(res, "AWS::IAM::Policy") {
+				doc := p["PolicyDocument"].(map[string]any)
+				sts := doc["Statement"].([]any)
+				for i, st := range sts {
+					if st.(map[string]any)["Sid"] == "RunWorkerTasks" {
+						doc["Statement"] = append(sts[:i:i], sts[i+1:]...)
+						return nil
+					}
+				}
+			}
+			return fmt.Errorf("no statement RunWorkerTasks")
+		}},
+		{name: "task definition secret removed", want: []string{"GALLEY_ANTHROPIC_API_KEY"}, mutate: func(res map[string]any) error {
+			for _, p := range resourcesOf(res, "AWS::ECS::TaskDefinition") {
+				c := p["ContainerDefinitions"].([]any)[0].(map[string]any)
+				secrets := c["Secrets"].([]any)
+				for i, sc := range secrets {
+					if sc.(map[string]any)["Name"] == "GALLEY_ANTHROPIC_API_KEY" {
+						c["Secrets"] = append(secrets[:i:i], secrets[i+1:]...)
+						return nil
+					}
+				}
+			}
+			return fmt.Errorf("no secret GALLEY_ANTHROPIC_API_KEY")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tpl := mutatedTemplate(t, tc.mutate)
+			s, token, logs := startStackLogged(t, func(c *awslocal.Config) { c.Template = tpl })
+			house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
+			if err := s.PutSecret(context.Background(), "galley/"+house+"/anthropic", randomValue(t, "sk-ant-test-")); err != nil {
+				t.Fatal(err)
+			}
+			err := smoke(s, token, logs)
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("the unchanged template fails its smoke run: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("with the %s, the smoke run passed", tc.name)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("with the %s, the failure does not name %q:\n%v", tc.name, w, err)
+				}
+			}
+			t.Logf("%s: %v", tc.name, err)
+		})
+	}
+}
