@@ -567,3 +567,22 @@ func (s *Stack) PutSecret(ctx context.Context, id, value string) error {
 	_, err := s.admin.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{SecretId: aws.String(id), SecretString: aws.String(value)})
 	return err
 }
+
+// Resources are the deployed template's resources of one type: their
+// properties as resolved at deployment, by logical id (tests, tools).
+func (s *Stack) Resources(typ string) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for _, id := range s.deploy.t.OfType(typ) {
+		if p, ok := s.deploy.props[id]; ok {
+			out[id] = p
+		}
+	}
+	return out
+}
+
+// PhysicalID is what a deployed resource's Ref gives (a table's name, a
+// queue's URL, a function's name).
+func (s *Stack) PhysicalID(logicalID string) string { return s.deploy.phys[logicalID] }
+
+// Attribute is a deployed resource's Fn::GetAtt attribute.
+func (s *Stack) Attribute(logicalID, attr string) (any, error) { return s.deploy.GetAtt(logicalID, attr) }
