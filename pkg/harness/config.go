@@ -104,6 +104,14 @@ type Config struct {
 	InboxWait time.Duration // one long poll; default client.MaxInboxWait
 	StopGrace time.Duration // SIGTERM to SIGKILL when stopping the agent; default 10 s
 
+	// Confine is how the agent is confined (see Confinement): ConfineAuto
+	// picks the strongest the platform allows; empty is ConfineNone (the
+	// in-process tests'). ConfigFromEnv reads EnvConfine, default auto.
+	Confine Confinement
+	// ConfineExe is the galley-worker whose agent-exec starts a confined
+	// agent; empty means this executable.
+	ConfineExe string
+
 	// Drivers maps an agent family to its driver; nil means DefaultDrivers.
 	Drivers map[string]Driver
 	// Prepare prepares the workspace; nil means workspace.Prepare, with
@@ -132,6 +140,14 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		OpenAIKey:     firstSet(getenv, EnvOpenAIKey, EnvCodexCLIKey, EnvOpenAICLIKey),
 		GitCredential: strings.TrimSpace(getenv(EnvGitCredential)),
 		GitUsername:   getenv(EnvGitUsername),
+		Confine:       Confinement(getenv(EnvConfine)),
+	}
+	switch cfg.Confine {
+	case "":
+		cfg.Confine = ConfineAuto
+	case ConfineAuto, ConfineUser, ConfineLandlock, ConfineNone:
+	default:
+		return cfg, galleyerr.E(op, galleyerr.Invalid, EnvConfine+" must be auto, uid, landlock or none")
 	}
 	if cfg.GitCredential != "" && cfg.GitUsername == "" {
 		cfg.GitUsername = DefaultGitUsername

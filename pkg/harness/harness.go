@@ -118,6 +118,10 @@ func (h *harness) run(ctx context.Context) error {
 	if branch == "" {
 		branch = self.Branch
 	}
+	jail, err := h.chooseJail()
+	if err != nil {
+		return h.notStarted(ctx, "confining the agent failed", err)
+	}
 	h.log.Info("preparing the workspace", "dir", h.cfg.Workspace, "branch", branch)
 	if err := h.cfg.Prepare(ctx, h.cfg.Repository, branch, h.cfg.Workspace); err != nil {
 		return h.notStarted(ctx, "preparing the workspace failed", err)
@@ -153,6 +157,22 @@ func (h *harness) run(ctx context.Context) error {
 	}
 	if err := h.prepareCommand(cmd); err != nil {
 		return h.notStarted(ctx, "refusing the agent command", err)
+	}
+	// The workspace is galley's until here (Prepare, UseGate); from now on
+	// it is the agent's.
+	defer func() {
+		if err := jail.leave(ctx); err != nil {
+			h.log.Warn("cleaning up after the confined agent", "err", err)
+		}
+	}()
+	if err := jail.enter(h.cfg.Workspace, cmd.Env, h.cfg.AgentBinDir); err != nil {
+		return h.notStarted(ctx, "confining the agent failed", err)
+	}
+	jail.wrap(cmd)
+	if jail.mode == ConfineNone && h.cfg.Confine != "" {
+		h.log.Warn("the agent is not confined: it can reach whatever this harness's user can", "why", jail.why)
+	} else {
+		h.log.Info("agent confined", "confinement", string(jail.mode), "uid", jail.uid, "why", jail.why)
 	}
 	stdout, stdoutW := io.Pipe()
 	stderr := &lineLogger{log: h.log}

@@ -217,7 +217,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	s.Service = svc
-	h := api.New(api.WithService(svc), api.WithAuthenticator(api.StaticToken(token)), api.WithLogger(o.Logger))
+	h := confined(o.Logger, rt.Confinement(), api.New(api.WithService(svc), api.WithAuthenticator(api.StaticToken(token)), api.WithLogger(o.Logger)))
 	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second,
 		MaxHeaderBytes: 64 << 10}
 	go func() {

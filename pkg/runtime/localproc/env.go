@@ -7,6 +7,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/galley-run/galley/pkg/harness"
 )
 
 // The environment a harness receives from the runtime.
@@ -17,6 +19,7 @@ const (
 	EnvRepository = "GALLEY_REPOSITORY"        // the house's repository URL
 	EnvBranch     = "GALLEY_BRANCH"            // the worker's branch
 	EnvHandle     = "GALLEY_WORKER_HANDLE"     // the worker's handle
+	EnvConfine    = harness.EnvConfine         // how the agent is confined (Runtime.Confinement)
 )
 
 // allowedEnv names the server variables a harness inherits: what a process
@@ -41,7 +44,7 @@ const reservedPrefix = "GALLEY_"
 // runtimeOwned are the variables only the runtime sets, per worker. The
 // worker's token itself never travels in a variable, only its file's path.
 var runtimeOwned = []string{
-	EnvTokenFile, EnvEndpoint, EnvWorkspace, EnvRepository, EnvBranch, EnvHandle,
+	EnvTokenFile, EnvEndpoint, EnvWorkspace, EnvRepository, EnvBranch, EnvHandle, EnvConfine,
 	"GALLEY_WORKER_TOKEN",
 }
 
@@ -83,5 +86,6 @@ func (r *Runtime) harnessEnv(handle, tokenFile, workspace, branch string) []stri
 		EnvRepository+"="+r.repository,
 		EnvBranch+"="+branch,
 		EnvHandle+"="+handle,
+		EnvConfine+"="+string(r.enforcement.Mode),
 	)
 }

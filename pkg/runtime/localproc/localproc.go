@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/service"
 )
 
@@ -55,6 +56,8 @@ type Runtime struct {
 	nice       int
 	onExit     func(handle string)
 	optErr     string // the first bad option, reported by New
+	// enforcement is how agents are confined, chosen at New (confine).
+	enforcement harness.Enforcement
 
 	sigchld chan os.Signal
 	done    chan struct{}
@@ -192,6 +195,7 @@ func New(opts ...Option) (*Runtime, error) {
 			return nil, galleyerr.E(op, err)
 		}
 	}
+	r.confine()
 	signal.Notify(r.sigchld, syscall.SIGCHLD)
 	r.wg.Add(1)
 	go r.reapLoop()

@@ -2,7 +2,8 @@
 // (package harness), configured from the environment, with drivers for the
 // scripted agent and the claude and codex CLIs (package agents); with the
 // script-agent subcommand, the scripted agent (package scriptagent) that
-// the harness's script driver starts; with the agent-session subcommand,
+// the harness's script driver starts; with agent-exec, the confined start
+// of an agent (harness.RunAgentExec); with the agent-session subcommand,
 // the session supervisor that the claude and codex drivers start; with
 // remove-workspace <path>, deletes one workspace on the shared file system
 // (the cleanup task package ecsrt starts when a worktree is released).
@@ -26,6 +27,11 @@ import (
 )
 
 func main() {
+	// agent-exec replaces itself with the agent at once: no signal
+	// handling, no context.
+	if len(os.Args) > 1 && os.Args[1] == harness.AgentExecCommand {
+		os.Exit(harness.RunAgentExec(os.Args[2:]))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	code := run(ctx, os.Args[1:])
 	stop()

@@ -1,0 +1,252 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+)
+
+// Capabilities the user-switching confinement needs (linux/capability.h):
+// CAP_CHOWN to give the worktree, home and tmp to the agent's uid (and the
+// worktree back to the harness before galley's git runs there),
+// CAP_DAC_READ_SEARCH to walk a worktree the agent made unreadable, CAP_KILL
+// to stop an agent of another uid, CAP_SETGID and CAP_SETUID to become it.
+const (
+	capChown         = 0
+	capDacReadSearch = 2
+	capKill          = 5
+	capSetgid        = 6
+	capSetuid        = 7
+)
+
+// canSwitchUser reports whether this process holds every capability
+// ConfineUser needs in its effective set.
+func canSwitchUser() (bool, string) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false, "cannot read this process's capabilities"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		v, ok := strings.CutPrefix(line, "CapEff:")
+		if !ok {
+			continue
+		}
+		caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		if err != nil {
+			break
+		}
+		var missing []string
+		for _, c := range []struct {
+			bit  uint
+			name string
+		}{{capChown, "CHOWN"}, {capDacReadSearch, "DAC_READ_SEARCH"}, {capKill, "KILL"}, {capSetgid, "SETGID"}, {capSetuid, "SETUID"}} {
+			if caps&(1<<c.bit) == 0 {
+				missing = append(missing, "CAP_"+c.name)
+			}
+		}
+		if len(missing) > 0 {
+			return false, "the harness may not switch users (it lacks " + strings.Join(missing, ", ") + ")"
+		}
+		return true, ""
+	}
+	return false, "cannot read this process's capabilities"
+}
+
+// Landlock's system calls (the same numbers on every architecture) and
+// constants (linux/landlock.h).
+const (
+	sysLandlockCreateRuleset = 444
+	sysLandlockAddRule       = 445
+	sysLandlockRestrictSelf  = 446
+
+	landlockCreateRulesetVersion = 1
+	landlockRulePathBeneath      = 1
+
+	llExecute    = 1 << 0
+	llWriteFile  = 1 << 1
+	llReadFile   = 1 << 2
+	llReadDir    = 1 << 3
+	llRemoveDir  = 1 << 4
+	llRemoveFile = 1 << 5
+	llMakeChar   = 1 << 6
+	llMakeDir    = 1 << 7
+	llMakeReg    = 1 << 8
+	llMakeSock   = 1 << 9
+	llMakeFifo   = 1 << 10
+	llMakeBlock  = 1 << 11
+	llMakeSym    = 1 << 12
+	llRefer      = 1 << 13 // ABI 2
+	llTruncate   = 1 << 14 // ABI 3
+	llIoctlDev   = 1 << 15 // ABI 5
+
+	llScopeAbstractUnixSocket = 1 << 0 // ABI 6
+	llScopeSignal             = 1 << 1 // ABI 6
+
+	prSetNoNewPrivs = 38
+	oPath           = 0x200000 // O_PATH, which package syscall lacks
+)
+
+// landlockABI is the kernel's Landlock ABI version, 0 when Landlock is
+// absent or disabled.
+func landlockABI() int {
+	v, _, errno := syscall.RawSyscall(sysLandlockCreateRuleset, 0, 0, landlockCreateRulesetVersion)
+	if errno != 0 {
+		return 0
+	}
+	return int(v)
+}
+
+// handledFS is every file-system right the kernel's ABI knows: all are
+// denied outside the rules.
+func handledFS(abi int) uint64 {
+	r := uint64(llExecute | llWriteFile | llReadFile | llReadDir | llRemoveDir | llRemoveFile | llMakeChar |
+		llMakeDir | llMakeReg | llMakeSock | llMakeFifo | llMakeBlock | llMakeSym)
+	if abi >= 2 {
+		r |= llRefer
+	}
+	if abi >= 3 {
+		r |= llTruncate
+	}
+	if abi >= 5 {
+		r |= llIoctlDev
+	}
+	return r
+}
+
+// Rights granted beneath a read-only and a read-write folder.
+const (
+	roRights   = llExecute | llReadFile | llReadDir
+	fileRights = llExecute | llWriteFile | llReadFile | llTruncate | llIoctlDev
+)
+
+// landlockRestrict puts the calling thread in a new Landlock domain with rw
+// (every right) and ro (read and execute) folders; paths that do not exist
+// are skipped. With ABI 6 the domain is also scoped: no signal to, and no
+// abstract unix socket of, a process outside it.
+func landlockRestrict(rw, ro []string) error {
+	abi := landlockABI()
+	if abi == 0 {
+		return errors.New("the kernel has no Landlock")
+	}
+	handled := handledFS(abi)
+	attr := struct{ fs, net, scoped uint64 }{fs: handled}
+	size := uintptr(8)
+	if abi >= 6 {
+		attr.scoped = llScopeAbstractUnixSocket | llScopeSignal
+		size = 24
+	}
+	fd, _, errno := syscall.RawSyscall(sysLandlockCreateRuleset, uintptr(unsafe.Pointer(&attr)), size, 0)
+	if errno != 0 {
+		return fmt.Errorf("landlock_create_ruleset: %w", errno)
+	}
+	defer syscall.Close(int(fd))
+	add := func(path string, rights uint64) error {
+		pfd, err := syscall.Open(path, oPath|syscall.O_CLOEXEC, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		defer syscall.Close(pfd)
+		var st syscall.Stat_t
+		if err := syscall.Fstat(pfd, &st); err != nil {
+			return err
+		}
+		if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			rights &= fileRights
+		}
+		// struct landlock_path_beneath_attr is packed: u64, then s32.
+		var pb [12]byte
+		*(*uint64)(unsafe.Pointer(&pb[0])) = rights & handled
+		*(*int32)(unsafe.Pointer(&pb[8])) = int32(pfd)
+		if _, _, errno := syscall.RawSyscall6(sysLandlockAddRule, fd, landlockRulePathBeneath, uintptr(unsafe.Pointer(&pb[0])), 0, 0, 0); errno != 0 {
+			return fmt.Errorf("landlock_add_rule %s: %w", path, errno)
+		}
+		return nil
+	}
+	for _, p := range rw {
+		if err := add(p, handled); err != nil {
+			return err
+		}
+	}
+	for _, p := range ro {
+		if err := add(p, roRights); err != nil {
+			return err
+		}
+	}
+	// /dev/null, /dev/tty and the like are written, not only read.
+	if err := add("/dev", llReadFile|llWriteFile|llReadDir|llIoctlDev); err != nil {
+		return err
+	}
+	if _, _, errno := syscall.RawSyscall(sysLandlockRestrictSelf, fd, 0, 0); errno != 0 {
+		return fmt.Errorf("landlock_restrict_self: %w", errno)
+	}
+	return nil
+}
+
+// RunAgentExec is the agent-exec subcommand: it runs in the agent's
+// process (already under the agent's uid with ConfineUser), sets
+// no_new_privs (no setuid program or file capability can give the agent
+// back what it lost), enters the Landlock domain the flags describe, and
+// executes the agent. Arguments:
+//
+//	[--rw <dir>]... [--ro <dir>]... -- <program> <argv0> <args>...
+//	--kill-all   kill every other process of this uid (the agent's leftovers)
+//
+// It returns only on failure, with an exit code.
+func RunAgentExec(args []string) int {
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "galley agent-exec: "+format+"\n", a...)
+		return 126
+	}
+	if len(args) == 1 && args[0] == "--kill-all" {
+		if os.Geteuid() == 0 {
+			return fail("refusing to kill every process as root")
+		}
+		// kill(-1) reaches every process this uid may signal but this one.
+		if err := syscall.Kill(-1, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fail("kill: %v", err)
+		}
+		return 0
+	}
+	var rw, ro []string
+	i := 0
+	for ; i < len(args) && args[i] != "--"; i += 2 {
+		if i+1 >= len(args) {
+			return fail("flag %s needs a value", args[i])
+		}
+		switch args[i] {
+		case "--rw":
+			rw = append(rw, args[i+1])
+		case "--ro":
+			ro = append(ro, args[i+1])
+		default:
+			return fail("unknown flag %q", args[i])
+		}
+	}
+	if i+2 >= len(args) {
+		return fail("no program and argv[0] after --")
+	}
+	prog, argv := args[i+1], args[i+2:]
+	// no_new_privs and the Landlock domain are per thread: both must be on
+	// the thread that calls execve, which keeps them across it.
+	runtime.LockOSThread()
+	if _, _, errno := syscall.RawSyscall6(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0, 0, 0, 0); errno != 0 {
+		return fail("prctl(PR_SET_NO_NEW_PRIVS): %v", errno)
+	}
+	if len(rw)+len(ro) > 0 {
+		if err := landlockRestrict(rw, ro); err != nil {
+			return fail("%v", err)
+		}
+	}
+	err := syscall.Exec(prog, argv, os.Environ())
+	return fail("exec %s: %v", filepath.Base(prog), err)
+}

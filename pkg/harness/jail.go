@@ -1,0 +1,210 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// jail is one agent's confinement: the mode applied, the agent's uid
+// under ConfineUser, and the home and temporary folder made for it.
+type jail struct {
+	mode     Confinement
+	why      string
+	uid, gid int
+	exe      string // galley-worker, whose agent-exec starts the agent
+	base     string // holds home and tmp; removed when the agent has ended
+	home     string
+	tmp      string
+	rw, ro   []string
+}
+
+// chooseJail decides the confinement of this run's agent: Config.Confine,
+// with auto resolved against the workspace and this executable.
+func (h *harness) chooseJail() (*jail, error) {
+	j := &jail{mode: h.cfg.Confine}
+	if j.mode == "" || j.mode == ConfineNone {
+		j.mode = ConfineNone
+		return j, nil
+	}
+	j.exe = h.cfg.ConfineExe
+	if j.exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		j.exe = exe
+	}
+	if j.mode == ConfineAuto {
+		e := ChooseConfinement(filepath.Dir(h.cfg.Workspace), j.exe)
+		j.mode, j.why = e.Mode, e.Why
+	}
+	switch j.mode {
+	case ConfineUser, ConfineLandlock, ConfineNone:
+	default:
+		return nil, errors.New("unknown confinement " + string(j.mode) + " (auto, uid, landlock or none)")
+	}
+	if j.mode == ConfineUser {
+		if ok, msg := canSwitchUser(); !ok {
+			return nil, errors.New("uid confinement: " + msg)
+		}
+		j.uid = AgentUID(h.self.Handle)
+		j.gid = j.uid
+		// A worktree an earlier agent owned goes back to the harness
+		// before galley's git runs there: git refuses (safe.directory) a
+		// repository another uid owns, and galley never waives that.
+		if _, err := os.Lstat(h.cfg.Workspace); err == nil {
+			if err := chownTree(h.cfg.Workspace, os.Geteuid(), os.Getegid()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if j.mode == ConfineLandlock && landlockABI() == 0 {
+		return nil, errors.New("landlock confinement: the kernel has no Landlock")
+	}
+	return j, nil
+}
+
+// enter gives the prepared workspace, a fresh home and a fresh temporary
+// folder to the agent: owned by its uid and mode 0700 under ConfineUser,
+// the only writable folders of its Landlock domain under ConfineLandlock.
+func (j *jail) enter(workspace string, agentEnv []string, binDir string) error {
+	if j.mode == ConfineNone {
+		return nil
+	}
+	base, err := os.MkdirTemp("", "galley-agent-")
+	if err != nil {
+		return err
+	}
+	j.base, j.home, j.tmp = base, filepath.Join(base, "home"), filepath.Join(base, "tmp")
+	for _, d := range []string{j.home, j.tmp} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return err
+		}
+	}
+	switch j.mode {
+	case ConfineUser:
+		for _, d := range []string{base, j.home, j.tmp} {
+			if err := os.Lchown(d, j.uid, j.gid); err != nil {
+				return err
+			}
+		}
+		if err := chownTree(workspace, j.uid, j.gid); err != nil {
+			return err
+		}
+		return os.Chmod(workspace, 0o700)
+	case ConfineLandlock:
+		j.rw = []string{workspace, j.home, j.tmp}
+		j.ro = landlockReadOnly(workspace, j.exe, binDir, agentEnv)
+	}
+	return nil
+}
+
+// systemDirs are the folders a Landlocked agent may read and execute
+// beneath: the system's programs, libraries and settings, and /proc and
+// /sys (which the kernel guards per process itself).
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+	"/nix", "/proc", "/sys", "/run/systemd/resolve"}
+
+// landlockReadOnly lists the read-only folders of a Landlock domain: the
+// system's, galley-worker's, the agent binaries', each absolute PATH entry
+// and the certificate files named in the environment, never one that
+// holds the workspace (so never the data folder nor /).
+func landlockReadOnly(workspace, exe, binDir string, env []string) []string {
+	ro := slices.Clone(systemDirs)
+	ro = append(ro, filepath.Dir(exe))
+	if binDir != "" {
+		ro = append(ro, binDir)
+	}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "PATH":
+			ro = append(ro, filepath.SplitList(v)...)
+		case "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS":
+			ro = append(ro, v)
+		}
+	}
+	wsParent := filepath.Dir(workspace)
+	var out []string
+	for _, d := range ro {
+		if !filepath.IsAbs(d) {
+			continue
+		}
+		d = filepath.Clean(d)
+		if rel, err := filepath.Rel(d, wsParent); err == nil && !strings.HasPrefix(rel, "..") {
+			continue // d holds the workspaces
+		}
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// wrap makes cmd start the agent confined: through agent-exec (which sets
+// no_new_privs and, under Landlock, enters the domain), under the agent's
+// uid, gid and no supplementary group, with its own home and tmp.
+func (j *jail) wrap(cmd *exec.Cmd) {
+	if j.mode == ConfineNone {
+		return
+	}
+	// exec.Cmd keeps the last of duplicate variables.
+	cmd.Env = append(cmd.Env, "HOME="+j.home, "TMPDIR="+j.tmp)
+	args := []string{j.exe, AgentExecCommand}
+	for _, d := range j.rw {
+		args = append(args, "--rw", d)
+	}
+	for _, d := range j.ro {
+		args = append(args, "--ro", d)
+	}
+	args = append(append(args, "--", cmd.Path), cmd.Args...)
+	cmd.Path, cmd.Args = j.exe, args
+	if j.mode == ConfineUser {
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(j.uid), Gid: uint32(j.gid), Groups: []uint32{}}
+	}
+}
+
+// leave ends what the agent left behind: under ConfineUser every process
+// of its uid (one that left the process group too), then its home and tmp.
+func (j *jail) leave(ctx context.Context) error {
+	if j.mode == ConfineNone || j.base == "" {
+		return nil
+	}
+	var errs []error
+	if j.mode == ConfineUser {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		kill := exec.CommandContext(ctx, j.exe, AgentExecCommand, "--kill-all")
+		kill.Env = []string{}
+		kill.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(j.uid), Gid: uint32(j.gid), Groups: []uint32{}}}
+		if out, err := kill.CombinedOutput(); err != nil {
+			errs = append(errs, errors.New("killing the agent's processes: "+err.Error()+": "+strings.TrimSpace(string(out))))
+		}
+	}
+	if err := os.RemoveAll(j.base); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// chownTree gives dir and everything beneath it to uid:gid, never
+// following a symbolic link (the link itself changes owner).
+func chownTree(dir string, uid, gid int) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, uid, gid)
+	})
+}
