@@ -193,7 +193,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 				return nil, fmt.Errorf("the execution role %s is not a role of the template", executionRole)
 			}
 			return secretsmanager.New(s.clientOptions(p, caPEM), func(o *secretsmanager.Options) {
-				o.BaseEndpoint = aws.String(s.gateURL(iamgate.SecretsManager))
+				o.BaseEndpoint = aws.String(s.GateURL(iamgate.SecretsManager))
 			}), nil
 		}),
 		ecsstandin.WithTaskCredentials(func(taskRole string) (aws.Credentials, error) {

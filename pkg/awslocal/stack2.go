@@ -164,8 +164,6 @@ func tlsClient(caPEM []byte) *http.Client {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 }
 
-// gateURL is the endpoint of svc's IAM gate.
-func (s *Stack) gateURL(svc iamgate.Service) string { return s.gateURLs[svc] }
 
 // serveTLS serves h on a loopback port over TLS and returns its URL.
 func (s *Stack) serveTLS(h http.Handler, cfg *tls.Config) (string, error) {
@@ -586,3 +584,9 @@ func (s *Stack) PhysicalID(logicalID string) string { return s.deploy.phys[logic
 
 // Attribute is a deployed resource's Fn::GetAtt attribute.
 func (s *Stack) Attribute(logicalID, attr string) (any, error) { return s.deploy.GetAtt(logicalID, attr) }
+
+// GateURL is the endpoint of svc's IAM gate, and CAFile the PEM file of
+// the certificate authority its TLS certificate chains to: what a client
+// of the stack's AWS endpoints needs (AWS_ENDPOINT_URL_*, AWS_CA_BUNDLE).
+func (s *Stack) GateURL(svc iamgate.Service) string { return s.gateURLs[svc] }
+func (s *Stack) CAFile() string                     { return filepath.Join(s.dir, "ca.pem") }

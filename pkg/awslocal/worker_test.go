@@ -3,15 +3,23 @@ package awslocal_test
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials/endpointcreds"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/smithy-go"
 	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/pkg/awslocal"
 	"github.com/galley-run/galley/pkg/lambdaapp"
@@ -160,7 +168,9 @@ func TestWorkerFromTemplateAWSLocal(t *testing.T) {
 			}
 			w := rc.Created[0].Handle
 
-			env := k.next("env report", func(r protocol.MailMessage) bool { return r.Kind == protocol.MsgStatus && strings.HasPrefix(r.Body, "{") })
+			env := k.next("env report", func(r protocol.MailMessage) bool {
+				return r.Kind == protocol.MsgStatus && strings.HasPrefix(r.Body, "{")
+			})
 			var report map[string]string
 			if err := json.Unmarshal([]byte(env.Body), &report); err != nil {
 				t.Fatalf("env report: %v: %s", err, env.Body)
@@ -214,6 +224,25 @@ func TestWorkerFromTemplateAWSLocal(t *testing.T) {
 			if err != nil || string(got) != "written by "+tc.family {
 				t.Fatalf("pushed file on %s: %q %v", branch, got, err)
 			}
+			// The reads function reads the private repository's branches
+			// with the git credential: the branch is live, not
+			// unverifiable.
+			var inv struct {
+				Resources []struct {
+					Resource protocol.Resource
+					Liveness string
+				}
+			}
+			call(t, s, token, "GET", "/v1/inventory", "", &inv)
+			liveness := ""
+			for _, r := range inv.Resources {
+				if r.Resource.Kind == "branch" && r.Resource.Handle == branch {
+					liveness = r.Liveness
+				}
+			}
+			if liveness != "live" {
+				t.Errorf("the inventory lists branch %s as %q", branch, liveness)
+			}
 			var usage struct {
 				Status string
 				Report protocol.UsageReport
@@ -242,6 +271,48 @@ func TestWorkerFromTemplateAWSLocal(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("the execution role never read the %s secret (read: %v)", name, read)
+		}
+	}
+}
+
+// TestTaskRoleIsCheckedAWSLocal: what a worker task's role may do is
+// checked like any other role's. Whoever gets the task role's credentials
+// from the task's credentials endpoint (the agent must not: its
+// environment has no URL, TestWorkerFromTemplateAWSLocal) still cannot
+// read the house's secrets with them: the IAM gate answers
+// AccessDeniedException naming the action.
+func TestTaskRoleIsCheckedAWSLocal(t *testing.T) {
+	s, token := startStack(t)
+	k := newKitchn(t, s, token, "run-role")
+	if st, _ := k.effect("k-role", `{"type":"launch-worker","role":"station-cook","workspace":{"type":"isolated"},"brief":"idle"}`); st != "applied" {
+		t.Fatalf("launch: %s", st)
+	}
+	var uri string
+	for deadline := time.Now().Add(30 * time.Second); uri == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, task := range s.ECS().Tasks() {
+			uri = task.Env["AWS_CONTAINER_CREDENTIALS_FULL_URI"]
+		}
+	}
+	if uri == "" {
+		t.Fatal("the worker task has no credentials endpoint")
+	}
+	ctx := context.Background()
+	creds := endpointcreds.New(uri)
+	caPEM, err := os.ReadFile(s.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	sm := secretsmanager.New(secretsmanager.Options{Region: "us-east-1", Credentials: aws.NewCredentialsCache(creds),
+		BaseEndpoint: aws.String(s.GateURL(iamgate.SecretsManager)),
+		HTTPClient:   &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}})
+	for _, env := range []string{lambdaapp.EnvSecretGit, lambdaapp.EnvTokenSecretArn, lambdaapp.EnvWorkerSecretArn} {
+		arn := s.FunctionEnv(lambdaapp.Effects)[env]
+		_, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
+		var api smithy.APIError
+		if !errors.As(err, &api) || api.ErrorCode() != "AccessDeniedException" || !strings.Contains(api.ErrorMessage(), "secretsmanager:GetSecretValue") {
+			t.Errorf("the task role read %s's secret: %v", env, err)
 		}
 	}
 }
