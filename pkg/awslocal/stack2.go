@@ -164,7 +164,6 @@ func tlsClient(caPEM []byte) *http.Client {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 }
 
-
 // serveTLS serves h on a loopback port over TLS and returns its URL.
 func (s *Stack) serveTLS(h http.Handler, cfg *tls.Config) (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -583,7 +582,9 @@ func (s *Stack) Resources(typ string) map[string]map[string]any {
 func (s *Stack) PhysicalID(logicalID string) string { return s.deploy.phys[logicalID] }
 
 // Attribute is a deployed resource's Fn::GetAtt attribute.
-func (s *Stack) Attribute(logicalID, attr string) (any, error) { return s.deploy.GetAtt(logicalID, attr) }
+func (s *Stack) Attribute(logicalID, attr string) (any, error) {
+	return s.deploy.GetAtt(logicalID, attr)
+}
 
 // GateURL is the endpoint of svc's IAM gate, and CAFile the PEM file of
 // the certificate authority its TLS certificate chains to: what a client
