@@ -90,8 +90,21 @@ func fillDefaults(cfg *Config) error {
 // the template is the deployment, and aws-local does not override it.
 func (s *Stack) checkOptions() error {
 	o := s.cfg.Options
+	for _, fn := range lambdaapp.Functions {
+		if _, ok := s.kinds[fn]; !ok {
+			return fmt.Errorf("aws-local: the template has no %s function", fn)
+		}
+	}
 	env := s.model.functions[s.kinds[lambdaapp.Effects]].Env
 	var errs []string
+	// What the local stack itself reads from the template (the git
+	// server's credential, kitchn's token, the binding).
+	for _, name := range []string{lambdaapp.EnvHouse, lambdaapp.EnvBackend, lambdaapp.EnvCredential,
+		lambdaapp.EnvTokenSecretArn, lambdaapp.EnvSecretGit, lambdaapp.EnvRepository} {
+		if env[name] == "" {
+			errs = append(errs, fmt.Sprintf("the template's effects function sets no %s", name))
+		}
+	}
 	check := func(flag, have, name string) {
 		if have != "" && env[name] != have {
 			errs = append(errs, fmt.Sprintf("%s %q: the template sets %s=%q (synthesize with the value you want)", flag, have, name, env[name]))
