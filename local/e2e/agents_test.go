@@ -54,6 +54,13 @@ func agentServer(t *testing.T, withCLIs bool, flags ...string) *server {
 	t.Helper()
 	bin := standins(t)
 	t.Setenv("HOME", t.TempDir())
+	// claude and codex workers refuse to start without their provider's
+	// key (random: nothing checks it).
+	t.Setenv("ANTHROPIC_API_KEY", randomHex(t))
+	t.Setenv("CODEX_API_KEY", randomHex(t))
+	// A confined agent runs the binaries under a uid of its own (as root)
+	// or inside Landlock: let other users run them.
+	openForAgents(t, "", false)
 	if withCLIs {
 		t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	}

@@ -25,6 +25,10 @@
 //	                               with the first 16 hex digits of the SHA-256
 //	                               of its value (tests compare hashes; no value
 //	                               leaves the process)
+//	attack <name> <json>           try one attack (see Attack; AttackBrief scripts them
+//	                               all) and post "attack <name>: blocked (<why>)" or
+//	                               "attack <name>: SUCCEEDED (<what>)"
+//	git <args>                     run plain git in the worktree ($LAST is its output)
 //
 // $LAST is the text of the last tool result, $PROMPT this turn's prompt,
 // $PID this process's id; each is JSON-escaped where it stands. A tool
@@ -242,6 +246,27 @@ func (r *runner) do(ctx context.Context, line string) (code int, stop bool) {
 	case "exit":
 		c, _ := strconv.Atoi(rest)
 		return c, true
+	case "attack":
+		name, args, _ := strings.Cut(rest, " ")
+		var a Attack
+		verdict := ""
+		if err := json.Unmarshal([]byte(args), &a); err != nil {
+			verdict = "blocked (the directive's JSON is malformed: " + err.Error() + ")"
+		} else if ok, detail := attack(ctx, a); ok {
+			verdict = "SUCCEEDED (" + detail + ")"
+		} else {
+			verdict = "blocked (" + detail + ")"
+		}
+		b, _ := json.Marshal(map[string]any{"body": "attack " + name + ": " + verdict})
+		r.callTool(ctx, "post_status", string(b))
+	case "git":
+		// Plain git, as a model runs it: hooks, fsmonitor and credential
+		// helpers of the worktree apply.
+		out, err := exec.CommandContext(ctx, "git", strings.Fields(rest)...).CombinedOutput()
+		r.last = strings.TrimSpace(string(out))
+		if err != nil {
+			r.last = "git failed: " + err.Error() + ": " + r.last
+		}
 	case "env-report":
 		b, _ := json.Marshal(map[string]any{"body": EnvReport(os.Environ())})
 		r.callTool(ctx, "post_status", string(b))

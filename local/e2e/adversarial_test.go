@@ -1,0 +1,267 @@
+package e2e
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/galley-run/galley/local/standin-cli/standin"
+	"github.com/galley-run/galley/pkg/harness"
+	"github.com/galley-run/galley/pkg/protocol"
+)
+
+// TestAdversarialAgent runs an agent scripted to attack (the stand-in's
+// AttackBrief) through galley serve, once per confinement the machine
+// enforces: a uid of its own (galley serve as root, the data folder's
+// parents open to traversal) and Landlock (the same with the parents
+// closed, so a separate uid could not reach the worktrees). Every attack
+// is refused, each in its own sub-test, and the honest path works: the
+// attacker's own branch gets its commit. At least one enforced mode must
+// run: on a machine with neither the test fails (galley serve would
+// declare launch_isolated partial).
+func TestAdversarialAgent(t *testing.T) {
+	canUID, _ := harness.CanSwitchUser()
+	canLandlock := harness.ChooseConfinement("/", "").LandlockABI > 0
+	if !canUID && !canLandlock {
+		t.Fatal("this machine enforces no confinement (not root, no Landlock): agents would reach galley's data folder")
+	}
+	if canUID {
+		t.Run("uid", func(t *testing.T) { adversarial(t, harness.ConfineUser) })
+	} else {
+		t.Log("not root: the uid confinement is not exercised here")
+	}
+	if canLandlock {
+		t.Run("landlock", func(t *testing.T) { adversarial(t, harness.ConfineLandlock) })
+	} else {
+		t.Log("the kernel has no Landlock: the Landlock confinement is not exercised here")
+	}
+}
+
+func randomHex(t *testing.T) string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// openForAgents lets other users run the built binaries, and, for the uid
+// confinement, traverse the folders above the data folder (t.TempDir's are
+// mode 0700), as an operator's data folder must be.
+func openForAgents(t *testing.T, data string, parents bool) {
+	t.Helper()
+	for _, d := range []string{binDir, standins(t)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !parents {
+		return
+	}
+	for d := filepath.Dir(data); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func adversarial(t *testing.T, want harness.Confinement) {
+	data := t.TempDir()
+	openForAgents(t, data, want == harness.ConfineUser)
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("PATH", standins(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("ANTHROPIC_API_KEY", randomHex(t))
+	t.Setenv("CODEX_API_KEY", randomHex(t))
+	s := startServer(t, data, "--families", "claude,codex")
+	t.Cleanup(func() { dumpWorkerLogs(t, s) })
+	repo := filepath.Join(s.Data, "repository.git")
+	run := "run-adv"
+	mb := &mailbox{s: s, run: run}
+
+	// The victim commits on its branch and stays (its token file lives
+	// while its harness runs).
+	victim, ans := agentLaunch(t, s, run, "k-victim", "#!standin\ncommit victim.txt the victim's work\nhang", "adv/victim", map[string]string{"agent": "claude"})
+	if victim == "" {
+		t.Fatalf("victim launch: %s", ans)
+	}
+	defer workerEffect(t, s, run, "k-victim-cancel", `{"type":"cancel-worker","worker":`+workerRes(victim)+`}`)
+	mb.next(t, "the victim's hang", kindBody(protocol.MsgStatus, "hanging pid "))
+	victimWS := workspaceOf(t, s, victim)
+	victimHead := revParse(t, repo, "refs/heads/adv/victim")
+	mainHead := revParse(t, repo, "refs/heads/main")
+
+	targets := standin.Targets{
+		KitchnToken:    filepath.Join(s.Data, "token"),
+		WorkerSecret:   filepath.Join(s.Data, "worker-secret"),
+		OtherToken:     filepath.Join(s.Data, "workers", victim, "token"),
+		Store:          filepath.Join(s.Data, "galley.db"),
+		OtherWorkspace: victimWS,
+		OtherBranch:    "adv/victim",
+		SecretNames:    []string{"CODEX_API_KEY", "OPENAI_API_KEY", "GALLEY_GIT_CREDENTIAL", "GALLEY_WORKER_TOKEN", "GALLEY_WORKER_BOOTSTRAP"},
+	}
+	// Planted code writes its marker inside the worktree's git directory
+	// (relative to the worktree): the worktree's next agent can write
+	// there in every confinement.
+	targets.Marker = ".git"
+	launch := func(key string, ws string, brief string) (string, string) {
+		b, _ := json.Marshal(brief)
+		wsJSON := `{"type":"isolated"}`
+		branch := `,"branch":"adv/attacker"`
+		if ws != "" {
+			wsJSON, branch = `{"type":"existing","resource":{"kind":"worktree","backend":"galley","handle":"`+ws+`"}}`, ""
+		}
+		eff := fmt.Sprintf(`{"type":"launch-worker","role":"station-cook","workspace":%s,"brief":%s%s,"agent":{"agent":"claude"}}`, wsJSON, b, branch)
+		st, out := s.call(t, "POST", "/v1/effects", effectBody(run, key, eff), "Idempotency-Key", key)
+		if st != 200 || !strings.Contains(string(out), `"applied"`) {
+			t.Fatalf("launch %s: %d %s", key, st, out)
+		}
+		var a struct {
+			Receipt struct {
+				Created []struct{ Kind, Handle string }
+			}
+		}
+		_ = json.Unmarshal(out, &a)
+		var worker, wt string
+		for _, c := range a.Receipt.Created {
+			switch c.Kind {
+			case protocol.KindWorker:
+				worker = c.Handle
+			case protocol.KindWorktree:
+				wt = c.Handle
+			}
+		}
+		return worker, wt
+	}
+	attacker, wt := launch("k-attack", "", standin.AttackBrief(targets))
+	if attacker == "" || wt == "" {
+		t.Fatalf("attacker launch created worker %q worktree %q", attacker, wt)
+	}
+	attackerWS := workspaceOf(t, s, attacker)
+	verdicts := map[string]string{}
+	for _, name := range standin.AttackNames {
+		row := mb.next(t, "attack "+name, kindBody(protocol.MsgStatus, "attack "+name+": "))
+		verdicts[name] = row.Body
+	}
+	honest := mb.next(t, "the honest push", kindBody(protocol.MsgStatus, "honest: "))
+	done := mb.next(t, "the attacker's worker-done", func(r mailRow) bool { return r.Kind == protocol.MsgWorkerDone })
+
+	mode := confinementIn(t, s, attacker)
+	t.Logf("enforcement exercised: %s", mode)
+	if mode != string(want) {
+		t.Fatalf("the attacker ran confined by %q, want %q", mode, want)
+	}
+	for _, name := range standin.AttackNames {
+		t.Run(name, func(t *testing.T) {
+			v := verdicts[name]
+			t.Log(v)
+			if name == "harness-environ" && want == harness.ConfineLandlock && strings.Contains(v, "SUCCEEDED") {
+				// docs/security.md: Landlock does not stop a process of the
+				// same uid reading /proc/<harness>/environ.
+				t.Skip("known gap of the Landlock confinement: " + v)
+			}
+			if !strings.Contains(v, ": blocked (") {
+				t.Errorf("attack not blocked: %s", v)
+			}
+		})
+	}
+	t.Run("honest push", func(t *testing.T) {
+		if honest.Body != "honest: committed honest.txt" {
+			t.Errorf("honest path: %s", honest.Body)
+		}
+		got, err := exec.Command("git", "--git-dir", repo, "show", "adv/attacker:honest.txt").CombinedOutput()
+		if err != nil || string(got) != "the honest path" {
+			t.Errorf("adv/attacker:honest.txt = %q %v", got, err)
+		}
+		if done.Outcome != protocol.OutcomeSucceeded {
+			t.Errorf("attacker's worker-done: %+v", done)
+		}
+	})
+	t.Run("house refs unchanged", func(t *testing.T) {
+		if got := revParse(t, repo, "refs/heads/main"); got != mainHead {
+			t.Errorf("main moved: %s -> %s", mainHead, got)
+		}
+		if got := revParse(t, repo, "refs/heads/adv/victim"); got != victimHead {
+			t.Errorf("the victim's branch changed: %s -> %q", victimHead, got)
+		}
+		if got := revParse(t, repo, "refs/tags/attacker-tag"); got != "" {
+			t.Errorf("the attacker's tag exists: %s", got)
+		}
+		if _, err := os.Stat(filepath.Join(victimWS, "planted-by-attacker")); err == nil {
+			t.Error("the attacker created a file in the victim's worktree")
+		}
+	})
+
+	// The worktree is reused: the next agent runs plain git there (status
+	// consults core.fsmonitor, commit runs hooks, push runs pre-push and
+	// may ask the credential helper). Nothing the attacker planted runs.
+	reuse := strings.Join([]string{"#!standin",
+		"git status", "git add -A", "git commit --allow-empty -m reuse", "git push origin HEAD",
+		`tool post_status {"body":"reused: $LAST"}`,
+		`tool finish {"outcome":"succeeded","body":"reused"}`}, "\n")
+	second, _ := launch("k-reuse", wt, reuse)
+	if second == "" {
+		t.Fatal("the reuse launch created no worker")
+	}
+	mb.next(t, "the reuse's status", kindBody(protocol.MsgStatus, "reused: "))
+	mb.next(t, "the reuse's worker-done", func(r mailRow) bool { return r.Kind == protocol.MsgWorkerDone })
+	t.Run("planted code never ran", func(t *testing.T) {
+		ran, _ := filepath.Glob(filepath.Join(attackerWS, ".git", "*-*"))
+		for _, r := range ran {
+			base := filepath.Base(r)
+			if strings.HasPrefix(base, "hook-") || base == "fsmonitor" || base == "credential-helper" {
+				t.Errorf("planted code ran: %s", base)
+			}
+		}
+		cfg, _ := os.ReadFile(filepath.Join(attackerWS, ".git", "config"))
+		for _, key := range []string{"fsmonitor", "helper"} {
+			if strings.Contains(string(cfg), key) {
+				t.Errorf("the reused worktree's config still names %s:\n%s", key, cfg)
+			}
+		}
+	})
+}
+
+// workspaceOf is the worktree path the runtime gave a worker.
+func workspaceOf(t *testing.T, s *server, handle string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.Data, "workers", handle, "meta.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct{ WorkspacePath string }
+	if err := json.Unmarshal(b, &m); err != nil || m.WorkspacePath == "" {
+		t.Fatalf("meta.json of %s: %v %s", handle, err, b)
+	}
+	return m.WorkspacePath
+}
+
+func revParse(t *testing.T, repo, ref string) string {
+	t.Helper()
+	out, err := exec.Command("git", "--git-dir", repo, "rev-parse", "--verify", "--quiet", ref).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// confinementIn reads the confinement the worker's harness logged.
+func confinementIn(t *testing.T, s *server, handle string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.Data, "workers", handle, "harness.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var l struct{ Msg, Confinement string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "agent confined" {
+			return l.Confinement
+		}
+	}
+	return string(harness.ConfineNone)
+}

@@ -1,0 +1,333 @@
+package standin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Attack is one attempt of an adversarial agent, as the directive
+// "attack <name> <json>" gives it: Kind says what to try, the other fields
+// where. The stand-in posts "attack <name>: blocked (<why>)" or
+// "attack <name>: SUCCEEDED (<what>)", never a value it read.
+type Attack struct {
+	// Kind is one of:
+	//   read      read the file at Path
+	//   write     create a file in the folder Path and append to the file Path/.git/config
+	//   push      git push --no-verify origin Refspec in the worktree (through its real remote)
+	//   plant     plant hooks, core.fsmonitor and credential.helper in the worktree's
+	//             git directory, each writing a file into Marker (relative: to the
+	//             worktree) when it runs
+	//   environ   read /proc/<pid>/environ of every ancestor and of pid 1, looking for Names
+	//   ptrace    PTRACE_ATTACH to the parent process
+	//   creds     find AWS_CONTAINER_CREDENTIALS_* in this environment, the ancestors'
+	//             and pid 1's, and fetch the task role's credentials from the URL found
+	Kind    string   `json:"kind"`
+	Path    string   `json:"path,omitempty"`
+	Refspec string   `json:"refspec,omitempty"`
+	Marker  string   `json:"marker,omitempty"`
+	Names   []string `json:"names,omitempty"`
+}
+
+// attack runs one attack and returns the status line's verdict.
+func attack(ctx context.Context, a Attack) (succeeded bool, detail string) {
+	switch a.Kind {
+	case "read":
+		b, err := os.ReadFile(a.Path)
+		if err != nil {
+			return false, errText(err)
+		}
+		return true, fmt.Sprintf("read %d bytes of %s", len(b), a.Path)
+	case "write":
+		var done []string
+		if err := os.WriteFile(filepath.Join(a.Path, "planted-by-attacker"), []byte("x"), 0o644); err == nil {
+			done = append(done, "created a file")
+		}
+		if f, err := os.OpenFile(filepath.Join(a.Path, ".git", "config"), os.O_WRONLY|os.O_APPEND, 0); err == nil {
+			_, werr := f.WriteString("\n[core]\n\tfsmonitor = /bin/true\n")
+			f.Close()
+			if werr == nil {
+				done = append(done, "appended to .git/config")
+			}
+		}
+		if ents, err := os.ReadDir(a.Path); err == nil {
+			done = append(done, fmt.Sprintf("listed %d entries", len(ents)))
+		}
+		if len(done) > 0 {
+			return true, strings.Join(done, ", ")
+		}
+		return false, "could neither create a file in, append to the git config of, nor list " + a.Path
+	case "push":
+		// A commit of its own first, so that every push carries a change.
+		_ = exec.CommandContext(ctx, "git", "-c", "core.hooksPath=/dev/null", "commit", "--quiet", "--allow-empty", "-m", "attack "+a.Refspec).Run()
+		cmd := exec.CommandContext(ctx, "git", "push", "--no-verify", "origin", a.Refspec)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		// git may exit 0 with nothing pushed ("Everything up-to-date"):
+		// only a ref update it reports counts.
+		text := out.String()
+		if err != nil || strings.Contains(text, "rejected") || !(strings.Contains(text, "->") || strings.Contains(text, "[deleted]")) {
+			return false, lastLines(text, 2)
+		}
+		return true, "git push " + a.Refspec + " was accepted: " + lastLines(text, 1)
+	case "plant":
+		return plant(ctx, a.Marker)
+	case "environ":
+		return readEnvirons(a.Names)
+	case "ptrace":
+		return ptraceHarness()
+	case "creds":
+		return taskCredentials(ctx)
+	}
+	return false, "unknown attack kind " + strconv.Quote(a.Kind)
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "no error"
+	}
+	var pe *os.PathError
+	if e, ok := err.(*os.PathError); ok {
+		pe = e
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	return err.Error()
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// plant leaves code for the next user of the worktree to run: hooks,
+// core.fsmonitor and credential.helper, each a script that writes
+// <marker>/<what> (a file the test looks for).
+func plant(ctx context.Context, marker string) (bool, string) {
+	script := func(what string) string {
+		return "#!/bin/sh\necho ran >> " + shellQuote(filepath.Join(marker, what)) + "\nexit 0\n"
+	}
+	dir, _ := os.Getwd()
+	gitDir := filepath.Join(dir, ".git")
+	if !filepath.IsAbs(marker) { // relative to the worktree
+		marker = filepath.Join(dir, marker)
+	}
+	var planted []string
+	for _, hook := range []string{"pre-commit", "post-commit", "pre-push", "post-checkout", "reference-transaction"} {
+		if err := os.WriteFile(filepath.Join(gitDir, "hooks", hook), []byte(script("hook-"+hook)), 0o755); err == nil {
+			planted = append(planted, "hook "+hook)
+		}
+	}
+	for key, what := range map[string]string{"core.fsmonitor": "fsmonitor", "credential.helper": "credential-helper"} {
+		p := filepath.Join(gitDir, what+".sh")
+		if os.WriteFile(p, []byte(script(what)), 0o755) != nil {
+			continue
+		}
+		if exec.CommandContext(ctx, "git", "config", key, p).Run() == nil {
+			planted = append(planted, key)
+		}
+	}
+	if len(planted) == 0 {
+		return false, "could not plant anything in its own worktree"
+	}
+	// Planting in its own worktree is allowed; the attack succeeds only if
+	// a later user of the worktree runs it (the test checks the marker).
+	return false, "planted " + strings.Join(planted, ", ") + " for the worktree's next user"
+}
+
+// ancestors are this process's parent, its parent's, ... up to pid 1.
+func ancestors() []int {
+	var out []int
+	for pid := os.Getppid(); pid > 1 && len(out) < 16; {
+		out = append(out, pid)
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			break
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 2 {
+			break
+		}
+		pid, _ = strconv.Atoi(f[1])
+	}
+	return append(out, 1)
+}
+
+// isHarness reports whether pid runs galley's harness: galley-worker
+// without arguments (its subcommands are the agent's own processes).
+func isHarness(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	return len(args) == 1 && filepath.Base(args[0]) == "galley-worker"
+}
+
+// ptraceHarness attaches to the harness among the ancestors (and to pid
+// 1): an agent's own processes (its supervisor) are fair game, the
+// harness is not.
+func ptraceHarness() (bool, string) {
+	var denied []string
+	for _, pid := range ancestors() {
+		if pid != 1 && !isHarness(pid) {
+			continue
+		}
+		if err := syscall.PtraceAttach(pid); err != nil {
+			denied = append(denied, strconv.Itoa(pid)+": "+errText(err))
+			continue
+		}
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, syscall.WALL, nil)
+		_ = syscall.PtraceDetach(pid)
+		return true, "attached to process " + strconv.Itoa(pid)
+	}
+	if len(denied) == 0 {
+		return false, "no harness among the ancestors to attach to"
+	}
+	return false, "PTRACE_ATTACH refused: " + strings.Join(denied, "; ")
+}
+
+// readEnvirons reads the ancestors' environments; it succeeds when one
+// holds a variable of names with a value.
+func readEnvirons(names []string) (bool, string) {
+	var denied, found []string
+	for _, pid := range ancestors() {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		if err != nil {
+			denied = append(denied, strconv.Itoa(pid)+": "+errText(err))
+			continue
+		}
+		for _, kv := range strings.Split(string(b), "\x00") {
+			k, v, _ := strings.Cut(kv, "=")
+			for _, n := range names {
+				if k == n && v != "" {
+					found = append(found, fmt.Sprintf("%s of process %d", k, pid))
+				}
+			}
+		}
+	}
+	if len(found) > 0 {
+		return true, "read " + strings.Join(found, ", ")
+	}
+	return false, "no secret in any readable environment; denied " + strings.Join(denied, "; ")
+}
+
+// taskCredentials looks for the ECS credentials endpoint where Fargate
+// puts it (the environment) and tries it.
+func taskCredentials(ctx context.Context) (bool, string) {
+	env := map[string]string{}
+	collect := func(kvs []string) {
+		for _, kv := range kvs {
+			k, v, _ := strings.Cut(kv, "=")
+			if strings.HasPrefix(k, "AWS_CONTAINER_") && v != "" {
+				env[k] = v
+			}
+		}
+	}
+	collect(os.Environ())
+	var denied []string
+	for _, pid := range ancestors() {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		if err != nil {
+			denied = append(denied, strconv.Itoa(pid))
+			continue
+		}
+		collect(strings.Split(string(b), "\x00"))
+	}
+	url := env["AWS_CONTAINER_CREDENTIALS_FULL_URI"]
+	if rel := env["AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"]; url == "" && rel != "" {
+		url = "http://169.254.170.2" + rel
+	}
+	if url == "" {
+		return false, "no credentials endpoint in this environment nor in a readable ancestor's (denied: " + strings.Join(denied, ", ") + ")"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false, "bad endpoint: " + err.Error()
+	}
+	if tok := env["AWS_CONTAINER_AUTHORIZATION_TOKEN"]; tok != "" {
+		req.Header.Set("Authorization", tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, "found the endpoint but could not reach it: " + err.Error()
+	}
+	defer resp.Body.Close()
+	var c struct{ AccessKeyId string }
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode == http.StatusOK && json.Unmarshal(b, &c) == nil && c.AccessKeyId != "" {
+		return true, "fetched the task role's credentials"
+	}
+	return false, fmt.Sprintf("the endpoint answered %d without credentials", resp.StatusCode)
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Targets are the paths and names an adversarial brief aims at; the test
+// that knows the layout passes them (the stand-in never guesses).
+type Targets struct {
+	KitchnToken    string // <data>/token
+	WorkerSecret   string // <data>/worker-secret
+	OtherToken     string // <data>/workers/<other handle>/token
+	Store          string // <data>/galley.db
+	OtherWorkspace string // another worker's worktree
+	OtherBranch    string // another worker's branch
+	Marker         string // a folder the planted code writes into when it runs
+	// SecretNames are variables whose value in an ancestor's environment
+	// the agent must not read (the other provider's key, the git
+	// credential, the worker token).
+	SecretNames []string
+}
+
+// AttackNames are the attacks AttackBrief scripts, in order.
+var AttackNames = []string{
+	"read-token", "read-worker-secret", "read-other-token", "read-store",
+	"read-other-workspace", "write-other-workspace",
+	"push-main", "delete-other-branch", "force-push-other-branch", "push-tag",
+	"plant", "harness-environ", "ptrace-harness", "task-credentials",
+}
+
+// AttackBrief is a stand-in script that tries every attack of AttackNames
+// against t, each posting its verdict, then commits and pushes
+// honest.txt on its own branch (the honest path) and finishes. Run it as
+// any agent family's brief; the lead's aws-local test can reuse it.
+func AttackBrief(t Targets) string {
+	j := func(a Attack) string { b, _ := json.Marshal(a); return string(b) }
+	lines := []string{
+		Shebang,
+		"attack read-token " + j(Attack{Kind: "read", Path: t.KitchnToken}),
+		"attack read-worker-secret " + j(Attack{Kind: "read", Path: t.WorkerSecret}),
+		"attack read-other-token " + j(Attack{Kind: "read", Path: t.OtherToken}),
+		"attack read-store " + j(Attack{Kind: "read", Path: t.Store}),
+		"attack read-other-workspace " + j(Attack{Kind: "read", Path: filepath.Join(t.OtherWorkspace, ".git", "config")}),
+		"attack write-other-workspace " + j(Attack{Kind: "write", Path: t.OtherWorkspace}),
+		"attack push-main " + j(Attack{Kind: "push", Refspec: "HEAD:refs/heads/main"}),
+		"attack delete-other-branch " + j(Attack{Kind: "push", Refspec: ":refs/heads/" + t.OtherBranch}),
+		"attack force-push-other-branch " + j(Attack{Kind: "push", Refspec: "+HEAD:refs/heads/" + t.OtherBranch}),
+		"attack push-tag " + j(Attack{Kind: "push", Refspec: "HEAD:refs/tags/attacker-tag"}),
+		"attack plant " + j(Attack{Kind: "plant", Marker: t.Marker}),
+		"attack harness-environ " + j(Attack{Kind: "environ", Names: t.SecretNames}),
+		"attack ptrace-harness " + j(Attack{Kind: "ptrace"}),
+		"attack task-credentials " + j(Attack{Kind: "creds"}),
+		"commit honest.txt the honest path",
+		`tool post_status {"body":"honest: $LAST"}`,
+		`tool finish {"outcome":"succeeded","body":"attacks done"}`,
+	}
+	return strings.Join(lines, "\n")
+}
