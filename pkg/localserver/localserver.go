@@ -62,6 +62,15 @@ type Options struct {
 	Families []string
 	// AgentBinDir is where the claude and codex CLIs are looked up first.
 	AgentBinDir string
+	// Limits of the HTTP server; zero values take the Default* constants.
+	// BodyTimeout is how long a request's body may take to arrive after
+	// its headers; MaxUnauthenticated bounds the unauthenticated requests
+	// (the credential exchange) served at once. See newHTTPServer.
+	ReadHeaderTimeout  time.Duration
+	BodyTimeout        time.Duration
+	IdleTimeout        time.Duration
+	MaxHeaderBytes     int
+	MaxUnauthenticated int
 	// Logger receives the request log; default JSON on stderr, buffered
 	// (pkg/logbuf) and written out at least every 100 ms.
 	Logger *slog.Logger
@@ -86,6 +95,7 @@ func (o *Options) Defaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
+	o.limits()
 }
 
 // Server is a running local galley.
@@ -218,8 +228,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	s.Service = svc
 	h := confined(o.Logger, rt.Confinement(), api.New(api.WithService(svc), api.WithAuthenticator(api.StaticToken(token)), api.WithLogger(o.Logger)))
-	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second,
-		MaxHeaderBytes: 64 << 10}
+	s.http = newHTTPServer(h, o)
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			o.Logger.Error("serve", "err", err)
