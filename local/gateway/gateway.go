@@ -6,7 +6,14 @@
 // Gateway's limits: 30 s per integration, 10 MB per request, Lambda's 6 MB
 // per invocation payload, and its error answers (500 for a function error,
 // 503 for an integration timeout or an unreachable function, 404 for a
-// path no route matches, 413 for a body over the limit).
+// path no route matches, 413 for a body over the limit, 429 for a route
+// over its throttle).
+//
+// A request's body must arrive within a deadline of its headers (see
+// WithBodyTimeout): the gateway is galley's front door, and a client that
+// trickles a body would otherwise hold a connection and a goroutine for as
+// long as it likes. Stage throttles (RouteSettings) are enforced when given
+// (WithThrottle), so that the throttles the stack declares can be tested.
 //
 // The aws-lambda-go-api-proxy adapter reads the event back into an
 // http.Request on the function side, so what passes through here is what
@@ -42,6 +49,28 @@ const (
 	MaxPayload         = 10 << 20
 )
 
+// Limits of the gateway's own HTTP server. AWS documents no body read
+// deadline for HTTP APIs; DefaultBodyTimeout is galley's bound, long
+// enough for a largest galley body (1 MiB) over a slow link. ServerLimits
+// applies the others to an http.Server.
+const (
+	DefaultBodyTimeout = 15 * time.Second
+	ReadHeaderTimeout  = 10 * time.Second
+	IdleTimeout        = 60 * time.Second
+	// MaxHeaderBytes bounds the request line and headers; HTTP APIs
+	// refuse more than 10,240 bytes of them, which this is well above.
+	MaxHeaderBytes = 64 << 10
+)
+
+// ServerLimits sets srv's header deadline, idle timeout and header bound.
+// It sets no ReadTimeout nor WriteTimeout: the body deadline is per request
+// (in ServeHTTP), and a call may run for the whole integration timeout.
+func ServerLimits(srv *http.Server) {
+	srv.ReadHeaderTimeout = ReadHeaderTimeout
+	srv.IdleTimeout = IdleTimeout
+	srv.MaxHeaderBytes = MaxHeaderBytes
+}
+
 // Route is one route: a method and a path, which may end in a greedy
 // "{proxy+}" segment, and the function that serves it.
 type Route struct {
@@ -55,13 +84,18 @@ func (r Route) Key() string { return r.Method + " " + r.Path }
 
 // Gateway is the local API Gateway; it is an http.Handler.
 type Gateway struct {
-	routes  []Route
-	fns     map[string]Invoker
-	timeout time.Duration
-	now     func() time.Time
-	log     *slog.Logger
-	stage   string
-	apiID   string
+	routes      []Route
+	fns         map[string]Invoker
+	timeout     time.Duration
+	bodyTimeout time.Duration
+	now         func() time.Time
+	log         *slog.Logger
+	stage       string
+	apiID       string
+	// throttleSpec is what WithThrottle was given ("" the stage default);
+	// throttles the buckets made of it, by route key.
+	throttleSpec map[string]Throttle
+	throttles    map[string]*bucket
 }
 
 // Option configures a Gateway.
@@ -70,7 +104,13 @@ type Option func(*Gateway)
 // WithTimeout sets the integration timeout (default 30 s).
 func WithTimeout(d time.Duration) Option { return func(g *Gateway) { g.timeout = d } }
 
-// WithClock sets the clock that stamps requestContext.timeEpoch.
+// WithBodyTimeout sets how long a request's body may take to arrive once
+// its headers have (default DefaultBodyTimeout). A body still incomplete
+// then is answered 400 and its connection closed.
+func WithBodyTimeout(d time.Duration) Option { return func(g *Gateway) { g.bodyTimeout = d } }
+
+// WithClock sets the clock that stamps requestContext.timeEpoch and fills
+// the throttles' buckets.
 func WithClock(now func() time.Time) Option { return func(g *Gateway) { g.now = now } }
 
 // WithLogger sets the access log (one line per request).
@@ -78,10 +118,16 @@ func WithLogger(l *slog.Logger) Option { return func(g *Gateway) { g.log = l } }
 
 // New returns a gateway serving routes with the functions in fns, by name.
 func New(routes []Route, fns map[string]Invoker, opts ...Option) (*Gateway, error) {
-	g := &Gateway{routes: routes, fns: fns, timeout: IntegrationTimeout, now: time.Now,
+	g := &Gateway{routes: routes, fns: fns, timeout: IntegrationTimeout, bodyTimeout: DefaultBodyTimeout, now: time.Now,
 		log: slog.New(slog.DiscardHandler), stage: "$default", apiID: "local"}
 	for _, o := range opts {
 		o(g)
+	}
+	if g.bodyTimeout <= 0 {
+		return nil, errors.New("gateway: the body timeout must be positive")
+	}
+	if err := g.buckets(); err != nil {
+		return nil, err
 	}
 	for _, r := range routes {
 		if fns[r.Function] == nil {
@@ -144,11 +190,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	route = rt.Key()
+	if !g.admit(route) {
+		status = message(w, http.StatusTooManyRequests, "Too Many Requests")
+		return
+	}
 	if r.ContentLength > MaxPayload {
 		status = message(w, http.StatusRequestEntityTooLarge, "Request Entity Too Large")
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxPayload+1))
+	body, err := g.readBody(w, r)
 	if err != nil {
 		status = message(w, http.StatusBadRequest, "Bad Request")
 		return
@@ -177,6 +227,25 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ierr = err
 		status = message(w, http.StatusInternalServerError, "Internal Server Error")
 	}
+}
+
+// readBody reads r's body, at most MaxPayload+1 bytes, under the body
+// deadline. A request without a body gets no deadline: net/http is already
+// reading ahead on its connection to notice a client that goes away, and a
+// deadline there would cancel the call.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(g.bodyTimeout)); err != nil {
+		return nil, fmt.Errorf("gateway: cannot set the body deadline: %w", err)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxPayload+1))
+	// The invocation may outlast the deadline; the connection is only
+	// watched for the client going away from here on.
+	_ = rc.SetReadDeadline(time.Time{})
+	return body, err
 }
 
 // failure answers a failed invocation as API Gateway does.
