@@ -116,7 +116,7 @@ var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 // landlockReadOnly lists the read-only folders of a Landlock domain: the
 // system's, galley-worker's, the agent binaries', each absolute PATH entry
 // and the certificate files named in the environment, never one that
-// holds the workspace (so never the data folder nor /).
+// holds the workspaces (so never the data folder nor /) or lies among them.
 func landlockReadOnly(workspace, exe, binDir string, env []string) []string {
 	ro := slices.Clone(systemDirs)
 	ro = append(ro, filepath.Dir(exe))
@@ -141,6 +141,9 @@ func landlockReadOnly(workspace, exe, binDir string, env []string) []string {
 		d = filepath.Clean(d)
 		if rel, err := filepath.Rel(d, wsParent); err == nil && !strings.HasPrefix(rel, "..") {
 			continue // d holds the workspaces
+		}
+		if rel, err := filepath.Rel(wsParent, d); err == nil && !strings.HasPrefix(rel, "..") {
+			continue // d lies in a workspace (another worker's, perhaps)
 		}
 		if !slices.Contains(out, d) {
 			out = append(out, d)

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/runtime/runtimetest"
 	"github.com/galley-run/galley/pkg/service"
 )
@@ -280,7 +281,7 @@ func TestHarnessEnvironment(t *testing.T) {
 	rec := awaitRecord(t, spec.WorkspacePath)
 
 	allowed := map[string]bool{"PROVIDER_KEY_FOR_TEST": true, "EXTRA_FOR_TEST": true, "GALLEY_HEARTBEAT_INTERVAL": true}
-	for _, k := range slices.Concat(AllowedEnv(), []string{EnvTokenFile, EnvEndpoint, EnvWorkspace, EnvRepository, EnvBranch, EnvHandle}) {
+	for _, k := range slices.Concat(AllowedEnv(), []string{EnvTokenFile, EnvEndpoint, EnvWorkspace, EnvRepository, EnvBranch, EnvHandle, EnvConfine}) {
 		allowed[k] = true
 	}
 	env := map[string]string{}
@@ -806,5 +807,36 @@ func TestStartAfterClose(t *testing.T) {
 	r.Close()
 	if err := r.Start(context.Background(), fakeSpec(r, "w-closed", "run")); !galleyerr.Is(galleyerr.Unavailable, err) {
 		t.Errorf("Start after Close = %v, want unavailable", err)
+	}
+}
+
+// TestConfinementChosen: the runtime tells each harness the confinement it
+// chose, and as root (which can switch users) the data folder is opened to
+// traversal only while its other entries are closed to other users.
+func TestConfinementChosen(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "worker-secret")
+	if err := os.WriteFile(secret, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := newRuntime(t, dir)
+	e := r.Confinement()
+	if e.Mode == "" {
+		t.Fatal("no confinement chosen")
+	}
+	spec := fakeSpec(r, "w-conf", "run")
+	if err := r.Start(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	rec := awaitRecord(t, spec.WorkspacePath)
+	if !slices.Contains(rec.Env, EnvConfine+"="+string(e.Mode)) {
+		t.Errorf("the harness was not told %s=%s: %v", EnvConfine, e.Mode, rec.Env)
+	}
+	if ok, _ := harness.CanSwitchUser(); ok {
+		for path, want := range map[string]os.FileMode{dir: 0o711, r.WorkspacesDir(): 0o711, secret: 0o600} {
+			if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != want {
+				t.Errorf("%s: mode %v, want %v (%v)", path, fi.Mode().Perm(), want, err)
+			}
+		}
 	}
 }
