@@ -20,7 +20,8 @@ const (
 	// ConfineUser runs the agent under a uid and gid of its own (AgentUID),
 	// with no supplementary groups and no_new_privs, in a workspace, home
 	// and temporary folder it owns (mode 0700). Needs root, or CAP_SETUID,
-	// CAP_SETGID, CAP_CHOWN, CAP_DAC_READ_SEARCH and CAP_KILL.
+	// CAP_SETGID, CAP_CHOWN, CAP_KILL and CAP_DAC_READ_SEARCH (or
+	// CAP_DAC_OVERRIDE).
 	ConfineUser Confinement = "uid"
 	// ConfineLandlock runs the agent under the harness's uid inside a
 	// Landlock domain: read-write beneath its workspace, home and temporary

@@ -16,10 +16,13 @@ import (
 // Capabilities the user-switching confinement needs (linux/capability.h):
 // CAP_CHOWN to give the worktree, home and tmp to the agent's uid (and the
 // worktree back to the harness before galley's git runs there),
-// CAP_DAC_READ_SEARCH to walk a worktree the agent made unreadable, CAP_KILL
-// to stop an agent of another uid, CAP_SETGID and CAP_SETUID to become it.
+// CAP_DAC_READ_SEARCH or CAP_DAC_OVERRIDE to walk a worktree the agent made
+// unreadable (Fargate can keep only Docker's default capabilities, which
+// hold DAC_OVERRIDE and not DAC_READ_SEARCH), CAP_KILL to stop an agent of
+// another uid, CAP_SETGID and CAP_SETUID to become it.
 const (
 	capChown         = 0
+	capDacOverride   = 1
 	capDacReadSearch = 2
 	capKill          = 5
 	capSetgid        = 6
@@ -46,10 +49,13 @@ func canSwitchUser() (bool, string) {
 		for _, c := range []struct {
 			bit  uint
 			name string
-		}{{capChown, "CHOWN"}, {capDacReadSearch, "DAC_READ_SEARCH"}, {capKill, "KILL"}, {capSetgid, "SETGID"}, {capSetuid, "SETUID"}} {
+		}{{capChown, "CHOWN"}, {capKill, "KILL"}, {capSetgid, "SETGID"}, {capSetuid, "SETUID"}} {
 			if caps&(1<<c.bit) == 0 {
 				missing = append(missing, "CAP_"+c.name)
 			}
+		}
+		if caps&(1<<capDacReadSearch|1<<capDacOverride) == 0 {
+			missing = append(missing, "CAP_DAC_READ_SEARCH or CAP_DAC_OVERRIDE")
 		}
 		if len(missing) > 0 {
 			return false, "the harness may not switch users (it lacks " + strings.Join(missing, ", ") + ")"
