@@ -242,9 +242,13 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 		return nil, fmt.Errorf("gateway: cannot set the body deadline: %w", err)
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxPayload+1))
-	// The invocation may outlast the deadline; the connection is only
-	// watched for the client going away from here on.
-	_ = rc.SetReadDeadline(time.Time{})
+	if err == nil && len(body) <= MaxPayload {
+		// The invocation may outlast the deadline; the connection is only
+		// watched for the client going away from here on. A body cut
+		// short keeps its deadline: net/http reads what remains of a
+		// small one before answering, and must not wait for it.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	return body, err
 }
 
