@@ -45,6 +45,9 @@ const (
 	// maxBody bounds a request body: a largest secret, base64 encoded or
 	// JSON-escaped, with room for the other members.
 	maxBody = 8*MaxSecretSize + 64<<10
+	// DefaultBodyTimeout is how long a request's body may take to arrive
+	// once its headers have; AWS documents no figure.
+	DefaultBodyTimeout = 15 * time.Second
 )
 
 // Server is the stand-in; it is an http.Handler. Create it with New.
@@ -53,6 +56,8 @@ type Server struct {
 	account string
 	log     *slog.Logger
 	now     func() time.Time
+	// bodyTimeout bounds the arrival of a body (see readBody).
+	bodyTimeout time.Duration
 
 	mu       sync.Mutex
 	secrets  map[string]*secret // by name
@@ -91,11 +96,16 @@ func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
 // time.Now.
 func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = now } }
 
+// WithBodyTimeout sets how long a request's body may take to arrive once
+// its headers have (default DefaultBodyTimeout); a slower one is refused
+// and its connection closed.
+func WithBodyTimeout(d time.Duration) Option { return func(s *Server) { s.bodyTimeout = d } }
+
 // New returns a stand-in holding no secret.
 func New(opts ...Option) (*Server, error) {
 	s := &Server{
 		region: DefaultRegion, account: DefaultAccount,
-		log: slog.New(slog.DiscardHandler), now: time.Now,
+		log: slog.New(slog.DiscardHandler), now: time.Now, bodyTimeout: DefaultBodyTimeout,
 		secrets: map[string]*secret{},
 	}
 	for _, o := range opts {
@@ -103,6 +113,9 @@ func New(opts ...Option) (*Server, error) {
 	}
 	if s.region == "" || s.account == "" || s.log == nil || s.now == nil {
 		return nil, fmt.Errorf("smstandin: the region, account, logger and clock must be set")
+	}
+	if s.bodyTimeout <= 0 {
+		return nil, fmt.Errorf("smstandin: the body timeout must be positive")
 	}
 	if len(s.account) != 12 || strings.Trim(s.account, "0123456789") != "" {
 		return nil, fmt.Errorf("smstandin: account %q is not 12 digits", s.account)
@@ -115,7 +128,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Amzn-Requestid", newUUID())
 	target := r.Header.Get("X-Amz-Target")
 	op, _ := strings.CutPrefix(target, TargetPrefix)
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	body, err := s.readBody(w, r)
 	akid, authErr := s.checkAuth(r.Header)
 	rec := Request{Op: op, SecretID: secretIDOf(body), AccessKeyID: akid, Time: s.now()}
 	answer := func(status int, v any) {
@@ -169,6 +182,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Debug("secretsmanager call", "op", op, "secret", s.logID(rec.SecretID))
 	answer(200, out)
+}
+
+// readBody reads at most maxBody+1 bytes of r's body, which must arrive
+// within the body timeout: a client that sends headers and then trickles
+// its body, or never sends it, is cut off rather than waited for. The
+// deadline is left in place: net/http lifts it when it has read a body to
+// its end, and a body cut short must stay cut off (net/http reads what
+// remains of a small one before answering). A body behind a handler that
+// cannot set deadlines (a wrapper without Unwrap) is bounded by its
+// server's limits only.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.bodyTimeout))
+	return io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 }
 
 // dispatch decodes the operation's input and serves it.
