@@ -132,6 +132,14 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err := os.MkdirAll(filepath.Join(s.dir, "logs"), 0o700); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
+	// Workers' agents run under uids of their own (docs/security.md): they
+	// may pass through the data folder and the stack's folder to their
+	// worktree on the file system's folder, and list and read nothing else.
+	for _, d := range []string{data, s.dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			return nil, fmt.Errorf("data directory: %w", err)
+		}
+	}
 	if s.tokenFile, err = filepath.Abs(o.TokenFile); err != nil {
 		return nil, err
 	}
@@ -174,7 +182,10 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	var fileSystems []ecsstandin.Option
 	for _, id := range tpl.OfType("AWS::EFS::FileSystem") {
 		dir := filepath.Join(s.dir, "efs", efsID(id))
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
 			return nil, err
 		}
 		fileSystems = append(fileSystems, ecsstandin.WithFileSystem(efsID(id), dir))
@@ -239,6 +250,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	// The house repository, served by the git server that requires the
 	// git credential, as a forge would.
 	if s.repo, err = githost.InitBare(ctx, filepath.Join(data, "repository.git")); err != nil {
+		return nil, fmt.Errorf("repository: %w", err)
+	}
+	if err := os.Chmod(s.repo, 0o700); err != nil { // the forge's storage: the git server's alone
 		return nil, fmt.Errorf("repository: %w", err)
 	}
 	gitLn, err := net.Listen("tcp", "127.0.0.1:0")

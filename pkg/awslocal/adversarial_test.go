@@ -1,0 +1,173 @@
+package awslocal_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/galley-run/galley/local/standin-cli/standin"
+	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/pkg/harness"
+	"github.com/galley-run/galley/pkg/protocol"
+)
+
+// openParents lets other users traverse the folders above dir (t.TempDir's
+// are mode 0700), as an operator's data folder must be for agents that run
+// under uids of their own.
+func openParents(t *testing.T, dir string) {
+	t.Helper()
+	for d := filepath.Dir(dir); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// taskOf finds the ECS stand-in's task of a worker.
+func taskOf(t *testing.T, s *awslocal.Stack, handle string) (id, workspace string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, task := range s.ECS().Tasks() {
+			if task.Env["GALLEY_WORKER_HANDLE"] == handle && task.Workspace != "" {
+				return task.ID, task.Workspace
+			}
+		}
+	}
+	t.Fatalf("no task for worker %s", handle)
+	return "", ""
+}
+
+// TestAdversarialAgentAWSLocal runs the adversarial agent of the local
+// shape's test through the stack deployed from its template: a worker task
+// started from the task definition, its agent under a uid of its own, its
+// pushes through the harness's gate to the authenticated git server. Every
+// attack fails, and the honest path works. In this shape there is no
+// signing key or store on disk (they are in the Secrets Manager stand-in
+// and DynamoDB Local, reached only through the IAM gates); those two
+// attacks aim at the house repository's storage instead, and
+// task-credentials aims at the real task role's endpoint.
+func TestAdversarialAgentAWSLocal(t *testing.T) {
+	if ok, why := harness.CanSwitchUser(); !ok {
+		t.Fatalf("the uid confinement cannot run here (%s): agents would reach the stack's folders", why)
+	}
+	s, token, _ := startStackLogged(t, func(c *awslocal.Config) { openParents(t, c.Data) })
+	data := filepath.Dir(s.TokenFile())
+	k := newKitchn(t, s, token, "run-adv")
+	launch := func(key, workspace, branch, brief string) (worker, worktree string) {
+		b, _ := json.Marshal(brief)
+		ws, br := `{"type":"isolated"}`, fmt.Sprintf(`,"branch":%q`, branch)
+		if workspace != "" {
+			ws, br = `{"type":"existing","resource":{"kind":"worktree","backend":"galley","handle":"`+workspace+`"}}`, ""
+		}
+		st, rc := k.effect(key, fmt.Sprintf(`{"type":"launch-worker","role":"station-cook","workspace":%s,"brief":%s%s,"agent":{"agent":"claude"}}`, ws, b, br))
+		if st != "applied" {
+			t.Fatalf("launch %s: %s", key, st)
+		}
+		for _, c := range rc.Created {
+			switch c.Kind {
+			case protocol.KindWorker:
+				worker = c.Handle
+			case protocol.KindWorktree:
+				worktree = c.Handle
+			}
+		}
+		return worker, worktree
+	}
+	ctx := t.Context()
+	house := s.FunctionEnv("effects")["GALLEY_HOUSE"]
+	for _, name := range []string{"anthropic", "openai"} {
+		if err := s.PutSecret(ctx, "galley/"+house+"/"+name, randomValue(t, "sk-test-")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	victim, _ := launch("k-victim", "", "adv/victim", "#!standin\ncommit victim.txt the victim's work\nhang")
+	k.next("the victim's hang", kind(protocol.MsgStatus, "hanging pid "))
+	victimTask, victimWS := taskOf(t, s, victim)
+	repo := s.Repository()
+	mainHead, victimHead := revParse(repo, "refs/heads/main"), revParse(repo, "refs/heads/adv/victim")
+
+	targets := standin.Targets{
+		KitchnToken:    s.TokenFile(),
+		WorkerSecret:   filepath.Join(repo, "config"),
+		OtherToken:     filepath.Join(data, "aws-local", "ecs", "procs", "workers", victimTask, "token"),
+		Store:          filepath.Join(repo, "HEAD"),
+		OtherWorkspace: victimWS,
+		OtherBranch:    "adv/victim",
+		Marker:         ".git",
+		SecretNames: []string{"GALLEY_OPENAI_API_KEY", "GALLEY_GIT_CREDENTIAL", "GALLEY_WORKER_BOOTSTRAP",
+			"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"},
+	}
+	for _, p := range []string{targets.KitchnToken, targets.OtherToken, targets.WorkerSecret} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("target %s does not exist, so its attack would prove nothing: %v", p, err)
+		}
+	}
+	attacker, wt := launch("k-attack", "", "adv/attacker", standin.AttackBrief(targets))
+	_, attackerWS := taskOf(t, s, attacker)
+	verdicts := map[string]string{}
+	for _, name := range standin.AttackNames {
+		verdicts[name] = k.next("attack "+name, kind(protocol.MsgStatus, "attack "+name+": ")).Body
+	}
+	honest := k.next("the honest push", kind(protocol.MsgStatus, "honest: "))
+	done := k.next("the attacker's worker-done", kind(protocol.MsgWorkerDone, ""))
+	for _, name := range standin.AttackNames {
+		t.Run(name, func(t *testing.T) {
+			t.Log(verdicts[name])
+			if !strings.Contains(verdicts[name], ": blocked (") {
+				t.Errorf("attack not blocked: %s", verdicts[name])
+			}
+		})
+	}
+	t.Run("honest push", func(t *testing.T) {
+		if honest.Body != "honest: committed honest.txt" || done.Outcome != protocol.OutcomeSucceeded {
+			t.Errorf("honest path: %s; %+v", honest.Body, done)
+		}
+		got, err := exec.Command("git", "--git-dir", repo, "show", "adv/attacker:honest.txt").CombinedOutput()
+		if err != nil || string(got) != "the honest path" {
+			t.Errorf("adv/attacker:honest.txt = %q %v", got, err)
+		}
+	})
+	t.Run("house refs unchanged", func(t *testing.T) {
+		if got := revParse(repo, "refs/heads/main"); got != mainHead {
+			t.Errorf("main moved: %s -> %s", mainHead, got)
+		}
+		if got := revParse(repo, "refs/heads/adv/victim"); got != victimHead {
+			t.Errorf("the victim's branch changed: %s -> %q", victimHead, got)
+		}
+		if got := revParse(repo, "refs/tags/attacker-tag"); got != "" {
+			t.Errorf("the attacker's tag exists: %s", got)
+		}
+	})
+
+	// The attacker's worktree is reused by a new worker task on the same
+	// file system: nothing it planted runs.
+	reuse := strings.Join([]string{"#!standin", "git status", "git add -A", "git commit --allow-empty -m reuse",
+		"git push origin HEAD", `tool post_status {"body":"reused: $LAST"}`, `tool finish {"outcome":"succeeded","body":"reused"}`}, "\n")
+	if second, _ := launch("k-reuse", wt, "", reuse); second == "" {
+		t.Fatal("the reuse launch created no worker")
+	}
+	k.next("the reuse's status", kind(protocol.MsgStatus, "reused: "))
+	k.next("the reuse's worker-done", kind(protocol.MsgWorkerDone, ""))
+	t.Run("planted code never ran", func(t *testing.T) {
+		ran, _ := filepath.Glob(filepath.Join(attackerWS, ".git", "*-*"))
+		for _, r := range ran {
+			if b := filepath.Base(r); strings.HasPrefix(b, "hook-") || b == "fsmonitor" || b == "credential-helper" {
+				t.Errorf("planted code ran: %s", b)
+			}
+		}
+	})
+}
+
+func revParse(repo, ref string) string {
+	out, err := exec.Command("git", "--git-dir", repo, "rev-parse", "--verify", "--quiet", ref).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
