@@ -50,6 +50,15 @@ type model struct {
 	roles     map[string]*role     // by ARN
 	routes    []route
 	rules     []rule
+	// throttles are the API stage's: "" for its default route settings,
+	// else a route key.
+	throttles map[string]throttle
+}
+
+// throttle is one route's (or the stage default's) throttling settings.
+type throttle struct {
+	Rate  float64
+	Burst int
 }
 
 // route is one HTTP API route and its function's logical id.
@@ -208,6 +217,21 @@ func readModel(d *deployment, dir string) (*model, error) {
 		m.routes = append(m.routes, route{Key: str(p, "RouteKey"), Function: fn})
 	}
 	sort.Slice(m.routes, func(i, j int) bool { return m.routes[i].Key < m.routes[j].Key })
+	m.throttles = map[string]throttle{}
+	for _, id := range t.OfType("AWS::ApiGatewayV2::Stage") {
+		p := d.props[id]
+		settings := map[string]any{"": p["DefaultRouteSettings"]}
+		for key, rs := range asMap(p["RouteSettings"]) {
+			settings[key] = rs
+		}
+		for key, rs := range settings {
+			rate, okRate := asMap(rs)["ThrottlingRateLimit"].(float64)
+			burst, okBurst := asMap(rs)["ThrottlingBurstLimit"].(float64)
+			if okRate || okBurst {
+				m.throttles[key] = throttle{Rate: rate, Burst: int(burst)}
+			}
+		}
+	}
 	for _, id := range t.OfType("AWS::Events::Rule") {
 		p := d.props[id]
 		if st := str(p, "State"); st != "" && st != "ENABLED" {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -188,4 +190,53 @@ func TestReconcilerFailuresKept(t *testing.T) {
 		}
 	}
 	t.Fatal("no failed event reached the on-failure queue")
+}
+
+// TestStageThrottleAWSLocal: the gateway throttles as the template's
+// stage says (its default route settings, each route its own bucket): a
+// burst beyond the limit on one route gets API Gateway's 429 before any
+// function runs, and another route keeps its budget.
+func TestStageThrottleAWSLocal(t *testing.T) {
+	s, token := startStack(t)
+	var burst float64
+	for _, p := range s.Resources("AWS::ApiGatewayV2::Stage") {
+		burst, _ = p["DefaultRouteSettings"].(map[string]any)["ThrottlingBurstLimit"].(float64)
+	}
+	if burst < 1 {
+		t.Fatal("the template's stage sets no burst limit")
+	}
+	n := int(burst) * 3
+	codes := make(chan int, n)
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for len(codes) < cap(codes) {
+				req, _ := http.NewRequest("GET", s.Endpoint()+"/v1/descriptor", nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return
+				}
+				resp.Body.Close()
+				select {
+				case codes <- resp.StatusCode:
+				default:
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	count := map[int]int{}
+	for c := range codes {
+		count[c]++
+	}
+	if count[http.StatusTooManyRequests] == 0 || count[http.StatusUnauthorized] == 0 {
+		t.Fatalf("%d calls beyond a burst of %v: %v (want some 401 from the function and some 429 from the gateway)", n, burst, count)
+	}
+	var inv map[string]any
+	call(t, s, token, "GET", "/v1/inventory", "", &inv)
+	t.Logf("answers: %v", count)
 }

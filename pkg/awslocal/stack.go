@@ -156,7 +156,8 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	s.endpoint = "http://" + localserver.LoopbackAddr(ln.Addr().String())
-	gwSrv := &http.Server{ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
+	gwSrv := &http.Server{}
+	gateway.ServerLimits(gwSrv)
 	s.servers = append(s.servers, gwSrv)
 	defer func() {
 		if !ok {
@@ -260,7 +261,10 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	gitHandler := &gitServer{stack: s}
-	gitSrv := &http.Server{Handler: gitHandler, ReadHeaderTimeout: 10 * time.Second}
+	// No body deadline: a push may be large; the header and idle bounds
+	// stand.
+	gitSrv := &http.Server{Handler: gitHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
+		MaxHeaderBytes: 64 << 10}
 	s.servers = append(s.servers, gitSrv)
 	go gitSrv.Serve(gitLn)
 
@@ -366,7 +370,11 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}
 		routes = append(routes, gateway.Route{Method: method, Path: path, Function: r.Function})
 	}
-	gw, err := gateway.New(routes, invokers, gateway.WithLogger(o.Logger))
+	gwOpts := []gateway.Option{gateway.WithLogger(o.Logger)}
+	for key, th := range s.model.throttles {
+		gwOpts = append(gwOpts, gateway.WithThrottle(key, gateway.Throttle{RateLimit: th.Rate, BurstLimit: th.Burst}))
+	}
+	gw, err := gateway.New(routes, invokers, gwOpts...)
 	if err != nil {
 		return nil, err
 	}

@@ -183,7 +183,10 @@ func (s *Stack) serveTLS(h http.Handler, cfg *tls.Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: cfg}
+	// No write deadline: SQS's ReceiveMessage holds up to 20 s. A body
+	// must arrive within the read deadline (cleared once it is read).
+	srv := &http.Server{Handler: h, TLSConfig: cfg, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
 	s.servers = append(s.servers, srv)
 	go srv.Serve(tls.NewListener(ln, cfg))
 	return "https://" + ln.Addr().String(), nil
