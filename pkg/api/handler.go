@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -48,13 +49,16 @@ type Mailbox interface {
 
 // Workers serves the harness's calls.
 type Workers interface {
-	AuthenticateWorker(token string) (string, error)
+	// AuthenticateWorker answers the worker a credential names, if it is
+	// that worker's current credential and the worker was not released.
+	AuthenticateWorker(ctx context.Context, token string) (string, error)
 	WorkerSelf(ctx context.Context, handle string) (workerapi.Self, error)
 	WorkerReady(ctx context.Context, handle, evidence string) error
 	WorkerPost(ctx context.Context, handle string, req workerapi.PostRequest) (workerapi.PostAnswer, error)
 	WorkerInbox(ctx context.Context, handle string, after int64, wait time.Duration) (workerapi.InboxAnswer, error)
 	WorkerUsage(ctx context.Context, handle string, report protocol.UsageReport) error
-	WorkerExited(ctx context.Context, handle string, code int, reason string) error
+	// WorkerExitReport is the harness's exit report, taken once.
+	WorkerExitReport(ctx context.Context, handle string, code int, reason string) error
 	ExchangeBootstrap(ctx context.Context, handle, code, claim string) (string, error)
 }
 
@@ -411,6 +415,9 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error, answer
 	rl.err = err
 	if o, ok := body.(protocol.EffectOutcome); ok {
 		rl.answer = o.Status + " " + o.Reason
+	}
+	if e := galleyerr.As(err); status == http.StatusTooManyRequests && e != nil && e.RetryAfterSeconds > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfterSeconds))
 	}
 	writeJSON(w, status, body)
 }

@@ -53,7 +53,7 @@ func (h *Handler) workerRoutes(ws Workers) {
 		if err := decodeStrict(b, &req); err != nil {
 			return nil, err
 		}
-		return workerapi.Ack{}, ws.WorkerExited(ctx, id, req.Code, req.Reason)
+		return workerapi.Ack{}, ws.WorkerExitReport(ctx, id, req.Code, req.Reason)
 	}))
 }
 
@@ -87,7 +87,7 @@ func (h *Handler) worker(ws Workers, call func(ctx context.Context, handle strin
 			h.fail(w, r, galleyerr.E(galleyerr.Unauthorized, errNoWorkerToken), readAnswer)
 			return
 		}
-		handle, err := ws.AuthenticateWorker(token)
+		handle, err := ws.AuthenticateWorker(r.Context(), token)
 		if err != nil {
 			h.fail(w, r, err, readAnswer)
 			return

@@ -22,16 +22,21 @@ func (s *Service) ExchangeBootstrap(ctx context.Context, handle, code, claim str
 	if handle == "" || len(claim) < 16 || len(claim) > 256 {
 		return "", refused
 	}
-	token := s.workerToken(handle)
-	if !bootstrap.Valid(token, handle, code) {
-		return "", refused
-	}
 	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
 	if galleyerr.Is(galleyerr.NotFound, err) {
 		return "", refused
 	}
 	if err != nil {
 		return "", err
+	}
+	if res.Worker == nil {
+		return "", refused
+	}
+	// The code is derived from the worker's current credential: a revoked
+	// credential's code is refused with it.
+	token := s.workerToken(handle, res.Worker.CredentialNonce)
+	if !bootstrap.Valid(token, handle, code) {
+		return "", refused
 	}
 	if res.Released || res.Worker == nil || res.Worker.State == protocol.StateSettled ||
 		s.clock.Now().After(res.Created.Add(bootstrap.DefaultTTL)) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
@@ -24,6 +25,25 @@ func (e *env) post(t *testing.T, worker, kind, body string) string {
 		t.Fatal(err)
 	}
 	return a.ID
+}
+
+// postWaiting posts, retrying while the worker's unconsumed rows are at
+// their bound (rate-limited) until readers consume some.
+func (e *env) postWaiting(t *testing.T, worker, kind, body string) string {
+	t.Helper()
+	for range 20000 {
+		a, err := e.svc.WorkerPost(context.Background(), worker, workerapi.PostRequest{Kind: kind, Body: body})
+		if err == nil {
+			return a.ID
+		}
+		if !galleyerr.Is(galleyerr.RateLimited, err) {
+			t.Error(err)
+			return ""
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Error("the post was refused for 20,000 tries")
+	return ""
 }
 
 func mustJSON(t *testing.T, v any) string {
@@ -177,7 +197,9 @@ func TestConcurrentCoordinators(t *testing.T) {
 	var pmu sync.Mutex
 	go func() {
 		for i := range total {
-			id := e.post(t, w, "status", fmt.Sprint(i))
+			// A worker whose unread rows are at their bound waits for the
+			// coordinators to read.
+			id := e.postWaiting(t, w, "status", fmt.Sprint(i))
 			pmu.Lock()
 			posted = append(posted, id)
 			pmu.Unlock()

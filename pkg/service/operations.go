@@ -131,12 +131,22 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 		Worker: &store.Worker{
 			Run: call.Run, Task: req.Task, Role: eff.Role, Branch: branch, Worktree: plan.Worktree,
 			Brief: *eff.Brief, Agent: &agent, State: protocol.StateStarting, Updated: now,
+			CredentialNonce: s.launchNonce(req.Key),
 		}}
 	if err := s.createResource(ctx, worker); err != nil {
 		return nil, err
 	}
+	// The credential is made with the nonce the record holds: an earlier
+	// attempt's record is the one kept.
+	made, _, err := s.store.GetResource(ctx, protocol.KindWorker, plan.Worker)
+	if err != nil {
+		return nil, err
+	}
+	if made.Worker == nil {
+		return nil, galleyerr.Errorf(galleyerr.Other, "worker %s has no worker record", quoteShort(plan.Worker))
+	}
 	spec := WorkerSpec{
-		Handle: plan.Worker, Token: s.workerToken(plan.Worker), IdempotencyToken: s.derive("t-", req.Key),
+		Handle: plan.Worker, Token: s.workerToken(plan.Worker, made.Worker.CredentialNonce), IdempotencyToken: s.derive("t-", req.Key),
 		Workspace: plan.Worktree, WorkspacePath: worktreePath, Branch: branch, Agent: agent.Agent,
 		Run: call.Run, Task: req.Task, Key: req.Key,
 	}
@@ -316,7 +326,7 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 			// none can be recorded any more: recorded with this body, it
 			// was delivered; otherwise it never will be, whatever the
 			// holder before did, and not applied is a promise galley keeps.
-			if res.Worker != nil && res.Worker.Questions[question] == body {
+			if res.Worker != nil && store.AnswerMatches(res.Worker.Questions[question], body) {
 				return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
 			}
 			c.acted = false
@@ -327,7 +337,7 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 	switch {
 	case !asked:
 		return nil, galleyerr.Errorf(galleyerr.Invalid, "worker never asked question %s", quoteShort(question))
-	case answer != "" && answer != body:
+	case answer != "" && !store.AnswerMatches(answer, body):
 		return nil, galleyerr.Errorf(galleyerr.Invalid, "question %s was already answered", quoteShort(question))
 	}
 	if answer == "" {
@@ -340,12 +350,13 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 		}
 		_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
 			if prev := w.Questions[question]; prev != "" {
-				if prev == body {
+				if store.AnswerMatches(prev, body) {
 					return errNoChange
 				}
 				return galleyerr.Errorf(galleyerr.Invalid, "question %s was already answered", quoteShort(question))
 			}
-			w.Questions[question] = body
+			// The record keeps the answer's digest; the body is in the inbox.
+			w.Questions[question] = store.AnswerDigest(body)
 			if w.State == protocol.StateAwaitingReply && !hasOpenQuestion(w) {
 				w.State = protocol.StateReady
 			}
@@ -362,7 +373,7 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 func (s *Service) cancel(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
 	handle := eff.Worker.Handle
 	c.acted = true
-	if err := s.settle(ctx, handle, protocol.OutcomeCancelled, false); err != nil {
+	if err := s.settle(ctx, handle, protocol.OutcomeCancelled, settleOther); err != nil {
 		if c.resumed && galleyerr.Is(galleyerr.Invalid, err) {
 			// Taken over from a holder that acted, and the worker has been
 			// released since: it is stopped and settled, as asked.
@@ -397,7 +408,7 @@ func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffe
 	}
 	switch r.Kind {
 	case protocol.KindWorker:
-		if err := s.settle(ctx, r.Handle, protocol.OutcomeCancelled, false); err != nil {
+		if err := s.settle(ctx, r.Handle, protocol.OutcomeCancelled, settleOther); err != nil {
 			return nil, err
 		}
 		if err := s.runtime.Stop(ctx, r.Handle); err != nil {

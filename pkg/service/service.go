@@ -44,6 +44,12 @@ type Config struct {
 	MaxWorkers int
 	// WorkerSecret signs worker credentials (see tokens.go).
 	WorkerSecret []byte
+	// PostBudget bounds what each worker posts to its mailbox, per process
+	// (budget.go); zero fields take DefaultPostBudget's.
+	PostBudget PostBudget
+	// FinalReportGrace is how long after its own worker-done a worker may
+	// still send its one final usage report (default 2 minutes).
+	FinalReportGrace time.Duration
 	// WorkspaceRoot is where isolated worktrees are made, one folder per
 	// worktree handle (a local folder, or a mounted file system on AWS).
 	WorkspaceRoot string
@@ -65,6 +71,21 @@ func (c *Config) setDefaults() {
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second
 	}
+	d := DefaultPostBudget
+	for _, f := range []struct {
+		v   *float64
+		def float64
+	}{
+		{&c.PostBudget.Rows, d.Rows}, {&c.PostBudget.RowBurst, d.RowBurst},
+		{&c.PostBudget.Bytes, d.Bytes}, {&c.PostBudget.ByteBurst, d.ByteBurst},
+	} {
+		if *f.v <= 0 {
+			*f.v = f.def
+		}
+	}
+	if c.FinalReportGrace <= 0 {
+		c.FinalReportGrace = 2 * time.Minute
+	}
 }
 
 // Service is galley's domain logic. Its methods are safe for concurrent use
@@ -79,6 +100,7 @@ type Service struct {
 	clock   Clock
 	log     *slog.Logger
 	inboxes *inboxCache
+	budgets *budgets
 	// incarnation names this Service in the leases it takes, so that with
 	// an exclusive store a lease of any other incarnation is known dead.
 	incarnation string
@@ -101,7 +123,8 @@ func WithLogger(l *slog.Logger) Option {
 func New(cfg Config, opts ...Option) (*Service, error) {
 	cfg.setDefaults()
 	s := &Service{cfg: cfg, clock: SystemClock, log: slog.Default(),
-		inboxes: newInboxCache(defaultInboxWorkers, defaultInboxBytes), incarnation: randomHex(8)}
+		inboxes: newInboxCache(defaultInboxWorkers, defaultInboxBytes), incarnation: randomHex(8),
+		budgets: newBudgets(cfg.PostBudget)}
 	for _, o := range opts {
 		o(s)
 	}

@@ -145,10 +145,10 @@ func TestLaunchReceiptAndRecords(t *testing.T) {
 	}
 	// The worker's credential is its own, never kitchn's token.
 	spec := e.rt.Specs[worker]
-	if h, err := e.svc.AuthenticateWorker(spec.Token); err != nil || h != worker {
+	if h, err := e.svc.AuthenticateWorker(ctx, spec.Token); err != nil || h != worker {
 		t.Fatalf("worker token authenticates as %q, %v", h, err)
 	}
-	if _, err := e.svc.AuthenticateWorker(worker + ".forged"); err == nil {
+	if _, err := e.svc.AuthenticateWorker(ctx, worker+".forged"); err == nil {
 		t.Fatal("forged worker token accepted")
 	}
 }

@@ -38,9 +38,13 @@ func (s *Service) WorkerSelf(ctx context.Context, handle string) (workerapi.Self
 }
 
 // WorkerReady records positive evidence that the agent runs. Only a
-// starting worker becomes ready; any other state stays.
+// starting worker becomes ready; any other state stays, and a settled
+// worker's report is refused (its credential only reads).
 func (s *Service) WorkerReady(ctx context.Context, handle, evidence string) error {
 	_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
+		if w.State == protocol.StateSettled {
+			return errSettled
+		}
 		if w.State != protocol.StateStarting {
 			return errNoChange
 		}
@@ -71,40 +75,40 @@ func (s *Service) WorkerPost(ctx context.Context, handle string, req workerapi.P
 		return workerapi.PostAnswer{}, galleyerr.Errorf(galleyerr.Conflict, "worker was released")
 	}
 	if res.Worker.State == protocol.StateSettled {
-		return workerapi.PostAnswer{}, galleyerr.Errorf(galleyerr.Conflict, "worker has settled")
+		return workerapi.PostAnswer{}, errSettled
 	}
 	id := newMessageID()
 	if req.ClientID != "" {
 		id = s.derive("msg-", handle+"\x00"+req.ClientID)
 	}
-	if req.Kind == protocol.MsgQuestion {
-		// Register the question before the coordinator can see it, so a
-		// reply never finds it unasked.
-		if _, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
-			if w.State == protocol.StateSettled {
-				return galleyerr.Errorf(galleyerr.Conflict, "worker has settled")
-			}
-			if _, asked := w.Questions[id]; asked {
-				return errNoChange // a retried post of the same question
-			}
-			w.Questions[id] = ""
-			w.State = protocol.StateAwaitingReply
-			return nil
-		}); err != nil {
+	if req.Kind != protocol.MsgWorkerDone {
+		// The report that settles the worker is never refused for its
+		// budget: it ends the flood.
+		if err := s.budgets.take(handle, len(req.Subject)+len(req.Body), s.clock.Now()); err != nil {
 			return workerapi.PostAnswer{}, err
+		}
+		coalesced, err := s.reserveRow(ctx, handle, res.Worker.Run, id, req)
+		if err != nil {
+			return workerapi.PostAnswer{}, err
+		}
+		if coalesced != "" {
+			return workerapi.PostAnswer{ID: coalesced}, nil
 		}
 	}
 	worker := s.resource(protocol.KindWorker, handle)
 	row := protocol.MailMessage{ID: id, Kind: req.Kind, Worker: &worker, Subject: req.Subject, Body: req.Body, Outcome: req.Outcome}
-	_, existed, err := s.store.AppendMessage(ctx, res.Worker.Run, store.Message{Row: row, At: s.clock.Now()})
+	seq, existed, err := s.store.AppendMessage(ctx, res.Worker.Run, store.Message{Row: row, At: s.clock.Now()})
 	if err != nil {
 		return workerapi.PostAnswer{}, err
 	}
 	if existed {
 		s.log.Info("a retried post found its row appended", "worker", handle, "id", id, "kind", req.Kind)
 	}
+	if req.Kind != protocol.MsgWorkerDone {
+		s.notePending(ctx, handle, id, seq)
+	}
 	if req.Kind == protocol.MsgWorkerDone {
-		if err := s.settle(ctx, handle, req.Outcome, false); err != nil {
+		if err := s.settle(ctx, handle, req.Outcome, settleOwn); err != nil {
 			return workerapi.PostAnswer{}, err
 		}
 	}
@@ -115,19 +119,35 @@ func (s *Service) WorkerPost(ctx context.Context, handle string, req workerapi.P
 	return workerapi.PostAnswer{ID: id}, nil
 }
 
+// How a worker settles.
+type settleHow int
+
+const (
+	settleOther  settleHow = iota // cancel or release
+	settleOwn                     // its own worker-done
+	settleExited                  // its compute ended without one
+)
+
+var errSettled = galleyerr.Errorf(galleyerr.Conflict, "worker has settled")
+
 // settle settles a worker with outcome unless it settled already, and
 // rings its inbox: the harness's long poll answers "settled" at once
 // instead of holding its call (on AWS, a Lambda instance) to the deadline.
-func (s *Service) settle(ctx context.Context, handle, outcome string, exited bool) error {
+// It writes only a bounded record (the worker's pending rows are dropped:
+// it posts nothing more), so it succeeds whatever the worker posted.
+func (s *Service) settle(ctx context.Context, handle, outcome string, how settleHow) error {
 	settled := false
 	_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
 		changed := false
-		if exited && !w.Exited {
+		if how == settleExited && !w.Exited {
 			w.Exited, changed = true, true
 		}
 		settled = w.State != protocol.StateSettled
 		if settled {
-			w.State, w.Outcome, changed = protocol.StateSettled, outcome, true
+			w.State, w.Outcome, w.Pending, changed = protocol.StateSettled, outcome, nil, true
+			if how == settleOwn {
+				w.FinalReportUntil = s.clock.Now().Add(s.cfg.FinalReportGrace)
+			}
 		}
 		if !changed {
 			return errNoChange
@@ -135,6 +155,7 @@ func (s *Service) settle(ctx context.Context, handle, outcome string, exited boo
 		return nil
 	})
 	if err == nil && settled {
+		s.budgets.forget(handle)
 		s.ring(ctx, inboxTopic(handle))
 	}
 	return err
@@ -231,7 +252,7 @@ func (r *replyRules) fate(it *store.InboxItem) replyFate {
 	switch {
 	case recorded == "" && r.now.Sub(it.At) < r.hold:
 		return replyHeld
-	case recorded != it.Body || r.answered[it.Question]:
+	case !store.AnswerMatches(recorded, it.Body) || r.answered[it.Question]:
 		return replySkipped
 	}
 	if r.answered == nil {
@@ -242,7 +263,10 @@ func (r *replyRules) fate(it *store.InboxItem) replyFate {
 }
 
 // WorkerUsage records the agent's usage report; what the worker did not
-// report stays out.
+// report stays out. A settled worker's usage is final: only a worker that
+// settled by its own worker-done may send one more report (its agent's
+// last turn ends after the finish), within FinalReportGrace; anything later
+// is refused.
 func (s *Service) WorkerUsage(ctx context.Context, handle string, report protocol.UsageReport) error {
 	if report.Source == "" {
 		report.Source = handle
@@ -254,10 +278,30 @@ func (s *Service) WorkerUsage(ctx context.Context, handle string, report protoco
 		return err
 	}
 	_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
+		if w.State == protocol.StateSettled {
+			if w.FinalReportUntil.IsZero() || s.clock.Now().After(w.FinalReportUntil) {
+				return galleyerr.Errorf(galleyerr.Conflict, "worker has settled; its usage is final")
+			}
+			w.FinalReportUntil = time.Time{}
+		}
 		w.Usage = &report
 		return nil
 	})
 	return err
+}
+
+// WorkerExitReport is the harness's exit report: WorkerExited, once. A
+// second report (the worker's own, or one after the runtime recorded the
+// exit) is refused.
+func (s *Service) WorkerExitReport(ctx context.Context, handle string, code int, reason string) error {
+	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
+	if err != nil {
+		return err
+	}
+	if res.Worker != nil && res.Worker.Exited {
+		return galleyerr.Errorf(galleyerr.Conflict, "the worker's exit was already reported")
+	}
+	return s.WorkerExited(ctx, handle, code, reason)
 }
 
 // WorkerExited records that the agent ended without reporting an outcome:
@@ -283,7 +327,7 @@ func (s *Service) WorkerExited(ctx context.Context, handle string, code int, rea
 		}
 		defer s.ring(ctx, runTopic(res.Worker.Run))
 	}
-	return s.settle(ctx, handle, protocol.OutcomeFailed, true)
+	return s.settle(ctx, handle, protocol.OutcomeFailed, settleExited)
 }
 
 func checkPost(req workerapi.PostRequest) error {

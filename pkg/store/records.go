@@ -1,8 +1,11 @@
 package store
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/galley-run/galley/pkg/protocol"
@@ -87,6 +90,7 @@ func (r Resource) Clone() Resource {
 	b.w = *r.Worker
 	w := &b.w
 	w.Questions = maps.Clone(w.Questions)
+	w.Pending = slices.Clone(w.Pending)
 	if w.Agent != nil {
 		b.a = *w.Agent
 		w.Agent = &b.a
@@ -126,16 +130,71 @@ type Worker struct {
 	Agent    *protocol.AgentSelection `json:"agent,omitempty"`
 	State    string                   `json:"state"` // protocol state: starting, ready, awaiting-reply, settled
 	Outcome  string                   `json:"outcome,omitempty"`
-	// Questions maps a question's message id to its answer; "" while
-	// unanswered.
+	// Questions maps a question's message id to the digest of its answer
+	// (AnswerDigest; records written before digests hold the answer
+	// itself); "" while unanswered. The answers live in the worker's inbox,
+	// so a question costs the record a few dozen bytes whatever kitchn
+	// replies, and the service keeps at most MaxQuestions.
 	Questions map[string]string     `json:"questions,omitempty"`
 	Usage     *protocol.UsageReport `json:"usage,omitempty"`
+	// Pending lists the worker's mailbox rows the coordinator has not yet
+	// consumed (worker-done excepted), so that the service can bound them
+	// (MaxPendingNoise, MaxPendingAttention). A row leaves once the run's
+	// acknowledged sequence passes it.
+	Pending []PendingRow `json:"pending,omitempty"`
 	// CredentialClaim is the hex SHA-256 of the claim that exchanged the
 	// worker's bootstrap code; no other claim is ever answered.
 	CredentialClaim string `json:"credentialClaim,omitempty"`
+	// CredentialNonce enters the MAC of the worker's credential: replacing
+	// it revokes that one credential. "" on records made before nonces,
+	// whose credential is the MAC of the handle alone.
+	CredentialNonce string `json:"credentialNonce,omitempty"`
+	// FinalReportUntil is set when the worker settles by its own
+	// worker-done: until then it may still send one usage report (the
+	// agent's last turn ends after its finish). Zero once that report came,
+	// and for a worker settled any other way.
+	FinalReportUntil time.Time `json:"finalReportUntil,omitzero"`
 	// Exited is set once the runtime saw the process or task end.
 	Exited  bool      `json:"exited,omitempty"`
 	Updated time.Time `json:"updated"`
+}
+
+// PendingRow is one of a worker's mailbox rows not yet consumed. Seq is 0
+// between the reservation and the append; a reservation whose append never
+// came is dropped after a while (the service's lease, twice).
+type PendingRow struct {
+	ID    string    `json:"id"`
+	Kind  string    `json:"kind"`
+	Seq   int64     `json:"seq,omitempty"`
+	Bytes int       `json:"bytes,omitempty"`
+	At    time.Time `json:"at"`
+}
+
+// Bounds the service keeps a worker record within, whatever the worker or
+// kitchn posts: with a brief of 64 KiB the record stays under 200 KB, far
+// below DynamoDB's 400 KB item limit (storetest checks the largest one).
+const (
+	// MaxQuestions is how many questions a worker may ask in its life.
+	MaxQuestions = 512
+	// MaxPendingNoise bounds a worker's unconsumed status and heartbeat
+	// rows, and MaxPendingNoiseBytes their bodies and subjects together.
+	MaxPendingNoise      = 16
+	MaxPendingNoiseBytes = 256 << 10
+	// MaxPendingAttention bounds a worker's unconsumed questions and
+	// escalations.
+	MaxPendingAttention = 8
+)
+
+// AnswerDigest is what a worker record keeps of a reply's body.
+func AnswerDigest(body string) string {
+	sum := sha256.Sum256([]byte(body))
+	return "sha256:" + base64.RawStdEncoding.EncodeToString(sum[:])
+}
+
+// AnswerMatches reports whether recorded (a Questions value) is the answer
+// body: its digest, or the body itself in a record written before digests.
+func AnswerMatches(recorded, body string) bool {
+	return recorded != "" && (recorded == AnswerDigest(body) || recorded == body)
 }
 
 // Mailbox is the head of one run's mailbox ledger.

@@ -200,7 +200,9 @@ func Config(t testing.TB) service.Config {
 	return service.Config{House: "origin89", Backend: "galley", Credential: "galley-token",
 		Families: []string{"claude", "codex"}, Model: true, Effort: "with-model",
 		WorkerSecret: []byte("0123456789abcdef0123456789abcdef"), WorkspaceRoot: t.TempDir(),
-		AwaitCap: 5 * time.Second}
+		AwaitCap: 5 * time.Second,
+		// Tests of other things post freely; the budget's own tests set it.
+		PostBudget: service.PostBudget{Rows: 1e6, RowBurst: 1e6, Bytes: 1e12, ByteBurst: 1e12}}
 }
 
 // New builds a service on the memory store (or st, when given through

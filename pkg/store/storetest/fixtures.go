@@ -72,8 +72,14 @@ func fullResource(kind, handle string) store.Resource {
 				Tokens: &protocol.Tokens{Input: i64(1200), Output: i64(340), CacheRead: i64(5), CacheWrite: i64(0)},
 				Cost:   &protocol.Cost{Amount: 123456, Basis: "list"},
 			},
-			Exited:  true,
-			Updated: t2,
+			Pending: []store.PendingRow{
+				{ID: "msg-1", Kind: protocol.MsgStatus, Seq: 7, Bytes: 12, At: t2},
+				{ID: "msg-2", Kind: protocol.MsgQuestion, Seq: 9, Bytes: 3, At: t2.Add(time.Second)},
+			},
+			CredentialNonce:  "n-0123456789abcdef",
+			FinalReportUntil: t2.Add(2 * time.Minute),
+			Exited:           true,
+			Updated:          t2,
 		},
 	}
 }

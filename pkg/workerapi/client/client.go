@@ -1,7 +1,9 @@
 // Package client is the harness's HTTP client for galley's worker-facing
 // API (package workerapi): JSON in and out, a bounded deadline per attempt,
 // retries with capped, jittered exponential backoff where a retry is safe,
-// and errors that carry galleyerr kinds. The worker token goes only into the
+// and errors that carry galleyerr kinds. Only transport failures and 5xx
+// answers are retried: a 429 (the worker's posting budget, with its
+// Retry-After in RetryAfterSeconds), 401, 403 or 409 is final for the call. The worker token goes only into the
 // Authorization header; no error or log line ever holds it.
 package client
 
@@ -18,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -257,10 +260,14 @@ func (c *Client) attempt(ctx context.Context, path string, body []byte, out any,
 	}
 	if resp.StatusCode != http.StatusOK {
 		kind := statusKind(resp.StatusCode)
-		return attemptError{
-			err:       galleyerr.E(kind, fmt.Sprintf("status %d%s", resp.StatusCode, snippet(data))),
-			retryable: policy == retryAlways && resp.StatusCode >= 500,
+		e := &galleyerr.Error{Kind: kind, Msg: fmt.Sprintf("status %d%s", resp.StatusCode, snippet(data))}
+		if kind == galleyerr.RateLimited {
+			// A refusal for the worker's posting budget (or a gateway's
+			// throttle) is definite and not retried here: the caller
+			// learns when to try again and decides whether to.
+			e.RetryAfterSeconds = retryAfter(resp.Header.Get("Retry-After"))
 		}
+		return attemptError{err: e, retryable: policy == retryAlways && resp.StatusCode >= 500}
 	}
 	if len(data) > maxAnswer {
 		return attemptError{err: galleyerr.E(galleyerr.TooLarge, "answer over 8 MiB")}
@@ -296,6 +303,16 @@ func statusKind(status int) galleyerr.Kind {
 		return galleyerr.Unavailable
 	}
 	return galleyerr.Other
+}
+
+// retryAfter reads a Retry-After header given in seconds (galley's form);
+// 0 when absent or in another form.
+func retryAfter(h string) int {
+	n, err := strconv.Atoi(strings.TrimSpace(h))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return min(n, 3600)
 }
 
 // snippet quotes the start of an error answer for the message; galley's
