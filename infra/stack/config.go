@@ -34,8 +34,19 @@ type Config struct {
 	// AlarmTopicArn, when set, receives every alarm's state changes.
 	AlarmTopicArn    string `json:"alarmTopicArn"`
 	LogRetentionDays int    `json:"logRetentionDays"`
-	ThrottleRate     int    `json:"throttleRate"`  // API steady requests per second
-	ThrottleBurst    int    `json:"throttleBurst"` // API burst
+	// ThrottleRate and ThrottleBurst are each route's throttle (the
+	// stage's default route settings): kitchn's /v1/ routes have these.
+	ThrottleRate  int `json:"throttleRate"`  // steady requests per second, per route
+	ThrottleBurst int `json:"throttleBurst"` // burst, per route
+	// WorkerThrottleRate and WorkerThrottleBurst throttle the workers'
+	// greedy route (POST /worker/v1/{proxy+}) apart from kitchn's.
+	WorkerThrottleRate  int `json:"workerThrottleRate"`
+	WorkerThrottleBurst int `json:"workerThrottleBurst"`
+	// CredentialThrottleRate and CredentialThrottleBurst throttle the one
+	// unauthenticated route, POST /worker/v1/credential (a worker's
+	// bootstrap-code exchange, once per task start).
+	CredentialThrottleRate  int `json:"credentialThrottleRate"`
+	CredentialThrottleBurst int `json:"credentialThrottleBurst"`
 	// AssetDir holds one folder per function with its `bootstrap`.
 	AssetDir string `json:"assetDir"`
 	// GitUsername is the user name sent with the git credential (the
@@ -76,6 +87,14 @@ func Defaults() Config {
 		GitUsername:        DefaultGitUsername,
 		LambdaArchitecture: ArchARM64,
 		WorkerDockerfile:   "worker/Dockerfile",
+
+		// Workers: a long poll at a time each, and their posts.
+		WorkerThrottleRate:  50,
+		WorkerThrottleBurst: 100,
+		// One exchange per task start: a burst of ten starts at once, then
+		// five a second.
+		CredentialThrottleRate:  5,
+		CredentialThrottleBurst: 10,
 	}
 }
 
@@ -136,6 +155,10 @@ func FromContext(get Context) (Config, error) {
 	num("logRetentionDays", &c.LogRetentionDays)
 	num("throttleRate", &c.ThrottleRate)
 	num("throttleBurst", &c.ThrottleBurst)
+	num("workerThrottleRate", &c.WorkerThrottleRate)
+	num("workerThrottleBurst", &c.WorkerThrottleBurst)
+	num("credentialThrottleRate", &c.CredentialThrottleRate)
+	num("credentialThrottleBurst", &c.CredentialThrottleBurst)
 	if v := get("agentFamilies"); v != nil {
 		c.AgentFamilies = nil
 		var parts []string
@@ -276,8 +299,17 @@ func (c Config) Validate() error {
 	if !okRetention {
 		errs = append(errs, fmt.Sprintf("logRetentionDays %d: want one of %v", c.LogRetentionDays, retentionDays))
 	}
-	if c.ThrottleRate < 1 || c.ThrottleBurst < 1 {
-		errs = append(errs, "throttleRate and throttleBurst: want at least 1")
+	for _, t := range []struct {
+		name        string
+		rate, burst int
+	}{
+		{"throttleRate and throttleBurst", c.ThrottleRate, c.ThrottleBurst},
+		{"workerThrottleRate and workerThrottleBurst", c.WorkerThrottleRate, c.WorkerThrottleBurst},
+		{"credentialThrottleRate and credentialThrottleBurst", c.CredentialThrottleRate, c.CredentialThrottleBurst},
+	} {
+		if t.rate < 1 || t.burst < 1 {
+			errs = append(errs, t.name+": want at least 1")
+		}
 	}
 	if !validGitUsername(c.GitUsername) {
 		errs = append(errs, fmt.Sprintf("gitUsername %q: want 1 to 256 printable ASCII characters without ':'", c.GitUsername))

@@ -99,6 +99,29 @@ func TestFromContext(t *testing.T) {
 			}
 		}},
 		{name: "queue idle age under twice the touch", ctx: map[string]any{"queueIdleHours": 1}, wantErr: "queueIdleHours"},
+		{name: "route throttles by default", check: func(t *testing.T, c stack.Config) {
+			want := map[string]stack.Throttle{
+				stack.CredentialRouteKey: {Rate: 5, Burst: 10},
+				stack.WorkerRouteKey:     {Rate: 50, Burst: 100},
+			}
+			if got := c.RouteThrottles(); len(got) != len(want) || got[stack.CredentialRouteKey] != want[stack.CredentialRouteKey] ||
+				got[stack.WorkerRouteKey] != want[stack.WorkerRouteKey] {
+				t.Errorf("route throttles %+v, want %+v", got, want)
+			}
+			if c.ThrottleRate != 50 || c.ThrottleBurst != 100 {
+				t.Errorf("stage throttle %d/%d, want 50/100", c.ThrottleRate, c.ThrottleBurst)
+			}
+		}},
+		{name: "route throttles from -c", ctx: map[string]any{"credentialThrottleRate": "2", "credentialThrottleBurst": "4",
+			"workerThrottleRate": 20.0, "workerThrottleBurst": 40.0}, check: func(t *testing.T, c stack.Config) {
+			got := c.RouteThrottles()
+			if got[stack.CredentialRouteKey] != (stack.Throttle{Rate: 2, Burst: 4}) || got[stack.WorkerRouteKey] != (stack.Throttle{Rate: 20, Burst: 40}) {
+				t.Errorf("route throttles %+v", got)
+			}
+		}},
+		{name: "credential throttle off", ctx: map[string]any{"credentialThrottleRate": 0}, wantErr: "credentialThrottleRate"},
+		{name: "worker burst off", ctx: map[string]any{"workerThrottleBurst": 0}, wantErr: "workerThrottleBurst"},
+		{name: "stage throttle off", ctx: map[string]any{"throttleRate": 0}, wantErr: "throttleRate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package stack
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -52,8 +53,11 @@ type Route struct {
 func (r Route) Key() string { return r.Method + " " + r.Path }
 
 // Routes are the HTTP API's routes. Paths not listed answer 404 from the
-// gateway without invoking anything. The worker-facing API is one greedy
-// route: its paths (package workerapi) all go to one function.
+// gateway without invoking anything. The worker-facing API (package
+// workerapi) all goes to one function, by two routes: the one call made
+// without a worker token, the bootstrap-code exchange, has a route of its
+// own so that it has a throttle of its own (API Gateway prefers it to the
+// greedy route), and every other worker call takes the greedy route.
 var Routes = []Route{
 	{"POST", "/v1/effects", FnEffects},
 	{"POST", "/v1/effects/lookup", FnEffects},
@@ -66,6 +70,36 @@ var Routes = []Route{
 	{"POST", "/v1/deliveries/await", FnMailbox},
 	{"POST", "/v1/runs/adopt", FnMailbox},
 	{"POST", "/worker/v1/{proxy+}", FnWorkerAPI},
+	// After the greedy route, so that the integration they share keeps
+	// the logical ID it had before this route (order decides nothing in
+	// API Gateway, which prefers the exact route).
+	{"POST", "/worker/v1/credential", FnWorkerAPI},
+}
+
+// Route keys throttled apart from the stage's default (Config's
+// RouteThrottles).
+const (
+	// CredentialRouteKey is the one route a caller takes without a token.
+	CredentialRouteKey = "POST /worker/v1/credential"
+	// WorkerRouteKey is every other call of the workers.
+	WorkerRouteKey = "POST /worker/v1/{proxy+}"
+)
+
+// Throttle is a route's throttle: a token bucket of Burst requests that
+// refills at Rate requests a second.
+type Throttle struct {
+	Rate  int
+	Burst int
+}
+
+// RouteThrottles are the throttles of the routes that do not take the
+// stage's default (ThrottleRate, ThrottleBurst), by route key: the stage's
+// RouteSettings.
+func (c Config) RouteThrottles() map[string]Throttle {
+	return map[string]Throttle{
+		CredentialRouteKey: {c.CredentialThrottleRate, c.CredentialThrottleBurst},
+		WorkerRouteKey:     {c.WorkerThrottleRate, c.WorkerThrottleBurst},
+	}
 }
 
 // AwaitRouteKey is the long-poll route whose failures have their own alarm.
@@ -104,6 +138,7 @@ type Galley struct {
 
 	Table          awsdynamodb.Table
 	API            awsapigatewayv2.HttpApi
+	Stage          awsapigatewayv2.HttpStage
 	AccessLogs     awslogs.LogGroup
 	Functions      map[string]awslambda.Function
 	FunctionLogs   map[string]awslogs.LogGroup
@@ -303,6 +338,7 @@ func (g *Galley) addAPI() {
 		stageOpts.DomainMapping = &awsapigatewayv2.DomainMappingOptions{DomainName: domain}
 	}
 	stage := g.API.AddStage(jsii.String("DefaultStage"), stageOpts)
+	g.Stage = stage
 
 	// Access logs as JSON, with no header, body or query: handles and
 	// tokens travel in bodies and headers only. "house" is a literal so the
@@ -423,7 +459,9 @@ func (g *Galley) addWorkers() error {
 		// An init process reaps the agents' child processes.
 		InitProcessEnabled: jsii.Bool(true),
 	})
-	linux.DropCapabilities(awsecs.Capability_ALL)
+	// Fargate can add no capability but SYS_PTRACE, so the harness keeps
+	// what it needs by dropping every other one of Docker's defaults.
+	linux.DropCapabilities(WorkerDroppedCapabilities()...)
 	worker := g.TaskDefinition.AddContainer(jsii.String(WorkerContainerName), &awsecs.ContainerDefinitionOptions{
 		ContainerName:   jsii.String(WorkerContainerName),
 		Image:           awsecs.ContainerImage_FromDockerImageAsset(image),
@@ -470,21 +508,95 @@ const WorkspaceMount = "/mnt/workspaces"
 // workspacesVolume names the task definition's EFS volume.
 const workspacesVolume = "workspaces"
 
-// workerUID is the worker image's user and group (worker/Dockerfile).
-const workerUID = "10001"
+// WorkerCapabilities are the capabilities the worker container keeps, of
+// Docker's defaults: the harness starts as root and runs the agent under a
+// uid of its own (docs/security.md). CHOWN gives the worktree, home and tmp
+// to the agent's uid and back; DAC_OVERRIDE walks a worktree the agent has
+// closed (DAC_READ_SEARCH would do with less, but it is no Docker default
+// and Fargate cannot add it); KILL stops an agent of another uid; SETUID
+// and SETGID become it.
+var WorkerCapabilities = []awsecs.Capability{
+	awsecs.Capability_CHOWN,
+	awsecs.Capability_DAC_OVERRIDE,
+	awsecs.Capability_KILL,
+	awsecs.Capability_SETGID,
+	awsecs.Capability_SETUID,
+}
+
+// DockerDefaultCapabilities are the capabilities a container gets unless
+// its definition drops them (moby's oci/caps defaults), which is every one
+// a Fargate container can hold without adding SYS_PTRACE.
+var DockerDefaultCapabilities = []awsecs.Capability{
+	awsecs.Capability_AUDIT_WRITE,
+	awsecs.Capability_CHOWN,
+	awsecs.Capability_DAC_OVERRIDE,
+	awsecs.Capability_FOWNER,
+	awsecs.Capability_FSETID,
+	awsecs.Capability_KILL,
+	awsecs.Capability_MKNOD,
+	awsecs.Capability_NET_BIND_SERVICE,
+	awsecs.Capability_NET_RAW,
+	awsecs.Capability_SETFCAP,
+	awsecs.Capability_SETGID,
+	awsecs.Capability_SETPCAP,
+	awsecs.Capability_SETUID,
+	awsecs.Capability_SYS_CHROOT,
+}
+
+// WorkerDroppedCapabilities are Docker's defaults the worker container
+// drops: all but WorkerCapabilities, in DockerDefaultCapabilities' order.
+func WorkerDroppedCapabilities() []awsecs.Capability {
+	var out []awsecs.Capability
+	for _, c := range DockerDefaultCapabilities {
+		if !slices.Contains(WorkerCapabilities, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
 
 // addWorkspaces makes the EFS file system the worktrees live on, so that a
 // worktree outlives its task and a later launch can reuse it. Mount
 // targets sit in the workers' subnets behind a security group that admits
 // NFS from the workers' security group only. Every mount goes through one
-// access point that enforces the image's uid/gid and roots clients at
-// /workspaces; the task role may mount only through it. The file system
-// is retained on teardown: it holds work not yet pushed.
+// access point that roots clients at /workspaces and forces no uid: the
+// harness, root in its container, gives each worktree to its worker's own
+// agent uid with mode 0700, so one worker's agent cannot reach another's
+// worktree (docs/deploy.md, Workspaces on EFS). The task role may mount,
+// write and be root only through that access point. The file system is
+// retained on teardown: it holds work not yet pushed.
 func (g *Galley) addWorkspaces() {
 	g.WorkspacesSG = awsec2.NewSecurityGroup(g.Stack, jsii.String("WorkspacesSecurityGroup"), &awsec2.SecurityGroupProps{
 		Vpc:              g.Vpc,
 		Description:      jsii.String("galley workspaces file system: NFS from the worker tasks only"),
 		AllowAllOutbound: jsii.Bool(false),
+	})
+	// The file system's policy grants nothing: only identity policies do
+	// (the task role's, below), so a client without IAM gets nothing, not
+	// even a read-only mount. It bounds what they may grant: nothing
+	// without TLS, and root only through an access point. The grant of
+	// root to the task role through *this* access point cannot live here:
+	// the access point's ARN exists only once the file system does, and a
+	// policy naming it would make the two resources depend on each other.
+	// EFS enforces only aws:SecureTransport, aws:SourceIp and its own keys
+	// on a client's access, so no statement may rest on another key.
+	policy := awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{
+		Statements: &[]awsiam.PolicyStatement{
+			awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+				Sid:        jsii.String("DenyWithoutTLS"),
+				Effect:     awsiam.Effect_DENY,
+				Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
+				Actions:    jsii.Strings("elasticfilesystem:*"),
+				Conditions: &map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}},
+			}),
+			awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+				Sid:        jsii.String("DenyRootOutsideAccessPoints"),
+				Effect:     awsiam.Effect_DENY,
+				Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
+				Actions:    jsii.Strings("elasticfilesystem:ClientRootAccess"),
+				Conditions: &map[string]any{"Null": map[string]any{"elasticfilesystem:AccessPointArn": "true"}},
+			}),
+		},
 	})
 	g.Workspaces = awsefs.NewFileSystem(g.Stack, jsii.String("Workspaces"), &awsefs.FileSystemProps{
 		Vpc:           g.Vpc,
@@ -497,42 +609,41 @@ func (g *Galley) addWorkspaces() {
 		OutOfInfrequentAccessPolicy: awsefs.OutOfInfrequentAccessPolicy_AFTER_1_ACCESS,
 		PerformanceMode:             awsefs.PerformanceMode_GENERAL_PURPOSE,
 		// Pay per byte moved: git's bursts need no provisioned throughput.
-		ThroughputMode:       awsefs.ThroughputMode_ELASTIC,
-		AllowAnonymousAccess: jsii.Bool(false),
+		ThroughputMode:   awsefs.ThroughputMode_ELASTIC,
+		FileSystemPolicy: policy,
+		// CDK's switch only decides whether CDK appends its own statement
+		// (allow write and root to anyone through a mount target), which
+		// would grant root beside the access point. Anonymous clients stay
+		// shut out: the policy above allows nothing to anyone.
+		AllowAnonymousAccess: jsii.Bool(true),
 		RemovalPolicy:        awscdk.RemovalPolicy_RETAIN,
 	})
 	// The workers' security group allows NFS out to this one as well.
 	g.Workspaces.Connections().AllowDefaultPortFrom(g.WorkerSG, jsii.String("NFS from galley worker tasks"))
-	g.Workspaces.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Sid:        jsii.String("DenyWithoutTLS"),
-		Effect:     awsiam.Effect_DENY,
-		Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
-		Actions:    jsii.Strings("elasticfilesystem:*"),
-		Conditions: &map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}},
-	}))
-	// Root squashing for everyone: the access point's POSIX user is all
-	// the workers need, and CDK's default policy (IAM required) would
-	// allow root through a mount target.
-	g.Workspaces.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Sid:        jsii.String("DenyRootAccess"),
-		Effect:     awsiam.Effect_DENY,
-		Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
-		Actions:    jsii.Strings("elasticfilesystem:ClientRootAccess"),
-	}))
+	// No POSIX user: the harness is root (uid 0) and each agent its own
+	// uid. The root is root's and traversable only (0711): an agent
+	// reaches its own worktree by path but cannot list the others.
 	g.WorkspacesAccessPoint = g.Workspaces.AddAccessPoint(jsii.String("WorkspacesAccessPoint"), &awsefs.AccessPointOptions{
 		Path:      jsii.String("/workspaces"),
-		PosixUser: &awsefs.PosixUser{Uid: jsii.String(workerUID), Gid: jsii.String(workerUID)},
-		CreateAcl: &awsefs.Acl{OwnerUid: jsii.String(workerUID), OwnerGid: jsii.String(workerUID), Permissions: jsii.String("750")},
+		CreateAcl: &awsefs.Acl{OwnerUid: jsii.String("0"), OwnerGid: jsii.String("0"), Permissions: jsii.String(WorkspacesRootMode)},
 	})
+	// Root through the access point: the harness chowns each worktree to
+	// its agent's uid and back, which a squashed root could not.
 	g.TaskRole.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Sid:       jsii.String("MountWorkspacesThroughAccessPoint"),
-		Actions:   jsii.Strings("elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"),
+		Sid: jsii.String("MountWorkspacesThroughAccessPoint"),
+		Actions: jsii.Strings("elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite",
+			"elasticfilesystem:ClientRootAccess"),
 		Resources: &[]*string{g.Workspaces.FileSystemArn()},
 		Conditions: &map[string]any{"StringEquals": map[string]any{
 			"elasticfilesystem:AccessPointArn": g.WorkspacesAccessPoint.AccessPointArn(),
 		}},
 	}))
 }
+
+// WorkspacesRootMode is the mode of the access point's root, /workspaces,
+// when EFS creates it (owned by 0:0): traversable by every uid, listable
+// by none but root.
+const WorkspacesRootMode = "0711"
 
 // taskArnPattern names every task of the worker cluster.
 func (g *Galley) taskArnPattern() *string {
@@ -740,9 +851,13 @@ func titled(name string) string {
 	return strings.ToUpper(name[:1]) + name[1:]
 }
 
-// addRoutes wires each route to its function.
+// addRoutes wires each route to its function, and gives the routes of
+// RouteThrottles their own throttles: kitchn's routes alone take the
+// stage's default, so whether API Gateway counts that default per route or
+// for the whole stage, a flood on the workers' routes spends none of it.
 func (g *Galley) addRoutes() {
 	integrations := map[string]awsapigatewayv2integrations.HttpLambdaIntegration{}
+	routes := map[string]awsapigatewayv2.HttpRoute{}
 	for _, r := range Routes {
 		in, ok := integrations[r.Function]
 		if !ok {
@@ -752,12 +867,28 @@ func (g *Galley) addRoutes() {
 				})
 			integrations[r.Function] = in
 		}
-		g.API.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+		added := g.API.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
 			Path:        jsii.String(r.Path),
 			Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod(r.Method)},
 			Integration: in,
 		})
+		routes[r.Key()] = (*added)[0]
 	}
+	throttles := g.Config.RouteThrottles()
+	settings := map[string]any{}
+	for _, key := range sortedKeys(throttles) {
+		t := throttles[key]
+		// RouteSettings is free-form JSON to CloudFormation, so CDK would
+		// write a typed property's keys as Go gives them
+		// (throttlingRateLimit), not as API Gateway documents them.
+		settings[key] = map[string]any{
+			"ThrottlingRateLimit":  t.Rate,
+			"ThrottlingBurstLimit": t.Burst,
+		}
+		// API Gateway refuses settings for a route it does not have yet.
+		g.Stage.Node().AddDependency(routes[key])
+	}
+	g.Stage.Node().DefaultChild().(awsapigatewayv2.CfnStage).SetRouteSettings(settings)
 }
 
 // addReconcilerRule sends the worker cluster's task state changes to the

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/galley-run/galley/infra/stack"
@@ -52,20 +53,43 @@ func TestWorkspacesFileSystem(t *testing.T) {
 		}
 	}
 
-	denies := map[string]bool{}
+	// The file system's policy allows nothing to anyone (a client without
+	// IAM gets nothing): it denies access without TLS, and root except
+	// through an access point. Root access is no longer denied to all: the
+	// harness must be root through the access point (the task role's
+	// grant, TestOnlyTheTaskRoleMountsWorkspaces).
+	stmts := map[string]map[string]any{}
 	for _, st := range list(p["FileSystemPolicy"].(map[string]any)["Statement"]) {
 		st := st.(map[string]any)
-		if st["Effect"] == "Deny" && jsonEq(st["Principal"], map[string]any{"AWS": "*"}) {
-			switch {
-			case st["Condition"] == nil && jsonEq(list(st["Action"]), []any{"elasticfilesystem:ClientRootAccess"}):
-				denies["root"] = true
-			case jsonEq(st["Condition"], map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}}):
-				denies["tls"] = true
+		if st["Effect"] != "Deny" {
+			t.Errorf("the file system policy allows %v: only identity policies may grant", st)
+			continue
+		}
+		sid, _ := st["Sid"].(string)
+		stmts[sid] = st
+	}
+	wantDenies := map[string]map[string]any{
+		"DenyWithoutTLS": {"Effect": "Deny", "Principal": map[string]any{"AWS": "*"}, "Action": "elasticfilesystem:*",
+			"Condition": map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}}, "Sid": "DenyWithoutTLS"},
+		"DenyRootOutsideAccessPoints": {"Effect": "Deny", "Principal": map[string]any{"AWS": "*"}, "Action": "elasticfilesystem:ClientRootAccess",
+			"Condition": map[string]any{"Null": map[string]any{"elasticfilesystem:AccessPointArn": "true"}}, "Sid": "DenyRootOutsideAccessPoints"},
+	}
+	if !jsonEq(stmts, wantDenies) {
+		t.Errorf("the file system policy's statements %v, want exactly %v", stmts, wantDenies)
+	}
+	// EFS enforces no other condition key on a client's access: a
+	// statement resting on one would not hold (or would shut out all).
+	enforced := map[string]bool{"aws:securetransport": true, "aws:sourceip": true,
+		"elasticfilesystem:accesspointarn": true, "elasticfilesystem:accessedviamounttarget": true}
+	for sid, st := range stmts {
+		cond, _ := st["Condition"].(map[string]any)
+		for _, byKey := range cond {
+			for key := range byKey.(map[string]any) {
+				if !enforced[strings.ToLower(key)] {
+					t.Errorf("statement %s rests on %s, which EFS does not enforce on clients", sid, key)
+				}
 			}
 		}
-	}
-	if !denies["root"] || !denies["tls"] {
-		t.Errorf("the file system policy denies %v, want root access and access without TLS denied to all", denies)
 	}
 
 	// Mount targets in every worker subnet, behind the workspaces group.
@@ -105,14 +129,24 @@ func TestWorkspacesFileSystem(t *testing.T) {
 	if !jsonEq(ap["FileSystemId"], ref(fsID)) {
 		t.Errorf("access point on %v", ap["FileSystemId"])
 	}
-	if !jsonEq(ap["PosixUser"], map[string]any{"Uid": "10001", "Gid": "10001"}) {
-		t.Errorf("access point user %v, want uid/gid 10001 (the image's user)", ap["PosixUser"])
+	// No POSIX user: the harness works as root and each agent as its own
+	// uid; a forced user would make every worker one uid again.
+	if u, ok := ap["PosixUser"]; ok {
+		t.Errorf("access point forces user %v, want none", u)
 	}
+	// The root, made by EFS on first use, is root's and traversable only:
+	// an agent reaches its own worktree, lists no other.
 	wantRoot := map[string]any{"Path": "/workspaces", "CreationInfo": map[string]any{
-		"OwnerUid": "10001", "OwnerGid": "10001", "Permissions": "750"}}
+		"OwnerUid": "0", "OwnerGid": "0", "Permissions": "0711"}}
 	if !jsonEq(ap["RootDirectory"], wantRoot) {
 		t.Errorf("access point root %v, want %v", ap["RootDirectory"], wantRoot)
 	}
+	check(t, "access point", func() {
+		s.tmpl.HasResourceProperties(jsii.String("AWS::EFS::AccessPoint"), map[string]any{
+			"PosixUser":     assertions.Match_Absent(),
+			"RootDirectory": assertions.Match_ObjectEquals(&wantRoot),
+		})
+	})
 }
 
 func TestWorkspacesVolumeAndMount(t *testing.T) {
@@ -197,8 +231,11 @@ func TestOnlyTheTaskRoleMountsWorkspaces(t *testing.T) {
 		t.Fatalf("task role: %d statements on EFS, want 1: %+v", len(sts), sts)
 	}
 	st := sts[0]
-	if st.Effect != "Allow" || !jsonEq(st.Actions, []string{"elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"}) {
-		t.Errorf("task role may %s %v, want Allow ClientMount and ClientWrite only", st.Effect, st.Actions)
+	// Root too (the harness chowns each worktree to its agent's uid), and
+	// all three only through the access point.
+	want := []string{"elasticfilesystem:ClientMount", "elasticfilesystem:ClientRootAccess", "elasticfilesystem:ClientWrite"}
+	if st.Effect != "Allow" || !jsonEq(st.Actions, want) {
+		t.Errorf("task role may %s %v, want Allow %v only", st.Effect, st.Actions, want)
 	}
 	if !jsonEq(st.Resources, []any{s.resolved(s.g.Workspaces.FileSystemArn())}) {
 		t.Errorf("task role mounts %v, want only the workspaces file system", st.Resources)
