@@ -32,6 +32,9 @@ const (
 	EnvAgentBinDir = "GALLEY_AGENT_BIN_DIR"
 	// EnvHeartbeat overrides the heartbeat interval (Go duration).
 	EnvHeartbeat = "GALLEY_HEARTBEAT_INTERVAL"
+	// EnvProgress overrides the interval of the MCP progress notifications
+	// a blocking tool call sends (Go duration; tests shorten it).
+	EnvProgress = "GALLEY_MCP_PROGRESS_INTERVAL"
 )
 
 // Secrets the harness reads (on AWS, ECS container secrets the task
@@ -70,6 +73,14 @@ const (
 // agent runs.
 const DefaultHeartbeat = 30 * time.Second
 
+// DefaultProgress is how often a tool call that blocks (ask_coordinator,
+// wait_message) sends an MCP progress notification while it waits. Claude
+// Code aborts a call that sends nothing for 300 s (its MCP tool idle
+// limit), and its HTTP transport has dropped calls silent for 350 to 450 s;
+// a notification every 20 s keeps both alive with a wide margin
+// (docs/agents.md).
+const DefaultProgress = 20 * time.Second
+
 // maxTokenFile bounds the token file, as kitchn bounds its credentials.
 const maxTokenFile = 16 << 10
 
@@ -101,6 +112,7 @@ type Config struct {
 	GitUsername   string // default DefaultGitUsername when GitCredential is set
 
 	Heartbeat time.Duration // default DefaultHeartbeat
+	Progress  time.Duration // MCP progress while a tool call blocks; default DefaultProgress
 	InboxWait time.Duration // one long poll; default client.MaxInboxWait
 	StopGrace time.Duration // SIGTERM to SIGKILL when stopping the agent; default 10 s
 
@@ -185,6 +197,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		}
 		cfg.Heartbeat = d
 	}
+	if s := getenv(EnvProgress); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return cfg, galleyerr.E(op, galleyerr.Invalid, EnvProgress+" must be a positive Go duration")
+		}
+		cfg.Progress = d
+	}
 	return cfg, nil
 }
 
@@ -239,7 +258,7 @@ func (c Config) redactedCopy() configView {
 		Workspace: c.Workspace, Repository: c.Repository, Branch: c.Branch, AgentBinDir: c.AgentBinDir,
 		AnthropicKey: redact(c.AnthropicKey), OpenAIKey: redact(c.OpenAIKey),
 		GitCredential: redact(c.GitCredential), GitUsername: c.GitUsername,
-		Heartbeat: c.Heartbeat, InboxWait: c.InboxWait, StopGrace: c.StopGrace,
+		Heartbeat: c.Heartbeat, Progress: c.Progress, InboxWait: c.InboxWait, StopGrace: c.StopGrace,
 	}
 }
 
@@ -247,7 +266,7 @@ func (c Config) redactedCopy() configView {
 type configView struct {
 	Endpoint, Token, Bootstrap, Handle, Workspace, Repository, Branch, AgentBinDir string
 	AnthropicKey, OpenAIKey, GitCredential, GitUsername                            string
-	Heartbeat, InboxWait, StopGrace                                                time.Duration
+	Heartbeat, Progress, InboxWait, StopGrace                                      time.Duration
 }
 
 // String shows the configuration with its secrets redacted.
@@ -265,7 +284,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("branch", v.Branch), slog.String("agentBinDir", v.AgentBinDir),
 		slog.String("anthropicKey", v.AnthropicKey), slog.String("openaiKey", v.OpenAIKey),
 		slog.String("gitCredential", v.GitCredential), slog.String("gitUsername", v.GitUsername),
-		slog.Duration("heartbeat", v.Heartbeat), slog.Duration("inboxWait", v.InboxWait), slog.Duration("stopGrace", v.StopGrace),
+		slog.Duration("heartbeat", v.Heartbeat), slog.Duration("progress", v.Progress), slog.Duration("inboxWait", v.InboxWait), slog.Duration("stopGrace", v.StopGrace),
 	)
 }
 
@@ -312,6 +331,9 @@ func prepareWith(user, credential string) func(ctx context.Context, repoURL, bra
 func (c *Config) setDefaults() {
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.Progress <= 0 {
+		c.Progress = DefaultProgress
 	}
 	if c.InboxWait <= 0 {
 		c.InboxWait = client.MaxInboxWait

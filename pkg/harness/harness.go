@@ -361,6 +361,10 @@ var agentEnvNames = []string{
 	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
 	"XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
 	"CLAUDE_CONFIG_DIR", "CODEX_HOME", "MCP_TOOL_TIMEOUT", "DISABLE_AUTOUPDATER",
+	// The operator's MCP idle limit for claude, and each provider's endpoint
+	// (a gateway or proxy the operator runs; codex's supervisor turns
+	// OPENAI_BASE_URL into its openai_base_url setting). docs/agents.md.
+	"CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL",
 }
 
 // agentEnvPrefixes are allowed families of variables: the locale's and

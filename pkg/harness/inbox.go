@@ -17,12 +17,17 @@ type inbox struct {
 	mu       sync.Mutex
 	messages []string
 	replies  map[string]string // question id -> reply body, not yet taken
-	stopped  bool
-	changed  chan struct{} // closed and replaced on every change
+	// abandoned holds the questions whose ask_coordinator call ended before
+	// its reply came (the CLI gave up on the call, or its connection
+	// dropped), with their subjects: their replies become messages, so
+	// they reach the agent on its next tool result or as its next turn.
+	abandoned map[string]string
+	stopped   bool
+	changed   chan struct{} // closed and replaced on every change
 }
 
 func newInbox() *inbox {
-	return &inbox{replies: map[string]string{}, changed: make(chan struct{})}
+	return &inbox{replies: map[string]string{}, abandoned: map[string]string{}, changed: make(chan struct{})}
 }
 
 func (b *inbox) add(item workerapi.InboxItem) {
@@ -32,6 +37,11 @@ func (b *inbox) add(item workerapi.InboxItem) {
 	case workerapi.ItemMessage:
 		b.messages = append(b.messages, item.Body)
 	case workerapi.ItemReply:
+		if subject, ok := b.abandoned[item.Question]; ok {
+			delete(b.abandoned, item.Question)
+			b.messages = append(b.messages, lateReply(item.Question, subject, item.Body))
+			break
+		}
 		b.replies[item.Question] = item.Body
 	default:
 		return
@@ -73,6 +83,26 @@ func (b *inbox) reply(ctx context.Context, question string) (string, error) {
 		}
 		return r, ok
 	})
+}
+
+// abandon records that nobody waits for question's reply any more: a reply
+// already here, or one that comes later, is queued as a message instead, so
+// it is never dropped.
+func (b *inbox) abandon(question, subject string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r, ok := b.replies[question]; ok {
+		delete(b.replies, question)
+		b.messages = append(b.messages, lateReply(question, subject, r))
+		b.notifyLocked()
+		return
+	}
+	b.abandoned[question] = subject
+}
+
+// lateReply is how a reply to an abandoned question reads as a message.
+func lateReply(question, subject, body string) string {
+	return "Reply to your question " + question + " (\"" + subject + "\"), which came after your ask_coordinator call had ended: " + body
 }
 
 // drainMessages takes every waiting message.

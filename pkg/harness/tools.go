@@ -116,6 +116,14 @@ func (h *harness) addTools(s *mcp.Server) {
 			h.log.Info("question posted, awaiting the reply", "question", ans.ID)
 			reply, err := h.box.reply(ctx, ans.ID)
 			if err != nil {
+				if !errors.Is(err, errStopping) {
+					// The call ended without its reply: the CLI gave up on it or
+					// the connection dropped. The reply, when it comes, is
+					// delivered as a message: on the agent's next tool result,
+					// or as its next turn's prompt.
+					h.box.abandon(ans.ID, a.Subject)
+					h.log.Warn("the agent's wait for a reply ended early; the reply will come as a message", "question", ans.ID, "err", err)
+				}
 				return "", fmt.Errorf("no reply to question %s: %w", ans.ID, err)
 			}
 			return reply, nil
@@ -176,14 +184,23 @@ func (h *harness) addTools(s *mcp.Server) {
 		}))
 }
 
+// blocking are the tools whose call waits for the coordinator, for as long
+// as the coordinator takes.
+var blocking = map[string]bool{ToolAsk: true, ToolWaitMessage: true}
+
 // tool adapts a handler: it refuses calls after finish, takes any call as
-// evidence that the agent runs, and appends waiting messages when asked to.
+// evidence that the agent runs, keeps a blocking call alive with progress
+// notifications, and appends waiting messages when asked to.
 func tool[In any](h *harness, name string, f func(context.Context, In) (string, error)) mcp.ToolHandlerFor[In, any] {
-	return func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
+	return func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
 		if h.finished.Load() {
 			return nil, nil, errors.New("the worker already reported its outcome; exit now")
 		}
 		h.ensureReady(ctx, "agent called "+name)
+		if blocking[name] {
+			stop := h.keepAlive(ctx, req, name)
+			defer stop()
+		}
 		text, err := f(ctx, in)
 		if err != nil {
 			h.log.Warn("tool failed", "tool", name, "err", err)
@@ -197,6 +214,52 @@ func tool[In any](h *harness, name string, f func(context.Context, In) (string, 
 		}
 		return res, nil, nil
 	}
+}
+
+// keepAlive sends an MCP progress notification for the call every
+// h.cfg.Progress until stop is called. A CLI aborts a tool call that sends
+// nothing for its idle limit (Claude Code: 300 s) and may drop a silent
+// connection, while a question may wait an hour for its reply. Progress
+// needs the client's progress token; a call without one gets none (the CLI
+// then asked for no progress, and its own timeout rules).
+func (h *harness) keepAlive(ctx context.Context, req *mcp.CallToolRequest, name string) (stop func()) {
+	if req == nil || req.Session == nil || req.Params == nil {
+		return func() {}
+	}
+	token := req.Params.GetProgressToken()
+	if token == nil {
+		h.log.Info("blocking tool call without a progress token: no keep-alive", "tool", name)
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(h.cfg.Progress)
+		defer t.Stop()
+		start := time.Now()
+		for n := 1; ; n++ {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			msg := "waiting for the coordinator's reply"
+			if name == ToolWaitMessage {
+				msg = "waiting for a message from the coordinator"
+			}
+			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: token, Progress: float64(n),
+				Message: fmt.Sprintf("%s (%s so far)", msg, time.Since(start).Round(time.Second)),
+			})
+			if err != nil && ctx.Err() == nil {
+				h.log.Warn("cannot send a progress notification", "tool", name, "err", err)
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 func (h *harness) post(ctx context.Context, req workerapi.PostRequest, fields ...string) (string, error) {
