@@ -67,6 +67,14 @@ func (s *Service) WorkerPost(ctx context.Context, handle string, req workerapi.P
 	if err := checkPost(req); err != nil {
 		return workerapi.PostAnswer{}, err
 	}
+	if req.Kind != protocol.MsgWorkerDone {
+		// Before any store read, so that a flood costs the store nothing.
+		// The report that settles the worker is never refused for its
+		// budget: it ends the flood.
+		if err := s.budgets.take(handle, len(req.Subject)+len(req.Body), s.clock.Now()); err != nil {
+			return workerapi.PostAnswer{}, err
+		}
+	}
 	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
 	if err != nil {
 		return workerapi.PostAnswer{}, err
@@ -82,11 +90,6 @@ func (s *Service) WorkerPost(ctx context.Context, handle string, req workerapi.P
 		id = s.derive("msg-", handle+"\x00"+req.ClientID)
 	}
 	if req.Kind != protocol.MsgWorkerDone {
-		// The report that settles the worker is never refused for its
-		// budget: it ends the flood.
-		if err := s.budgets.take(handle, len(req.Subject)+len(req.Body), s.clock.Now()); err != nil {
-			return workerapi.PostAnswer{}, err
-		}
 		coalesced, err := s.reserveRow(ctx, handle, res.Worker.Run, id, req)
 		if err != nil {
 			return workerapi.PostAnswer{}, err

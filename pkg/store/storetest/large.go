@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -67,4 +68,38 @@ func testLargeValues(t *testing.T, open func(*testing.T) store.Store) {
 	if len(items) != 1 || items[0].Body != it.Body {
 		t.Errorf("the 16 KiB inbox item did not come back intact")
 	}
+}
+
+// testLargestWorker stores the largest worker record the service's bounds
+// allow (store.MaxQuestions answered questions, a full pending list, a
+// 64 KiB brief that does not compress), and its update: the bounds keep a
+// worker far below DynamoDB's item limit, so that cancel and the exit
+// report can always write it.
+func testLargestWorker(t *testing.T, open func(*testing.T) store.Store) {
+	s, ctx := open(t), t.Context()
+	r := fullResource("worker", "largest")
+	w := r.Worker
+	w.Brief = text(64<<10, 7)
+	w.Questions = map[string]string{}
+	for i := range store.MaxQuestions {
+		w.Questions[fmt.Sprintf("msg-%020x", i)] = store.AnswerDigest(text(64, uint32(i))) // a digest is as long for any reply
+	}
+	w.Pending = nil
+	for i := range store.MaxPendingNoise + store.MaxPendingAttention {
+		w.Pending = append(w.Pending, store.PendingRow{ID: fmt.Sprintf("msg-%020x", i), Kind: "status",
+			Seq: int64(1e12 + i), Bytes: 64 << 10, At: w.Updated})
+	}
+	raw, err := json.Marshal(r)
+	mustOK(t, "marshal", err)
+	if len(raw) > 200<<10 {
+		t.Errorf("the largest worker record is %d bytes of JSON, over 200 KiB", len(raw))
+	}
+	v, err := s.PutResource(ctx, r, store.NoVersion)
+	mustOK(t, "put the largest worker record", err)
+	got, _, err := s.GetResource(ctx, "worker", "largest")
+	mustOK(t, "get", err)
+	checkSame(t, "largest worker", got, r)
+	got.Worker.State = "settled"
+	_, err = s.PutResource(ctx, got, v)
+	mustOK(t, "settle the largest worker record", err)
 }
