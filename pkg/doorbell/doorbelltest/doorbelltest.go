@@ -2,8 +2,11 @@
 // (service.Doorbell): every implementation (localbell in process, sqsbell on
 // SQS) runs it. It checks only what the service relies on: a ring after
 // Listen wakes Wait, Wait ends at its context's deadline without a ring, a
-// ring before Listen never costs a later ring, duplicate rings are harmless
-// and topics are isolated.
+// ring before Listen never costs a later ring, duplicate rings are harmless,
+// topics are isolated, and one ring wakes every listener of its topic once
+// (an orphaned await beside a fresh one, two coordinators before an
+// adoption), whether it was waiting when the ring came or waits later.
+// RunProcesses checks the last across processes that share a backend.
 package doorbelltest
 
 import (
@@ -11,7 +14,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -40,7 +42,10 @@ func Run(t *testing.T, open func(t *testing.T) service.Doorbell) {
 		{"RepeatedWakes", repeatedWakes},
 		{"DuplicateRingsHarmless", duplicateRings},
 		{"TopicsIsolated", topicsIsolated},
-		{"TwoListenersOneTopic", twoListeners},
+		{"EveryListenerWakes", everyListenerWakes},
+		{"EveryWaitingListenerWakes", everyWaitingListenerWakes},
+		{"ListenerWaitingLaterWakes", listenerWaitingLater},
+		{"OneRingWakesOnce", oneRingWakesOnce},
 		{"CloseEndsListener", closeEndsListener},
 	}
 	for _, tc := range tests {
@@ -188,35 +193,124 @@ func topicsIsolated(t *testing.T, b service.Doorbell, topic func(string) string)
 	mustWake(t, la)
 }
 
-// twoListeners: two waiters on one topic (an orphaned await beside a fresh
-// one). A ring wakes at least one; which one is the implementation's.
-func twoListeners(t *testing.T, b service.Doorbell, topic func(string) string) {
-	l1 := listen(t, b, topic("a"))
-	l2 := listen(t, b, topic("a"))
+// everyListenerWakes: three listeners on one topic; one ring wakes each of
+// them (they wait one after the other, after the ring).
+func everyListenerWakes(t *testing.T, b service.Doorbell, topic func(string) string) {
+	ls := []service.Listener{listen(t, b, topic("a")), listen(t, b, topic("a")), listen(t, b, topic("a"))}
 	ring(t, b, topic("a"))
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for i, l := range []service.Listener{l1, l2} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = wait(t, l, 3*time.Second)
-		}()
-	}
-	wg.Wait()
-	woke := 0
-	for _, err := range errs {
-		switch {
-		case err == nil:
-			woke++
-		case errors.Is(err, context.DeadlineExceeded):
-		default:
-			t.Fatalf("Wait = %v", err)
+	for i, l := range ls {
+		if err := wait(t, l, wakeBound); err != nil {
+			t.Fatalf("listener %d of 3: Wait after one ring = %v, want nil (the ring woke only some)", i, err)
 		}
 	}
-	if woke == 0 {
-		t.Fatal("a ring with two listeners woke neither")
+}
+
+// everyWaitingListenerWakes: two listeners waiting at once (or about to:
+// the result must be the same) both wake on one ring.
+func everyWaitingListenerWakes(t *testing.T, b service.Doorbell, topic func(string) string) {
+	ls := []service.Listener{listen(t, b, topic("a")), listen(t, b, topic("a"))}
+	errs := waitAll(t, ls)
+	ring(t, b, topic("a"))
+	for i := range ls {
+		if err := <-errs[i]; err != nil {
+			t.Fatalf("listener %d of 2: Wait = %v, want nil (the ring woke only one)", i, err)
+		}
 	}
+}
+
+// waitAll starts a Wait (bounded by wakeBound) on each listener.
+func waitAll(t *testing.T, ls []service.Listener) []chan error {
+	errs := make([]chan error, len(ls))
+	for i, l := range ls {
+		errs[i] = make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(t.Context(), wakeBound)
+			defer cancel()
+			errs[i] <- l.Wait(ctx)
+		}()
+	}
+	return errs
+}
+
+// listenerWaitingLater: an orphaned await that took the ring and went
+// back to waiting must not keep it from a listener that was not waiting
+// when it came (re-reading the store after an earlier wake).
+func listenerWaitingLater(t *testing.T, b service.Doorbell, topic func(string) string) {
+	busy := listen(t, b, topic("a"))
+	orphan := listen(t, b, topic("a"))
+	ring(t, b, topic("a"))
+	mustWake(t, orphan)
+	mustStayQuiet(t, orphan) // waits again, and looks at the topic meanwhile
+	mustWake(t, busy)
+}
+
+// oneRingWakesOnce: each listener wakes once on one ring, however long the
+// ring stays where other listeners can see it.
+func oneRingWakesOnce(t *testing.T, b service.Doorbell, topic func(string) string) {
+	ls := []service.Listener{listen(t, b, topic("a")), listen(t, b, topic("a"))}
+	ring(t, b, topic("a"))
+	for _, l := range ls {
+		mustWake(t, l)
+	}
+	for _, l := range ls {
+		mustStayQuiet(t, l)
+	}
+}
+
+// RunProcesses runs the checks that need two processes: open returns a
+// doorbell on one backend shared by every doorbell it returns in a test,
+// as separate processes (function instances on AWS) would have. A ring
+// from one wakes every listener of the others. An in-process doorbell
+// (localbell) has no such backend and does not run it.
+func RunProcesses(t *testing.T, open func(t *testing.T) service.Doorbell) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, open func() service.Doorbell, topic func(string) string)
+	}{
+		{"EveryProcessWakes", everyProcessWakes},
+		{"EveryWaitingProcessWakes", everyWaitingProcessWakes},
+		{"ProcessWaitingLaterWakes", processWaitingLater},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			prefix := randomPrefix(t)
+			tc.fn(t, func() service.Doorbell { return open(t) }, func(s string) string { return prefix + "/" + s })
+		})
+	}
+}
+
+func everyProcessWakes(t *testing.T, open func() service.Doorbell, topic func(string) string) {
+	ls := []service.Listener{listen(t, open(), topic("a")), listen(t, open(), topic("a"))}
+	ring(t, open(), topic("a"))
+	for i, l := range ls {
+		if err := wait(t, l, wakeBound); err != nil {
+			t.Fatalf("process %d of 2: Wait after one ring = %v, want nil (the ring woke only one)", i, err)
+		}
+	}
+	for _, l := range ls {
+		mustStayQuiet(t, l)
+	}
+}
+
+func everyWaitingProcessWakes(t *testing.T, open func() service.Doorbell, topic func(string) string) {
+	ls := []service.Listener{listen(t, open(), topic("a")), listen(t, open(), topic("a")), listen(t, open(), topic("a"))}
+	errs := waitAll(t, ls)
+	ring(t, open(), topic("a"))
+	for i := range ls {
+		if err := <-errs[i]; err != nil {
+			t.Fatalf("process %d of 3: Wait = %v, want nil (the ring woke only some)", i, err)
+		}
+	}
+}
+
+func processWaitingLater(t *testing.T, open func() service.Doorbell, topic func(string) string) {
+	busy := listen(t, open(), topic("a"))
+	orphan := listen(t, open(), topic("a"))
+	ring(t, open(), topic("a"))
+	mustWake(t, orphan)
+	mustStayQuiet(t, orphan)
+	mustWake(t, busy)
 }
 
 func closeEndsListener(t *testing.T, b service.Doorbell, topic func(string) string) {

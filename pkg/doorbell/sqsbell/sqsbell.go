@@ -7,13 +7,29 @@
 // waiter re-reads the store at its deadline), a duplicated or stale ring a
 // spurious wake (the waiter re-reads and waits again).
 //
+// Every waiter on a topic wakes on one ring, in this process or another
+// (on AWS, two waiters are two function instances): the queue's visibility
+// timeout is 0, so receiving a ring does not hide it from the other
+// receivers, and a listener does not delete a ring younger than KeepRings.
+// Each listener remembers the rings it woke on and the time of its last
+// wake (its caller re-reads the store after it), so one ring wakes it
+// once. While only such rings are visible it looks again every Recheck
+// instead of long-polling, and the first listener to see a ring older than
+// KeepRings deletes it.
+//
+// A listener that cannot reach its queue (Listen's CreateQueue failed, a
+// receive failed, the queue was swept) does not fail and does not sleep:
+// each Wait pauses at most a second (WithMaxBackoff) and returns as if
+// rung, so its caller re-reads the store at that interval until SQS
+// answers again.
+//
 // Each topic (a run's mailbox, a worker's inbox) has one standard queue,
-// named <prefix>-<32 hex digits of the topic's SHA-256>, created on the
-// first Listen or Ring, holding rings for 60 seconds (SQS's minimum). A
-// listener touches its queue's galley-last-listen tag at most once an hour
-// per process, and Sweep deletes the queues of the prefix idle for longer
-// than a given age. docs/storage.md gives the costs, the limits and the
-// permissions each role needs.
+// named <prefix>-<32 hex digits of the SHA-256 of "v2:" and the topic>,
+// created on the first Listen or Ring, holding rings for 60 seconds (SQS's
+// minimum). A listener touches its queue's galley-last-listen tag at most
+// once an hour per process, and Sweep deletes the queues of the prefix
+// idle for longer than a given age. docs/storage.md gives the costs, the
+// limits and the permissions each role needs.
 package sqsbell
 
 import (
@@ -59,14 +75,32 @@ const (
 	maxReceiveWait = 20 * time.Second
 	// retention: a ring older than a minute woke nobody who still waits.
 	retentionSeconds = "60"
-	// visibilitySeconds: a ring received by a receive whose answer was
-	// lost (or whose waiter died before deleting it) is seen again this
-	// soon by the next receive.
-	visibilitySeconds = "2"
-	// staleSlack: rings sent this long before Listen are dropped without a
-	// wake (the caller's store check after Listen saw their cause); the
-	// slack covers clock skew between SQS and this host.
+	// visibilitySeconds: 0, so that a receive leaves the ring visible to
+	// every other listener of the topic (SQS has no broadcast; the
+	// functions may not use SNS). The SDK drops a zero VisibilityTimeout
+	// from ReceiveMessage, so the queue's attribute carries it.
+	visibilitySeconds = "0"
+	// collectSeconds hides the rings a deleting receive takes just long
+	// enough to delete them (a receipt handle of a receive whose
+	// visibility has lapsed may not delete).
+	collectSeconds = 1
+	// nameVersion is hashed into queue names: the queues of the version
+	// that hid rings for 2 s had other attributes, and CreateQueue refuses
+	// a name with different attributes. Those idle out by the sweep.
+	nameVersion = "v2:"
+	// staleSlack: rings sent this long before Listen or the last wake are
+	// dropped without a wake (the caller's store read after it saw their
+	// cause); the slack covers clock skew between SQS and this host.
 	staleSlack = 2 * time.Second
+	// KeepRings is how long a ring stays in its queue for listeners that
+	// were between two receives when it came (re-reading the store after
+	// a wake, or checking it after Listen); then the first listener that
+	// sees it deletes it. The queue keeps it 60 s at most anyway.
+	KeepRings = 5 * time.Second
+	// Recheck is how often a listener looks at its queue while only rings
+	// it has already woken on are visible (a long poll would answer at
+	// once): a new ring then wakes it within Recheck.
+	Recheck = 250 * time.Millisecond
 	// TagLastListen holds the Unix time a listener last used the queue.
 	TagLastListen = "galley-last-listen"
 	// TagTopicPrefix marks the queue as a doorbell of this prefix.
@@ -83,6 +117,7 @@ type Bell struct {
 	now        func() time.Time
 	touchEvery time.Duration
 	maxBackoff time.Duration
+	after      func(time.Duration) <-chan time.Time // pauses (tests fire them at once)
 
 	mu      sync.Mutex
 	urls    map[string]string    // topic → queue URL
@@ -102,8 +137,10 @@ func WithClock(now func() time.Time) Option { return func(b *Bell) { b.now = now
 // age must exceed it with room to spare.
 func WithTouchEvery(d time.Duration) Option { return func(b *Bell) { b.touchEvery = d } }
 
-// WithMaxBackoff bounds the pause after a failed receive before Wait
-// returns as if rung (default 5s).
+// WithMaxBackoff bounds the pause after SQS failed (creating the queue, or
+// a receive) before Wait returns as if rung, so that the waiter re-reads
+// the store at least this often while the doorbell is broken (default
+// 1 s). The pause starts at 200 ms and doubles.
 func WithMaxBackoff(d time.Duration) Option { return func(b *Bell) { b.maxBackoff = d } }
 
 // New returns a doorbell whose queues are named <prefix>-<hash>. prefix is
@@ -116,7 +153,7 @@ func New(client SQSAPI, prefix string, opts ...Option) (*Bell, error) {
 		return nil, galleyerr.Errorf(galleyerr.Invalid, "sqsbell: queue prefix %q must be 1 to 46 letters, digits, '-' or '_'", prefix)
 	}
 	b := &Bell{
-		sqs: client, prefix: prefix, now: time.Now, touchEvery: time.Hour, maxBackoff: 5 * time.Second,
+		sqs: client, prefix: prefix, now: time.Now, touchEvery: time.Hour, maxBackoff: time.Second, after: time.After,
 		urls: map[string]string{}, touched: map[string]time.Time{},
 	}
 	for _, o := range opts {
@@ -148,7 +185,7 @@ func Open(ctx context.Context, prefix string, opts ...Option) (*Bell, error) {
 
 // QueueName is the queue of topic.
 func (b *Bell) QueueName(topic string) string {
-	h := sha256.Sum256([]byte(topic))
+	h := sha256.Sum256([]byte(nameVersion + topic))
 	return b.prefix + "-" + hex.EncodeToString(h[:16])
 }
 
@@ -240,24 +277,35 @@ func (b *Bell) Ring(ctx context.Context, topic string) error {
 }
 
 // Listen makes sure topic's queue exists, so that every ring from now on
-// is kept for the listener, and returns the listener.
+// is kept for the listener, and returns the listener. It fails only when
+// ctx has ended: when SQS fails, the listener's Wait tries the queue again
+// and meanwhile returns as if rung at most a second apart (the caller
+// re-reads the store), so a broken doorbell degrades to polling.
 func (b *Bell) Listen(ctx context.Context, topic string) (service.Listener, error) {
 	const op = galleyerr.Op("sqsbell.Listen")
+	if err := ctx.Err(); err != nil {
+		return nil, galleyerr.E(op, galleyerr.Unavailable, err)
+	}
 	since := b.now()
 	url, err := b.queue(ctx, topic)
-	if err != nil {
-		return nil, galleyerr.E(op, galleyerr.Unavailable, "cannot create the doorbell queue", err)
+	if err == nil {
+		b.touch(ctx, url) // when due: a long-lived topic's queue stays
+	} else if cerr := ctx.Err(); cerr != nil {
+		return nil, galleyerr.E(op, galleyerr.Unavailable, cerr)
 	}
-	b.touch(ctx, url) // when due: a long-lived topic's queue stays
 	lctx, cancel := context.WithCancel(context.Background())
-	return &listener{bell: b, topic: topic, url: url, since: since, closed: lctx, close: cancel}, nil
+	return &listener{bell: b, topic: topic, url: url, since: since, seen: map[string]time.Time{}, closed: lctx, close: cancel}, nil
 }
 
 type listener struct {
-	bell   *Bell
-	topic  string
-	url    string
+	bell  *Bell
+	topic string
+	url   string // "" until the queue could be created
+	// since: rings sent before it (less the slack) woke nobody who needs
+	// them here: the caller read the store after Listen or after the last
+	// wake. seen: the rings within the slack this listener woke on.
 	since  time.Time
+	seen   map[string]time.Time // message id → sent
 	closed context.Context
 	close  context.CancelFunc
 	fails  int
@@ -265,10 +313,11 @@ type listener struct {
 
 var errClosed = galleyerr.E(galleyerr.Op("sqsbell.Wait"), galleyerr.Other, "listener closed")
 
-// Wait long-polls the queue, 20 seconds at most per receive and only in
-// whole seconds that end before ctx's deadline, until a ring or ctx's end. When SQS fails it pauses (up to the bell's maximum backoff)
-// and returns nil as if rung, so that the waiter re-reads the store: a
-// broken doorbell degrades to polling, never to a missed message.
+// Wait long-polls the queue, 20 seconds at most per receive, until a ring
+// this listener has not woken on, or ctx's end. When SQS fails it pauses
+// (at most the bell's maximum backoff, 1 s by default) and returns nil as
+// if rung, so that the waiter re-reads the store: a broken doorbell
+// degrades to polling, never to a missed message.
 func (l *listener) Wait(ctx context.Context) error {
 	if l.closed.Err() != nil {
 		return errClosed
@@ -277,30 +326,36 @@ func (l *listener) Wait(ctx context.Context) error {
 	defer stop()
 	defer context.AfterFunc(l.closed, stop)()
 	b := l.bell
+	collect := false // the last receive showed rings older than KeepRings
 	for {
-		secs := int32(maxReceiveWait / time.Second)
-		if d, ok := ctx.Deadline(); ok {
-			secs = int32(min(time.Until(d), maxReceiveWait) / time.Second)
-		}
-		if secs < 1 {
-			// Long polls count whole seconds, and one cut short by the
-			// deadline can take a ring with it to the abandoned request
-			// (invisible for the visibility timeout). Wait out the
-			// remainder instead: a ring now stays queued, and the waiter
-			// re-reads the store at its deadline anyway.
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-l.closed.Done():
-				return errClosed
+		if l.url == "" {
+			url, err := b.queue(wctx, l.topic)
+			if err != nil {
+				return l.degrade(ctx)
 			}
+			l.url = url
 		}
-		out, err := b.sqs.ReceiveMessage(wctx, &sqs.ReceiveMessageInput{
+		in := &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(l.url),
 			MaxNumberOfMessages:         10,
-			WaitTimeSeconds:             secs,
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameSentTimestamp},
-		})
+		}
+		if collect {
+			// A short receive that hides what it takes for a second, so
+			// that its receipt handles delete. The young rings it takes
+			// reach the other listeners a second late.
+			in.VisibilityTimeout = collectSeconds
+		} else {
+			// Long polls count whole seconds: round up, and let the
+			// deadline cut the last one short. That hides nothing, as
+			// receiving leaves rings visible.
+			wait := maxReceiveWait
+			if d, ok := ctx.Deadline(); ok {
+				wait = min(time.Until(d)+time.Second-1, maxReceiveWait)
+			}
+			in.WaitTimeSeconds = int32(max(wait/time.Second, 1))
+		}
+		out, err := b.sqs.ReceiveMessage(wctx, in)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -308,50 +363,107 @@ func (l *listener) Wait(ctx context.Context) error {
 			return errClosed
 		case err != nil:
 			if isMissing(err) {
-				// Swept while we listened: create it again, below.
+				// Swept while we listened: create it again on the next Wait.
 				b.forget(l.topic, l.url)
-				if url, qerr := b.queue(wctx, l.topic); qerr == nil {
-					l.url = url
-				}
+				l.url = ""
 			}
-			l.fails++
-			backoff := min(b.maxBackoff, 100*time.Millisecond<<min(l.fails, 8))
+			return l.degrade(ctx)
+		}
+		l.fails = 0
+		wake, old := l.sort(out.Messages)
+		collected := collect
+		collect = false
+		if collected {
+			l.delete(wctx, old)
+		}
+		if wake {
+			return nil
+		}
+		switch {
+		case len(out.Messages) == 0:
+			b.touch(wctx, l.url)
+		case !collected && len(old) > 0:
+			collect = true
+		case collected && len(old) == len(out.Messages):
+			// All deleted: long-poll again at once.
+		default:
+			// Only rings this listener already woke on (or whose cause
+			// its caller already read) are visible, and they stay a
+			// while for the other listeners: look again shortly, as a
+			// long poll would answer at once.
 			select {
-			case <-time.After(backoff):
-				return nil // as if rung: the waiter re-reads the store
+			case <-b.after(Recheck):
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-l.closed.Done():
 				return errClosed
 			}
 		}
-		l.fails = 0
-		if len(out.Messages) == 0 {
-			b.touch(wctx, l.url)
+	}
+}
+
+// degrade pauses after a failure of SQS (200 ms doubling to the bell's
+// maximum) and returns nil as if rung: the waiter re-reads the store.
+func (l *listener) degrade(ctx context.Context) error {
+	l.fails++
+	backoff := min(l.bell.maxBackoff, 100*time.Millisecond<<min(l.fails, 8))
+	select {
+	case <-l.bell.after(backoff):
+		l.woke()
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.closed.Done():
+		return errClosed
+	}
+}
+
+// woke records a wake: the caller re-reads the store after it, which
+// covers every ring sent before it.
+func (l *listener) woke() {
+	l.since = l.bell.now()
+	cut := l.since.Add(-staleSlack)
+	for id, sent := range l.seen {
+		if sent.Before(cut) {
+			delete(l.seen, id)
+		}
+	}
+}
+
+// sort reports whether ms hold a ring this listener has not woken on and
+// whose cause its caller may not have read (sent after since, less the
+// slack), and returns the rings older than KeepRings, which any listener
+// may delete. A ring without a readable timestamp wakes (once).
+func (l *listener) sort(ms []types.Message) (wake bool, old []types.Message) {
+	now := l.bell.now()
+	cut := l.since.Add(-staleSlack)
+	for _, m := range ms {
+		id := aws.ToString(m.MessageId)
+		milli, err := strconv.ParseInt(m.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64)
+		sent := time.UnixMilli(milli)
+		if err != nil {
+			sent = now
+		} else if now.Sub(sent) > KeepRings {
+			old = append(old, m)
+		}
+		if _, ok := l.seen[id]; ok || sent.Before(cut) {
 			continue
 		}
-		l.delete(wctx, out.Messages)
-		if l.fresh(out.Messages) {
-			return nil
-		}
+		l.seen[id] = sent
+		wake = true
 	}
+	if wake {
+		l.woke()
+	}
+	return wake, old
 }
 
-// fresh reports whether any ring was sent after Listen (less the slack).
-func (l *listener) fresh(ms []types.Message) bool {
-	cut := l.since.Add(-staleSlack).UnixMilli()
-	for _, m := range ms {
-		sent, err := strconv.ParseInt(m.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64)
-		if err != nil || sent >= cut {
-			return true
-		}
-	}
-	return false
-}
-
-// delete removes received rings. A failure leaves them to reappear after
-// the visibility timeout as one spurious wake: harmless.
+// delete removes received rings. A failure leaves them to be deleted by
+// the next listener that sees them, or by SQS's retention.
 func (l *listener) delete(ctx context.Context, ms []types.Message) {
+	if len(ms) == 0 {
+		return
+	}
 	entries := make([]types.DeleteMessageBatchRequestEntry, 0, len(ms))
 	for i, m := range ms {
 		entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})

@@ -43,6 +43,14 @@ func TestConformance(t *testing.T) {
 	doorbelltest.Run(t, func(t *testing.T) service.Doorbell { return newBell(t, c, p) })
 }
 
+// Bells on one SQS, as separate processes (function instances) have: one
+// ring wakes a listener in each.
+func TestConformanceProcesses(t *testing.T) {
+	c := client(t)
+	p := prefix(t, c)
+	doorbelltest.RunProcesses(t, func(t *testing.T) service.Doorbell { return newBell(t, c, p) })
+}
+
 func waitFor(t *testing.T, l service.Listener, d time.Duration) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), d)
@@ -103,8 +111,9 @@ func TestQueueShape(t *testing.T) {
 	if got := attrs.Attributes["MessageRetentionPeriod"]; got != "60" {
 		t.Errorf("retention %s, want 60", got)
 	}
-	if got := attrs.Attributes["VisibilityTimeout"]; got != "2" {
-		t.Errorf("visibility timeout %s, want 2", got)
+	// 0: a receive leaves the ring to the topic's other listeners.
+	if got := attrs.Attributes["VisibilityTimeout"]; got != "0" {
+		t.Errorf("visibility timeout %s, want 0", got)
 	}
 	tags, err := c.ListQueueTags(ctx, &sqs.ListQueueTagsInput{QueueUrl: url.QueueUrl})
 	if err != nil {
@@ -222,7 +231,7 @@ func TestQueueDeletedUnderListener(t *testing.T) {
 }
 
 // Faults injected into the SQS client: a receive whose answer was lost
-// loses no ring (it reappears after the visibility timeout); a throttled
+// loses no ring (receiving leaves it visible); a throttled
 // send is reported and sends nothing; a send whose answer was lost is
 // reported uncertain but still wakes; a receive that keeps failing makes
 // Wait poll (return as if rung) instead of sleeping to its deadline.
@@ -240,7 +249,7 @@ func TestFaults(t *testing.T) {
 		}
 		inj.Script(awsfault.Step{Op: "ReceiveMessage", Fault: awsfault.LostResponse})
 		mustWake(t, l) // degraded wake after the failed receive
-		mustWake(t, l) // the ring itself, visible again
+		mustWake(t, l) // the ring itself, still visible
 		if inj.Injected("ReceiveMessage", awsfault.LostResponse) != 1 {
 			t.Fatal("no lost receive injected")
 		}
@@ -283,6 +292,194 @@ func TestFaults(t *testing.T) {
 			t.Errorf("%d throttled receives, want 3", n)
 		}
 	})
+}
+
+// pauses is a bell's pause (WithAfter) under the test's control: each
+// pause sends its length on asked and ends when the test sends on release.
+type pauses struct {
+	asked   chan time.Duration
+	release chan time.Time
+}
+
+func newPauses() *pauses {
+	return &pauses{asked: make(chan time.Duration), release: make(chan time.Time)}
+}
+
+func (p *pauses) after(d time.Duration) <-chan time.Time {
+	p.asked <- d
+	return p.release
+}
+
+// A listener whose Listen could not create the queue (SQS down) does not
+// fail: each Wait returns as if rung after a pause of at most a second, so
+// the waiter re-reads the store at that interval until its deadline, and
+// once SQS answers again a ring wakes it.
+func TestListenWhileSQSDown(t *testing.T) {
+	c := client(t)
+	p := prefix(t, c)
+	inj := awsfault.New()
+	inj.SetRates(1, map[awsfault.Fault]float64{awsfault.Throttle: 1}, "CreateQueue")
+	ps := newPauses()
+	b := newBell(t, &awsfault.SQS{Client: c, Faults: inj}, p, sqsbell.WithAfter(ps.after))
+	l, err := b.Listen(t.Context(), "down")
+	if err != nil {
+		t.Fatalf("Listen with SQS down = %v, want a listener that polls", err)
+	}
+	defer l.Close()
+	var asked []time.Duration
+	for i := range 6 {
+		done := make(chan error, 1)
+		go func() { done <- waitFor(t, l, 15*time.Second) }()
+		d := <-ps.asked
+		asked = append(asked, d)
+		if d <= 0 || d > time.Second {
+			t.Fatalf("pause %d before re-reading the store: %v, want at most 1s", i, d)
+		}
+		ps.release <- time.Time{}
+		if err := <-done; err != nil {
+			t.Fatalf("Wait %d with SQS down = %v, want nil (re-read the store)", i, err)
+		}
+	}
+	if asked[len(asked)-1] != time.Second {
+		t.Errorf("pauses %v, want them to grow to 1s", asked)
+	}
+	if n := inj.Injected("CreateQueue", awsfault.Throttle); n != 7 {
+		t.Errorf("%d failed CreateQueue, want 7 (Listen and each Wait tries again)", n)
+	}
+
+	inj.SetRates(1, nil)
+	other := newBell(t, c, p)
+	if err := other.Ring(t.Context(), "down"); err != nil {
+		t.Fatal(err)
+	}
+	mustWake(t, l)
+}
+
+// Listen with an ended context fails (and is the only way it fails).
+func TestListenEndedContext(t *testing.T) {
+	c := client(t)
+	b := newBell(t, c, prefix(t, c))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := b.Listen(ctx, "t"); !galleyerr.Is(galleyerr.Unavailable, err) {
+		t.Fatalf("Listen(ended context) = %v, want Unavailable", err)
+	}
+}
+
+// visible counts the rings in the queue of topic without hiding them.
+func visible(t *testing.T, c *sqs.Client, b *sqsbell.Bell, topic string) int {
+	t.Helper()
+	url, err := c.GetQueueUrl(t.Context(), &sqs.GetQueueUrlInput{QueueName: aws.String(b.QueueName(topic))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{QueueUrl: url.QueueUrl, MaxNumberOfMessages: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(out.Messages)
+}
+
+// next returns the length of the listener's next pause, failing if its
+// Wait ends first.
+func (p *pauses) next(t *testing.T, done <-chan error) time.Duration {
+	t.Helper()
+	select {
+	case d := <-p.asked:
+		return d
+	case err := <-done:
+		t.Fatalf("Wait = %v before the expected pause", err)
+		return 0
+	}
+}
+
+// A ring younger than KeepRings stays in the queue, however often the
+// listener that woke on it looks again, for the listeners that were not
+// receiving when it came; once older, the next listener to see it deletes
+// it.
+func TestRingsKeptThenDeleted(t *testing.T) {
+	c := client(t)
+	inj := awsfault.New()
+	clk := &clock{now: time.Now()}
+	ps := newPauses()
+	b := newBell(t, &awsfault.SQS{Client: c, Faults: inj}, prefix(t, c), sqsbell.WithClock(clk.Now), sqsbell.WithAfter(ps.after))
+	l := listen(t, b, "t")
+	if err := b.Ring(t.Context(), "t"); err != nil {
+		t.Fatal(err)
+	}
+	mustWake(t, l)
+	done := make(chan error, 1)
+	go func() { done <- waitFor(t, l, 15*time.Second) }()
+	// Waiting again, the listener sees the ring it woke on and pauses.
+	if d := ps.next(t, done); d != sqsbell.Recheck {
+		t.Fatalf("pause %v, want Recheck", d)
+	}
+	if n := visible(t, c, b, "t"); n != 1 {
+		t.Fatalf("%d rings in the queue after the listener looked again, want 1 (kept for the others)", n)
+	}
+	if inj.Calls("DeleteMessageBatch") != 0 {
+		t.Fatal("a young ring was deleted")
+	}
+	// Five seconds later: it looks, finds the ring old, takes it with a
+	// receive that hides it, deletes it and long-polls again. That long
+	// poll fails (scripted), which pauses the listener once more: the
+	// test's cue that the delete is done.
+	clk.Add(sqsbell.KeepRings + time.Second)
+	inj.Script(
+		awsfault.Step{Op: "ReceiveMessage", Fault: awsfault.None},
+		awsfault.Step{Op: "ReceiveMessage", Fault: awsfault.None},
+		awsfault.Step{Op: "DeleteMessageBatch", Fault: awsfault.None},
+		awsfault.Step{Op: "ReceiveMessage", Fault: awsfault.Throttle},
+	)
+	ps.release <- time.Time{}
+	if d := ps.next(t, done); d > time.Second {
+		t.Fatalf("pause %v after a failed receive, want at most 1s", d)
+	}
+	if n := inj.Calls("DeleteMessageBatch"); n != 1 {
+		t.Fatalf("%d deletes, want 1", n)
+	}
+	if n := visible(t, c, b, "t"); n != 0 {
+		t.Fatalf("%d rings in the queue, want the old one deleted", n)
+	}
+	ps.release <- time.Time{}
+	if err := <-done; err != nil {
+		t.Fatalf("Wait after a failed receive = %v, want nil (re-read the store)", err)
+	}
+}
+
+// While only rings it woke on are visible, a listener looks again every
+// Recheck (it does not spin on a long poll that answers at once), and a
+// new ring wakes it at its next look.
+func TestRecheckWhileOnlyOldRings(t *testing.T) {
+	c := client(t)
+	inj := awsfault.New()
+	ps := newPauses()
+	b := newBell(t, &awsfault.SQS{Client: c, Faults: inj}, prefix(t, c), sqsbell.WithAfter(ps.after))
+	l := listen(t, b, "t")
+	if err := b.Ring(t.Context(), "t"); err != nil {
+		t.Fatal(err)
+	}
+	mustWake(t, l)
+	done := make(chan error, 1)
+	go func() { done <- waitFor(t, l, 15*time.Second) }()
+	if d := <-ps.asked; d != sqsbell.Recheck {
+		t.Fatalf("pause %v, want Recheck (%v)", d, sqsbell.Recheck)
+	}
+	// The listener is paused: it makes no call until released.
+	calls := inj.Calls("ReceiveMessage")
+	if err := b.Ring(t.Context(), "t"); err != nil {
+		t.Fatal(err)
+	}
+	if inj.Calls("ReceiveMessage") != calls {
+		t.Fatal("the listener received while paused")
+	}
+	ps.release <- time.Time{}
+	if err := <-done; err != nil {
+		t.Fatalf("Wait after a second ring = %v, want nil", err)
+	}
+	if n := inj.Calls("ReceiveMessage"); n != calls+1 {
+		t.Errorf("%d receives after the pause, want 1", n-calls)
+	}
 }
 
 // Close unblocks a Wait in a long poll.
