@@ -341,30 +341,19 @@ func TestAgentCLIMissing(t *testing.T) {
 	})
 }
 
-// TestAgentSelectionRefused: an effort the CLI does not take is refused,
-// by the service when the descriptor declares no effort, else by the
-// driver (the worker settles failed naming it): never silently dropped.
+// TestAgentSelectionRefused: an effort the CLI does not take is refused at
+// launch, not-applied rejected, whatever the descriptor declares: never
+// passed to a worker, never silently dropped.
 func TestAgentSelectionRefused(t *testing.T) {
 	s := agentServer(t, true)
-	_, d := s.call(t, "GET", "/v1/descriptor", nil)
-	var desc protocol.Descriptor
-	if err := json.Unmarshal(d, &desc); err != nil || desc.WorkerSelection == nil {
-		t.Fatalf("descriptor: %v %s", err, d)
-	}
-	w, ans := agentLaunch(t, s, "run-sel", "k-sel", "#!standin\ntool finish {\"outcome\":\"succeeded\"}", "sel/a",
-		map[string]string{"agent": "claude", "model": "claude-sonnet-4-5", "effort": "turbo"})
-	if desc.WorkerSelection.Effort == "unsupported" {
-		if w != "" || !strings.Contains(ans, `"not-applied"`) {
-			t.Fatalf("an effort with effort unsupported: %s", ans)
+	for i, sel := range []map[string]string{
+		{"agent": "claude", "model": "claude-sonnet-4-5", "effort": "turbo"},
+		{"agent": "codex", "model": "gpt-5.5", "effort": "max"},
+	} {
+		w, ans := agentLaunch(t, s, "run-sel", fmt.Sprintf("k-sel-%d", i), "#!standin\ntool finish {\"outcome\":\"succeeded\"}", fmt.Sprintf("sel/%d", i), sel)
+		if w != "" || !strings.Contains(ans, `"not-applied"`) || !strings.Contains(ans, `"rejected"`) {
+			t.Fatalf("%v: %s", sel, ans)
 		}
-		return
-	}
-	if w == "" {
-		t.Fatalf("launch not applied: %s", ans)
-	}
-	done := (&mailbox{s: s, run: "run-sel"}).next(t, "worker-done", func(r mailRow) bool { return r.Kind == protocol.MsgWorkerDone })
-	if done.Outcome != protocol.OutcomeFailed || !strings.Contains(done.Body, `cannot honour effort "turbo"`) {
-		t.Fatalf("worker-done: %+v", done)
 	}
 }
 

@@ -132,9 +132,18 @@ func TestCheckSelection(t *testing.T) {
 	}{
 		{protocol.AgentSelection{Agent: "claude"}, ok},
 		{protocol.AgentSelection{Agent: "claude", Model: "opus", Effort: "max"}, ok},
-		{protocol.AgentSelection{Agent: "claude", Effort: "minimal"}, galleyerr.Unsupported},
-		{protocol.AgentSelection{Agent: "codex", Model: "gpt-5.5", Effort: "minimal"}, ok},
-		{protocol.AgentSelection{Agent: "codex", Effort: "max"}, galleyerr.Unsupported},
+		{protocol.AgentSelection{Agent: "claude", Effort: "minimal"}, galleyerr.Invalid},
+		// codex: no model of its catalog takes none or minimal (codex would
+		// pass them to the API, which refuses the turn); max only on the
+		// models that list it, its default model among them.
+		{protocol.AgentSelection{Agent: "codex", Model: "gpt-5.5", Effort: "minimal"}, galleyerr.Invalid},
+		{protocol.AgentSelection{Agent: "codex", Effort: "none"}, galleyerr.Invalid},
+		{protocol.AgentSelection{Agent: "codex", Effort: "max"}, ok},
+		{protocol.AgentSelection{Agent: "codex", Model: "gpt-6.2-sol", Effort: "max"}, ok},
+		{protocol.AgentSelection{Agent: "codex", Model: "gpt-5.5", Effort: "max"}, galleyerr.Invalid},
+		{protocol.AgentSelection{Agent: "codex", Model: "gpt-5.5", Effort: "xhigh"}, ok},
+		{protocol.AgentSelection{Agent: "codex", Model: "some-new-model", Effort: "max"}, galleyerr.Invalid},
+		{protocol.AgentSelection{Agent: "codex", Effort: "ultra"}, galleyerr.Invalid},
 		{protocol.AgentSelection{Agent: "codex", Model: "-rf"}, galleyerr.Invalid},
 		{protocol.AgentSelection{Agent: "script"}, galleyerr.Unsupported},
 	}

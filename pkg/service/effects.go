@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/agents/effort"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/store"
@@ -138,6 +139,7 @@ func (s *Service) checkEffect(eff protocol.WorkerEffect) error {
 		case a.Effort != "" && s.cfg.Effort == "with-model" && a.Model == "":
 			return galleyerr.Errorf(galleyerr.Invalid, "an effort needs a model here")
 		}
+		return effort.Check(a.Agent, a.Model, a.Effort) // a value the family's CLI cannot honour
 	}
 	return nil
 }
