@@ -245,3 +245,49 @@ func TestArgs(t *testing.T) {
 		t.Error("the MCP secret is on claude's command line")
 	}
 }
+
+// TestCostRules: galley never invents a cost. claude's total for a model it
+// marks costBasis "unknown" is left out (tokens still reported), for that
+// turn and every later one; codex's usage without a model to price carries
+// no cost and a note says why.
+func TestCostRules(t *testing.T) {
+	line := func(basis string, cost float64, in int) string {
+		return js(map[string]any{"type": "result", "subtype": "success", "session_id": "s-1", "total_cost_usd": cost,
+			"modelUsage": map[string]any{"claude-unreleased-9": map[string]any{"inputTokens": in, "outputTokens": 10, "costBasis": basis}}}) + "\n"
+	}
+	ev := &fakeEvents{agent: protocol.AgentSelection{Agent: "claude"}}
+	Driver{Family: FamilyClaude}.Observe(strings.NewReader(line("list", 0.5, 100)+line("unknown", 0.9, 200)+line("list", 1.2, 300)), ev)
+	if len(ev.usage) != 3 {
+		t.Fatalf("usage = %v", ev.usage)
+	}
+	if c := ev.usage[0].Cost; c == nil || c.Basis != "reported" || c.Amount != 500000 {
+		t.Errorf("a listed cost: %+v", c)
+	}
+	for _, u := range ev.usage[1:] {
+		if u.Cost != nil || u.Tokens == nil || u.Tokens.Input == nil {
+			t.Errorf("after costBasis unknown: %s", js(u))
+		}
+	}
+	if !slices.Contains(ev.notes, "agent usage reported without a cost") {
+		t.Errorf("notes = %v", ev.notes)
+	}
+
+	codex := `{"type":"thread.started","thread_id":"t-1"}` + "\n" +
+		`{"type":"turn.completed","usage":{"input_tokens":1000,"cached_input_tokens":0,"output_tokens":50}}` + "\n"
+	for _, model := range []string{"", "an-unpriced-model"} {
+		ev := &fakeEvents{agent: protocol.AgentSelection{Agent: "codex", Model: model}}
+		Driver{Family: FamilyCodex}.Observe(strings.NewReader(codex), ev)
+		if len(ev.usage) != 1 || ev.usage[0].Cost != nil || *ev.usage[0].Tokens.Input != 1000 {
+			t.Errorf("codex model %q: %s", model, js(ev.usage))
+		}
+		if !slices.Contains(ev.notes, "agent usage reported without a cost") {
+			t.Errorf("codex model %q: no note saying why (%v)", model, ev.notes)
+		}
+	}
+	if why := unpricedWhy(FamilyCodex, "", CodexPrices()); !strings.Contains(why, "names no model") {
+		t.Errorf("why = %q", why)
+	}
+	if why := unpricedWhy(FamilyCodex, "gpt-5.5", CodexPrices()); why != "" {
+		t.Errorf("a priced model: %q", why)
+	}
+}

@@ -66,6 +66,11 @@ func codexArgs(c SessionConfig, resume string) []string {
 	if c.Instructions != "" {
 		a = append(a, "-c", "developer_instructions="+tomlString(c.Instructions))
 	}
+	if c.OpenAIBaseURL != "" {
+		// codex ignores OPENAI_BASE_URL; its built-in provider takes the
+		// endpoint from this setting (and still its key from CODEX_API_KEY).
+		a = append(a, "-c", "openai_base_url="+tomlString(c.OpenAIBaseURL))
+	}
 	if c.Model != "" {
 		a = append(a, "-m", c.Model)
 	}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/galley-run/galley/pkg/agents/effort"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/workerapi"
@@ -161,6 +162,13 @@ func (d Driver) Observe(stdout io.Reader, ev harness.Events) {
 			ev.Note("agent turn ended", "family", d.Family, "event", e.Type, "error", e.Err)
 			if counter == nil {
 				counter = newUsageCounter(d.Family, model, prices)
+				if why := unpricedWhy(d.Family, model, prices); why != "" {
+					ev.Note("agent usage reported without a cost", "family", d.Family, "why", why)
+				}
+			}
+			if e.Totals != nil && e.Totals.CostUnknown {
+				ev.Note("agent usage reported without a cost", "family", d.Family,
+					"why", "claude marked a model's cost basis unknown: its total_cost_usd is a guess")
 			}
 			if rep, ok := counter.add(e.Totals); ok && usage != nil {
 				usage.Usage(rep)
@@ -174,6 +182,23 @@ func (d Driver) Observe(stdout io.Reader, ev harness.Events) {
 	if err := sc.Err(); err != nil {
 		ev.Note("agent output unreadable", "family", d.Family, "err", err)
 	}
+}
+
+// unpricedWhy says why galley computes no cost for family's usage, or ""
+// when it can: codex states no cost and names no model in its stream, so
+// galley prices the launch's model, and only from its dated table.
+func unpricedWhy(family, model string, prices map[string]Price) string {
+	if family != FamilyCodex {
+		return ""
+	}
+	if model == "" {
+		return "codex states no cost and names no model; the launch chose none (codex runs its default, " +
+			effort.CodexDefaultModel + ", which has no price in galley's table)"
+	}
+	if _, ok := prices[model]; !ok {
+		return "model " + model + " has no price in galley's table (pkg/agents/prices.go, " + PriceTableDate + ")"
+	}
+	return ""
 }
 
 func truncate(s string, n int) string {

@@ -33,6 +33,9 @@ type SessionConfig struct {
 	Workspace    string
 	MCPURL       string
 	MCPSecret    string
+	// OpenAIBaseURL is the operator's OPENAI_BASE_URL (a gateway, or a
+	// test's provider stand-in), which codex is given as openai_base_url.
+	OpenAIBaseURL string
 	// StopGrace is how long the CLI gets between SIGTERM and SIGKILL when
 	// the supervisor is stopped; default 5 s, within the harness's grace.
 	StopGrace time.Duration
@@ -50,6 +53,9 @@ func SessionConfigFromEnv(getenv func(string) string) (SessionConfig, error) {
 		Workspace:    getenv(harness.EnvWorkspace),
 		MCPURL:       getenv(harness.EnvMCPURL),
 		MCPSecret:    getenv(harness.EnvMCPSecret),
+	}
+	if c.Family == FamilyCodex {
+		c.OpenAIBaseURL = getenv("OPENAI_BASE_URL")
 	}
 	switch {
 	case c.Family != FamilyClaude && c.Family != FamilyCodex:
@@ -288,14 +294,22 @@ func (s *session) env() []string {
 	switch s.cfg.Family {
 	case FamilyClaude:
 		// ask_coordinator blocks until the coordinator replies: let a
-		// tool call last a day (milliseconds).
+		// tool call last a day (milliseconds). The idle limit (a call that
+		// sends no response or progress that long is aborted) is claude's
+		// default, stated: the harness sends progress every 20 s. Raising
+		// it does not help: claude's HTTP transport drops a silent call at
+		// 350 to 450 s anyway (docs/agents.md).
 		setDefault("MCP_TOOL_TIMEOUT", "86400000")
+		setDefault(ClaudeIdleTimeoutEnv, "300000")
 		setDefault("DISABLE_AUTOUPDATER", "1")
 	case FamilyCodex:
 		env = append(env, codexBearerEnv+"="+s.cfg.MCPSecret)
 	}
 	return env
 }
+
+// ClaudeIdleTimeoutEnv is claude's MCP tool idle limit (ms; 0 disables).
+const ClaudeIdleTimeoutEnv = "CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT"
 
 // nextPrompt is what happens between turns: a finished agent ends the
 // session; otherwise the coordinator hears that the turn ended, and the

@@ -42,7 +42,10 @@ type streamEvent struct {
 type totals struct {
 	Input, Output, CacheRead, CacheWrite *int64
 	CostUSD                              *float64 // the CLI's own cost estimate
-	Model                                string   // the one model the counts are for, if only one
+	// CostUnknown: the CLI marked its cost as a guess (claude costBasis
+	// "unknown"); the cost is left out.
+	CostUnknown bool
+	Model       string // the one model the counts are for, if only one
 }
 
 var errNotJSON = errors.New("not a JSON object")
@@ -90,6 +93,10 @@ type claudeLine struct {
 		Output     int64 `json:"outputTokens"`
 		CacheRead  int64 `json:"cacheReadInputTokens"`
 		CacheWrite int64 `json:"cacheCreationInputTokens"`
+		// CostBasis is the price table claude priced the model's latest
+		// request at: "list", "managed" or "unknown" (a model it has no
+		// price for, whose cost it still guesses into total_cost_usd).
+		CostBasis string `json:"costBasis"`
 	} `json:"modelUsage"`
 }
 
@@ -147,6 +154,11 @@ func claudeTotals(l claudeLine) *totals {
 		for m, u := range l.ModelUsage {
 			in, out, cr, cw = in+u.Input, out+u.Output, cr+u.CacheRead, cw+u.CacheWrite
 			models = append(models, m)
+			if u.CostBasis == "unknown" {
+				// claude has no price for this model: its total is a guess,
+				// and galley reports no cost rather than an invented one.
+				t.CostUSD, t.CostUnknown = nil, true
+			}
 		}
 		t.Input, t.Output, t.CacheRead, t.CacheWrite = &in, &out, &cr, &cw
 		if len(models) == 1 {

@@ -18,6 +18,9 @@ type usageCounter struct {
 
 	base, last totalsValue
 	seen       bool
+	// costUnknown: the CLI once marked its cost a guess; a total that
+	// includes it is never reported.
+	costUnknown bool
 }
 
 // totalsValue is totals with unknown as -1, for arithmetic.
@@ -55,6 +58,7 @@ func (c *usageCounter) add(t *totals) (protocol.UsageReport, bool) {
 		c.model = t.Model
 	}
 	v := value(t)
+	c.costUnknown = c.costUnknown || t.CostUnknown
 	if c.seen && dropped(c.last, v) {
 		c.base = sum(c.base, c.last)
 	}
@@ -105,6 +109,8 @@ func (c *usageCounter) report(v totalsValue) (protocol.UsageReport, bool) {
 		rep.Tokens = tok
 	}
 	switch {
+	case c.costUnknown:
+		// The CLI said it does not know the price: no cost, not a guess.
 	case v.cost >= 0:
 		// The CLI states its cost: claude's total_cost_usd.
 		rep.Cost = &protocol.Cost{Amount: microdollars(v.cost), Basis: "reported"}
