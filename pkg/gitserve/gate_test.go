@@ -19,7 +19,7 @@ import (
 // wires it: the agent authenticates with a session secret, the gate
 // forwards with the house credential. It returns the gate's URL and the
 // session credential.
-func gated(t *testing.T, h house, branch string) (url, user, session string) {
+func gated(t testing.TB, h house, branch string) (url, user, session string) {
 	t.Helper()
 	houseURL, houseUser, housePass := served(t, h)
 	var tok atomic.Value

@@ -22,7 +22,7 @@ import (
 )
 
 // secret returns a fresh random credential.
-func secret(t *testing.T) string {
+func secret(t testing.TB) string {
 	t.Helper()
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
@@ -61,7 +61,7 @@ func gitAs(dir, user, pass string, args ...string) result {
 }
 
 // must runs git and fails the test on error.
-func must(t *testing.T, dir, user, pass string, args ...string) string {
+func must(t testing.TB, dir, user, pass string, args ...string) string {
 	t.Helper()
 	r := gitAs(dir, user, pass, args...)
 	if r.err != nil {
@@ -77,7 +77,7 @@ type house struct {
 	main string
 }
 
-func newHouse(t *testing.T, branches ...string) house {
+func newHouse(t testing.TB, branches ...string) house {
 	t.Helper()
 	ctx := context.Background()
 	dir, err := githost.InitBare(ctx, filepath.Join(t.TempDir(), "house.git"))
@@ -107,7 +107,7 @@ func (h house) refs(t *testing.T) string {
 }
 
 // served serves h behind basic auth with a fresh credential.
-func served(t *testing.T, h house) (url, user, pass string) {
+func served(t testing.TB, h house) (url, user, pass string) {
 	t.Helper()
 	user, pass = "house-"+secret(t)[:6], secret(t)
 	srv := httptest.NewServer(gitserve.BasicAuth("house", gitserve.Credential(user, pass), gitserve.Backend(h.dir)))
@@ -245,7 +245,7 @@ func TestBackendRefusesDumbHTTPAndWrongMethods(t *testing.T) {
 
 // upstreamOf serves Upstream to h's served URL with the house credential;
 // the token function's answer can be changed through tok ("" fails).
-func upstreamOf(t *testing.T, url, user string, tok *atomic.Value) http.Handler {
+func upstreamOf(t testing.TB, url, user string, tok *atomic.Value) http.Handler {
 	t.Helper()
 	up, err := gitserve.Upstream(url, user, func(context.Context) (string, error) {
 		s, _ := tok.Load().(string)
