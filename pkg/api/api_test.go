@@ -66,7 +66,7 @@ func TestAuthComesFirst(t *testing.T) {
 	for _, tc := range []struct {
 		auth string
 		want int
-	}{{"", 401}, {"Basic abc", 401}, {"Bearer wrong", 403}, {"Bearer " + token + "x", 403}} {
+	}{{"", 401}, {"Basic abc", 401}, {"Bearer wrong", 401}, {"Bearer " + token + "x", 401}} {
 		for _, route := range []struct{ method, path, body string }{
 			{"GET", "/v1/descriptor", ""}, {"POST", "/v1/effects", envelope("k-auth", launch)},
 			{"POST", "/v1/deliveries/next", `{"run":"r","coordinator":"c"}`},

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,7 +75,11 @@ func (t StaticToken) Authenticate(_ context.Context, token string) bool {
 	return len(t) > 0 && subtle.ConstantTimeCompare(t, []byte(token)) == 1
 }
 
-// Handler serves the route groups it was given; other routes answer 404.
+// Handler serves the route groups it was given. Every /v1/ request is
+// authenticated before it is routed: without kitchn's token it is 401
+// whatever its path, and only with it does an unserved /v1/ path answer
+// 404. Other paths (the worker routes) are routed at once and check their
+// own credentials.
 type Handler struct {
 	mux       *http.ServeMux
 	auth      Authenticator
@@ -87,7 +92,8 @@ type Handler struct {
 // Option configures a Handler.
 type Option func(*Handler)
 
-// WithAuthenticator sets the bearer-token check for /v1/ routes.
+// WithAuthenticator sets the bearer-token check for /v1/ paths. Without
+// one, every /v1/ request is refused.
 func WithAuthenticator(a Authenticator) Option { return func(h *Handler) { h.auth = a } }
 
 // WithLogger sets the request log.
@@ -106,18 +112,18 @@ func WithRequestID(f func(*http.Request) string) Option { return func(h *Handler
 // WithEffects serves POST /v1/effects and /v1/effects/lookup.
 func WithEffects(e Effects) Option {
 	return func(h *Handler) {
-		h.mux.HandleFunc("POST /v1/effects", h.kitchn(h.effects(e)))
-		h.mux.HandleFunc("POST /v1/effects/lookup", h.kitchn(h.lookup(e)))
+		h.kitchnRoute("POST /v1/effects", h.effects(e))
+		h.kitchnRoute("POST /v1/effects/lookup", h.lookup(e))
 	}
 }
 
 // WithReads serves the descriptor, observe, inventory and usage.
 func WithReads(r Reads) Option {
 	return func(h *Handler) {
-		h.mux.HandleFunc("GET /v1/descriptor", h.kitchn(h.descriptor(r)))
-		h.mux.HandleFunc("POST /v1/workers/observe", h.kitchn(h.observe(r)))
-		h.mux.HandleFunc("GET /v1/inventory", h.kitchn(h.inventory(r)))
-		h.mux.HandleFunc("POST /v1/workers/usage", h.kitchn(h.usage(r)))
+		h.kitchnRoute("GET /v1/descriptor", h.descriptor(r))
+		h.kitchnRoute("POST /v1/workers/observe", h.observe(r))
+		h.kitchnRoute("GET /v1/inventory", h.inventory(r))
+		h.kitchnRoute("POST /v1/workers/usage", h.usage(r))
 	}
 }
 
@@ -125,9 +131,9 @@ func WithReads(r Reads) Option {
 func WithMailbox(m Mailbox) Option {
 	return func(h *Handler) {
 		for _, op := range []string{"next", "acknowledge", "await"} {
-			h.mux.HandleFunc("POST /v1/deliveries/"+op, h.kitchn(h.mailbox(m, op)))
+			h.kitchnRoute("POST /v1/deliveries/"+op, h.mailbox(m, op))
 		}
-		h.mux.HandleFunc("POST /v1/runs/adopt", h.kitchn(h.adopt(m)))
+		h.kitchnRoute("POST /v1/runs/adopt", h.adopt(m))
 	}
 }
 
@@ -148,6 +154,13 @@ func WithService(s *service.Service) Option {
 // New returns a Handler.
 func New(opts ...Option) *Handler {
 	h := &Handler{mux: http.NewServeMux(), log: slog.Default(), now: time.Now}
+	// An authenticated request for a /v1/ path no group serves, or with a
+	// method its path is not served with, is 404: what API Gateway's
+	// catch-all route answers through a function that serves other routes,
+	// so that the shapes agree. "/v1" has its own pattern, or the mux
+	// would redirect it to "/v1/".
+	h.mux.HandleFunc("/v1/", noRoute)
+	h.mux.HandleFunc("/v1", noRoute)
 	for _, o := range opts {
 		o(h)
 	}
@@ -165,7 +178,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	ctx := withRequestLog(r.Context(), &requestLog{})
 	r = r.WithContext(ctx)
-	h.mux.ServeHTTP(rec, r)
+	// kitchn's token is checked before anything else is done with a /v1/
+	// request, routing included: the protocol's 401 or 403 "before doing
+	// anything else", and no answer tells a caller without the token which
+	// paths exist.
+	if !isKitchnPath(r.URL.Path) || h.authenticate(rec, r) {
+		h.mux.ServeHTTP(rec, r)
+	}
 	rl := requestLogFrom(ctx)
 	// Typed attributes in a fixed array: the request line is written for
 	// every call, so it should cost no boxing and one allocation at most.
@@ -189,20 +208,46 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.log.LogAttrs(ctx, level, "request", attrs...)
 }
 
-// kitchn authenticates a /v1/ call before anything else is done.
-func (h *Handler) kitchn(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		token, ok := bearer(r)
-		if !ok {
-			writeJSON(w, http.StatusUnauthorized, errorJSON{Error: "missing bearer token"})
-			return
-		}
-		if h.auth == nil || !h.auth.Authenticate(r.Context(), token) {
-			writeJSON(w, http.StatusForbidden, errorJSON{Error: "token refused"})
-			return
-		}
-		next(w, r)
+// kitchnRoute serves one of kitchn's routes. ServeHTTP has authenticated
+// the request by the time it is routed here, which holds only for paths
+// under /v1/: a route elsewhere would be served without kitchn's token.
+func (h *Handler) kitchnRoute(pattern string, fn http.HandlerFunc) {
+	_, p, _ := strings.Cut(pattern, " ")
+	if !strings.HasPrefix(p, "/v1/") {
+		panic("api: kitchn's route " + pattern + " is not under /v1/, where requests are authenticated")
 	}
+	h.mux.HandleFunc(pattern, fn)
+}
+
+// isKitchnPath reports whether p is a /v1/ path, or one that cleans to it
+// ("//v1/descriptor", "/worker/../v1/descriptor"): the mux would answer
+// those with a redirect, which is an answer too.
+func isKitchnPath(p string) bool {
+	under := func(p string) bool { return p == "/v1" || strings.HasPrefix(p, "/v1/") }
+	return under(p) || under(path.Clean("/"+p))
+}
+
+// authenticate checks kitchn's bearer token; when it is missing or wrong,
+// it answers 401 and reports false. Both cases are 401 (RFC 6750: a
+// token that is invalid, not one that lacks a permission), with a Bearer
+// challenge, whatever the path.
+func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) bool {
+	token, ok := bearer(r)
+	if ok && h.auth != nil && h.auth.Authenticate(r.Context(), token) {
+		return true
+	}
+	msg := "token refused"
+	if !ok {
+		msg = "missing bearer token"
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="galley"`)
+	writeJSON(w, http.StatusUnauthorized, errorJSON{Error: msg})
+	return false
+}
+
+// noRoute answers an authenticated request no route serves.
+func noRoute(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusNotFound, errorJSON{Error: "no such route"})
 }
 
 func bearer(r *http.Request) (string, bool) {
