@@ -148,9 +148,11 @@ func (s *Service) Adopt(ctx context.Context, run, coordinator string) (fencedOut
 }
 
 // read answers the current batch, sealing one from the pending messages
-// when none is sealed. With attentionOnly it seals only a batch worth
-// waking a coordinator for (one that needs attention, or a full one) and
-// otherwise reports ready=false.
+// when none is sealed. With attentionOnly it answers only a batch worth
+// waking a coordinator for, and otherwise reports ready=false: the pending
+// rows (up to a batch's count, even those past the byte bound) hold one that
+// needs attention, or are a full batch's worth. That holds for a batch
+// already sealed (by next) as well as for one it would seal.
 func (s *Service) read(ctx context.Context, run, coordinator string, attentionOnly bool) (ans protocol.MailboxAnswer, ready bool, err error) {
 	for range claimAttempts {
 		head, ver, err := s.store.GetMailbox(ctx, run)
@@ -173,14 +175,31 @@ func (s *Service) read(ctx context.Context, run, coordinator string, attentionOn
 			if err != nil {
 				return ans, false, err
 			}
+			if attentionOnly && !worthWaking(msgs) {
+				// A batch next sealed without needing attention (status
+				// rows) holds an await like pending rows do, until a row
+				// that needs attention waits behind it or the mailbox
+				// holds a full batch's worth.
+				after, err := s.store.ListMessages(ctx, run, head.Batch.To, maxBatchMessages-len(msgs))
+				if err != nil {
+					return ans, false, err
+				}
+				if !worthWaking(append(msgs, after...)) {
+					return answerEmpty, false, nil
+				}
+			}
 			return delivery(head.Batch.ID, msgs), true, nil
 		}
-		pending, err := s.store.ListMessages(ctx, run, head.Acked, maxBatchMessages)
+		listed, err := s.store.ListMessages(ctx, run, head.Acked, maxBatchMessages)
 		if err != nil {
 			return ans, false, err
 		}
-		pending = cutBatch(pending)
-		worthIt := len(pending) > 0 && (!attentionOnly || len(pending) == maxBatchMessages || needsAttention(pending))
+		pending := cutBatch(listed)
+		// Attention is judged on every row listed, not only on those that fit
+		// the batch: a question behind rows that fill the byte bound wakes
+		// the await, which answers the batch before it (the coordinator
+		// acknowledges it and reads the question next).
+		worthIt := len(pending) > 0 && (!attentionOnly || worthWaking(listed))
 		if worthIt {
 			head.Batches++
 			head.Batch = &store.Batch{ID: fmt.Sprintf("d-%d", head.Batches), From: pending[0].Seq, To: pending[len(pending)-1].Seq}
@@ -227,6 +246,13 @@ func cutBatch(msgs []store.Message) []store.Message {
 		}
 	}
 	return msgs
+}
+
+// worthWaking reports whether rows, the oldest pending rows, are worth
+// waking a coordinator for: one needs attention, or they are a full batch's
+// worth.
+func worthWaking(rows []store.Message) bool {
+	return len(rows) >= maxBatchMessages || needsAttention(rows)
 }
 
 func needsAttention(msgs []store.Message) bool {
