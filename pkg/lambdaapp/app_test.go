@@ -84,8 +84,8 @@ func TestHandlerServesItsRoutesOnly(t *testing.T) {
 	if resp.StatusCode != 200 || json.Unmarshal([]byte(resp.Body), &d) != nil || d.House != "h" || d.Backend != "galley" {
 		t.Fatalf("descriptor: %d %s", resp.StatusCode, resp.Body)
 	}
-	if resp := invoke(t, h, "GET", "/v1/descriptor", "wrong-0123456789abcdefghij", "", 0, 5*time.Second); resp.StatusCode != 403 {
-		t.Errorf("bad token: %d", resp.StatusCode)
+	if resp := invoke(t, h, "GET", "/v1/descriptor", "wrong-0123456789abcdefghij", "", 0, 5*time.Second); resp.StatusCode != 401 {
+		t.Errorf("bad token: %d, want 401", resp.StatusCode)
 	}
 	if resp := invoke(t, h, "POST", "/v1/deliveries/next", goodToken, `{"run":"r","coordinator":"c"}`, 0, 5*time.Second); resp.StatusCode != 404 {
 		t.Errorf("another function's route: %d", resp.StatusCode)
