@@ -140,11 +140,14 @@ func New(routes []Route, fns map[string]Invoker, opts ...Option) (*Gateway, erro
 	return g, nil
 }
 
-// match finds the route for method and path: an exact route first, then
-// the greedy route with the longest prefix, as API Gateway prefers the most
-// specific route.
+// match finds the route for method and path as API Gateway does, by how
+// well each matches and never by the order routes were given: the full
+// path with the request's method, then the full path under ANY (which
+// takes the methods a path has no route of its own for), then the greedy
+// route with the longest prefix, its own method before ANY. A greedy
+// route needs at least one character after its prefix.
 func (g *Gateway) match(method, path string) (Route, map[string]string, bool) {
-	var best *Route
+	var exact, best *Route
 	var proxy string
 	for i := range g.routes {
 		r := &g.routes[i]
@@ -152,18 +155,25 @@ func (g *Gateway) match(method, path string) (Route, map[string]string, bool) {
 			continue
 		}
 		if r.Path == path {
-			return *r, nil, true
+			if r.Method == method {
+				return *r, nil, true
+			}
+			exact = r
+			continue
 		}
 		if prefix, ok := strings.CutSuffix(r.Path, "{proxy+}"); ok && strings.HasPrefix(path, prefix) && len(path) > len(prefix) {
-			if best == nil || len(r.Path) > len(best.Path) {
+			if best == nil || len(r.Path) > len(best.Path) || (len(r.Path) == len(best.Path) && r.Method == method) {
 				best, proxy = r, path[len(prefix):]
 			}
 		}
 	}
-	if best == nil {
-		return Route{}, nil, false
+	switch {
+	case exact != nil:
+		return *exact, nil, true
+	case best != nil:
+		return *best, map[string]string{"proxy": proxy}, true
 	}
-	return *best, map[string]string{"proxy": proxy}, true
+	return Route{}, nil, false
 }
 
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
