@@ -27,8 +27,13 @@ func TestRetriedPostAppendsOnce(t *testing.T) {
 		appendedFirst, rowFirst bool
 		state                   string // the worker's state after the retry
 	}{
+		// A worker-done settles the record first and derives its row from
+		// the record that won (issue 13, item 5): a settle that failed
+		// appended nothing, one whose answer was lost owes the row.
 		{"worker-done, the settle fails", protocol.MsgWorkerDone,
-			faultstore.Fault{Method: "PutResource", When: faultstore.Before}, true, true, protocol.StateSettled},
+			faultstore.Fault{Method: "PutResource", When: faultstore.Before}, false, false, protocol.StateSettled},
+		{"worker-done, the settle's answer is lost", protocol.MsgWorkerDone,
+			faultstore.Fault{Method: "PutResource", When: faultstore.After}, false, false, protocol.StateSettled},
 		{"worker-done, the append's answer is lost", protocol.MsgWorkerDone,
 			faultstore.Fault{Method: "AppendMessage", When: faultstore.After}, false, true, protocol.StateSettled},
 		{"question, the append's answer is lost", protocol.MsgQuestion,

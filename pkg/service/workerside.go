@@ -75,6 +75,9 @@ func (s *Service) WorkerPost(ctx context.Context, handle string, req workerapi.P
 			return workerapi.PostAnswer{}, err
 		}
 	}
+	if req.Kind == protocol.MsgWorkerDone {
+		return s.postDone(ctx, handle, req)
+	}
 	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
 	if err != nil {
 		return workerapi.PostAnswer{}, err
@@ -89,17 +92,15 @@ func (s *Service) WorkerPost(ctx context.Context, handle string, req workerapi.P
 	if req.ClientID != "" {
 		id = s.derive("msg-", handle+"\x00"+req.ClientID)
 	}
-	if req.Kind != protocol.MsgWorkerDone {
-		coalesced, err := s.reserveRow(ctx, handle, res.Worker.Run, id, req)
-		if err != nil {
-			return workerapi.PostAnswer{}, err
-		}
-		if coalesced != "" {
-			return workerapi.PostAnswer{ID: coalesced}, nil
-		}
+	coalesced, err := s.reserveRow(ctx, handle, res.Worker.Run, id, req)
+	if err != nil {
+		return workerapi.PostAnswer{}, err
+	}
+	if coalesced != "" {
+		return workerapi.PostAnswer{ID: coalesced}, nil
 	}
 	worker := s.resource(protocol.KindWorker, handle)
-	row := protocol.MailMessage{ID: id, Kind: req.Kind, Worker: &worker, Subject: req.Subject, Body: req.Body, Outcome: req.Outcome}
+	row := protocol.MailMessage{ID: id, Kind: req.Kind, Worker: &worker, Subject: req.Subject, Body: req.Body}
 	seq, existed, err := s.store.AppendMessage(ctx, res.Worker.Run, store.Message{Row: row, At: s.clock.Now()})
 	if err != nil {
 		return workerapi.PostAnswer{}, err
@@ -107,19 +108,84 @@ func (s *Service) WorkerPost(ctx context.Context, handle string, req workerapi.P
 	if existed {
 		s.log.Info("a retried post found its row appended", "worker", handle, "id", id, "kind", req.Kind)
 	}
-	if req.Kind != protocol.MsgWorkerDone {
-		s.notePending(ctx, handle, id, seq)
-	}
-	if req.Kind == protocol.MsgWorkerDone {
-		if err := s.settle(ctx, handle, req.Outcome, settleOwn); err != nil {
-			return workerapi.PostAnswer{}, err
-		}
-	}
+	s.notePending(ctx, handle, id, seq)
 	switch req.Kind {
-	case protocol.MsgQuestion, protocol.MsgWorkerDone, protocol.MsgEscalation:
+	case protocol.MsgQuestion, protocol.MsgEscalation:
 		s.ring(ctx, runTopic(res.Worker.Run))
 	}
 	return workerapi.PostAnswer{ID: id}, nil
+}
+
+// A worker's worker-done row agrees with observe (issue 13, item 5): the
+// worker record decides, in the one conditional write that settles it, and
+// the row is derived from the record that won. The settle that owes a row
+// (the worker's own worker-done, or its compute ending without one) lists
+// it on the record (Pending, kind worker-done, Seq 0 until appended); the
+// row's id is derived from the handle alone and its outcome is the
+// record's, so the harness's post, its retries and the runtime's exit all
+// append the same row, once (the store appends an id once per run), and
+// whichever finds it owed completes it. A cancel or release settles
+// without a row: kitchn asked for it, and a worker-done posted after it
+// is refused.
+
+// doneRowID is the id of the worker's one worker-done row.
+func (s *Service) doneRowID(handle string) string { return s.derive("msg-", "worker-done\x00"+handle) }
+
+// owedDone answers the record's entry for the worker-done row its settle
+// owes, if any.
+func owedDone(w *store.Worker) (store.PendingRow, bool) {
+	for _, p := range w.Pending {
+		if p.Kind == protocol.MsgWorkerDone {
+			return p, true
+		}
+	}
+	return store.PendingRow{}, false
+}
+
+// postDone is the worker's own worker-done: it settles the worker with the
+// reported outcome unless it settled already, then appends the row. A post
+// that finds the worker settled with the same outcome and a row owed (its
+// own retry, or an exit report that came first) completes that row and
+// answers its id; one that finds it settled otherwise (cancelled, another
+// outcome) is refused and appends nothing.
+func (s *Service) postDone(ctx context.Context, handle string, req workerapi.PostRequest) (workerapi.PostAnswer, error) {
+	res, err := s.settleRecord(ctx, handle, req.Outcome, settleOwn)
+	if galleyerr.Is(galleyerr.Invalid, err) {
+		return workerapi.PostAnswer{}, galleyerr.Errorf(galleyerr.Conflict, "worker was released")
+	}
+	if err != nil {
+		return workerapi.PostAnswer{}, err
+	}
+	if _, owed := owedDone(res.Worker); !owed || res.Worker.Outcome != req.Outcome {
+		return workerapi.PostAnswer{}, errSettled
+	}
+	id, err := s.appendDone(ctx, handle, res, req.Subject, req.Body)
+	if err != nil {
+		return workerapi.PostAnswer{}, err
+	}
+	return workerapi.PostAnswer{ID: id}, nil
+}
+
+// appendDone appends the worker-done row res's record owes, with the
+// record's outcome (a row already appended stays as it is), records its
+// sequence and rings the run.
+func (s *Service) appendDone(ctx context.Context, handle string, res store.Resource, subject, body string) (string, error) {
+	id := s.doneRowID(handle)
+	if p, _ := owedDone(res.Worker); p.Seq > 0 {
+		return id, nil
+	}
+	worker := s.resource(protocol.KindWorker, handle)
+	row := protocol.MailMessage{ID: id, Kind: protocol.MsgWorkerDone, Worker: &worker, Subject: subject, Body: body, Outcome: res.Worker.Outcome}
+	seq, existed, err := s.store.AppendMessage(ctx, res.Worker.Run, store.Message{Row: row, At: s.clock.Now()})
+	if err != nil {
+		return "", err
+	}
+	if existed {
+		s.log.Info("a worker-done row was found appended", "worker", handle)
+	}
+	s.notePending(ctx, handle, id, seq)
+	s.ring(ctx, runTopic(res.Worker.Run))
+	return id, nil
 }
 
 // How a worker settles.
@@ -139,17 +205,29 @@ var errSettled = galleyerr.Errorf(galleyerr.Conflict, "worker has settled")
 // It writes only a bounded record (the worker's pending rows are dropped:
 // it posts nothing more), so it succeeds whatever the worker posted.
 func (s *Service) settle(ctx context.Context, handle, outcome string, how settleHow) error {
+	_, err := s.settleRecord(ctx, handle, outcome, how)
+	return err
+}
+
+// settleRecord is settle, answering the worker record as it stands after:
+// settled, by this call or before it. A settle that owes a worker-done row
+// (settleOwn, settleExited) lists it on the record in the same write.
+func (s *Service) settleRecord(ctx context.Context, handle, outcome string, how settleHow) (store.Resource, error) {
 	settled := false
-	_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
+	res, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
 		changed := false
 		if how == settleExited && !w.Exited {
 			w.Exited, changed = true, true
 		}
 		settled = w.State != protocol.StateSettled
 		if settled {
+			now := s.clock.Now()
 			w.State, w.Outcome, w.Pending, changed = protocol.StateSettled, outcome, nil, true
 			if how == settleOwn {
-				w.FinalReportUntil = s.clock.Now().Add(s.cfg.FinalReportGrace)
+				w.FinalReportUntil = now.Add(s.cfg.FinalReportGrace)
+			}
+			if how != settleOther {
+				w.Pending = []store.PendingRow{{ID: s.doneRowID(handle), Kind: protocol.MsgWorkerDone, At: now}}
 			}
 		}
 		if !changed {
@@ -161,7 +239,7 @@ func (s *Service) settle(ctx context.Context, handle, outcome string, how settle
 		s.budgets.forget(handle)
 		s.ring(ctx, inboxTopic(handle))
 	}
-	return err
+	return res, err
 }
 
 // WorkerInbox answers the items kitchn sent the worker after seq after,
@@ -317,20 +395,27 @@ func (s *Service) WorkerExited(ctx context.Context, handle string, code int, rea
 	if res.Worker == nil {
 		return galleyerr.Errorf(galleyerr.NotFound, "no such worker")
 	}
-	if res.Worker.State != protocol.StateSettled && !res.Released {
-		body := fmt.Sprintf("the agent exited with code %d without reporting an outcome", code)
-		if reason != "" {
-			body += ": " + truncate(reason, 1024)
-		}
-		worker := s.resource(protocol.KindWorker, handle)
-		row := protocol.MailMessage{ID: newMessageID(), Kind: protocol.MsgWorkerDone, Worker: &worker,
-			Outcome: protocol.OutcomeFailed, Body: body}
-		if _, _, err := s.store.AppendMessage(ctx, res.Worker.Run, store.Message{Row: row, At: s.clock.Now()}); err != nil {
-			return err
-		}
-		defer s.ring(ctx, runTopic(res.Worker.Run))
+	reported := res.Worker.State == protocol.StateSettled
+	res, err = s.settleRecord(ctx, handle, protocol.OutcomeFailed, settleExited)
+	if err != nil {
+		return err
 	}
-	return s.settle(ctx, handle, protocol.OutcomeFailed, settleExited)
+	p, owed := owedDone(res.Worker)
+	if !owed || p.Seq > 0 {
+		return nil // settled by a cancel, or its row is in the mailbox
+	}
+	// This exit settled the worker, or the worker settled by its own
+	// worker-done whose row never came (its harness stopped first): the
+	// coordinator gets the one row, with the record's outcome.
+	body := fmt.Sprintf("the agent exited with code %d without reporting an outcome", code)
+	if reported {
+		body = fmt.Sprintf("the worker reported %s, but its harness stopped (code %d) before its report reached the mailbox", res.Worker.Outcome, code)
+	}
+	if reason != "" {
+		body += ": " + truncate(reason, 1024)
+	}
+	_, err = s.appendDone(ctx, handle, res, "", body)
+	return err
 }
 
 func checkPost(req workerapi.PostRequest) error {
