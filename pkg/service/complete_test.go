@@ -41,9 +41,10 @@ func TestCompletionWriteFailures(t *testing.T) {
 			ctx := context.Background()
 			w := e.launch(t, "run-1", "k-launch", "feature/complete")
 			msg := call("run-1", "k-msg", `{"type":"message-worker","worker":`+workerRef(w)+`,"body":"hello"}`)
-			// The message's PutEffect calls: the claim, then the completion.
+			// The message's PutEffect calls: the claim, the write that
+			// records that acting begins, then the completion.
 			for _, f := range c.faults {
-				f.Method, f.Key, f.Skip = "PutEffect", "k-msg", 1
+				f.Method, f.Key, f.Skip = "PutEffect", "k-msg", 2
 				fs.Inject(f)
 			}
 			_, err := e.svc.Apply(ctx, msg, clock.Now())

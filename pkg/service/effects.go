@@ -162,7 +162,8 @@ type claim struct {
 	resumed bool
 	// acted is set once the operation began changing anything outside the
 	// claim; from then on no failure may be answered not-applied. A resumed
-	// claim counts as acted: its predecessor may have.
+	// claim counts as acted when its predecessor may have: it had recorded
+	// that acting began (rec.NotActed clear).
 	acted bool
 }
 
@@ -195,6 +196,11 @@ func (s *Service) claim(ctx context.Context, key, fp, operation string, arrived 
 			return nil, nil, &galleyerr.Error{Kind: galleyerr.RateLimited, RetryAfterSeconds: 1,
 				Msg: "absence of this key was promised after the request arrived; retry"}
 		}
+		if !resumed {
+			// Nothing was done under this key (an absent key never acted):
+			// a holder records when it begins, and a takeover reads it.
+			rec.NotActed, rec.Plan = true, nil
+		}
 		rec.State = store.EffectInFlight
 		rec.Lease = s.newLease()
 		rec.LeaseExpires = now.Add(s.cfg.Lease)
@@ -206,19 +212,39 @@ func (s *Service) claim(ctx context.Context, key, fp, operation string, arrived 
 		if err != nil {
 			return nil, nil, err
 		}
-		return &claim{rec: rec, version: nv, resumed: resumed, acted: resumed}, nil, nil
+		return &claim{rec: rec, version: nv, resumed: resumed, acted: resumed && !rec.NotActed}, nil, nil
 	}
 	return nil, nil, galleyerr.Errorf(galleyerr.InFlight, "the key is contended")
 }
 
-// savePlan records the holder's plan before it acts.
+// savePlan records the holder's plan before it acts, and with it that
+// acting begins.
 func (s *Service) savePlan(ctx context.Context, c *claim, plan any) error {
 	b, err := json.Marshal(plan)
 	if err != nil {
 		return err
 	}
+	return s.saveClaim(ctx, c, b)
+}
+
+// act records in the claim, before the holder's first side effect, that
+// acting begins: a holder that takes the claim over must then count the
+// effect as perhaps done. Until then a refusal, even after a takeover, is
+// definite. Nothing is written when the claim already says so.
+func (s *Service) act(ctx context.Context, c *claim) error {
+	if c.rec.NotActed {
+		if err := s.saveClaim(ctx, c, c.rec.Plan); err != nil {
+			return err
+		}
+	}
+	c.acted = true
+	return nil
+}
+
+// saveClaim writes the held claim with plan, acting begun.
+func (s *Service) saveClaim(ctx context.Context, c *claim, plan json.RawMessage) error {
 	rec := c.rec
-	rec.Plan = b
+	rec.Plan, rec.NotActed = plan, false
 	rec.Updated = s.clock.Now()
 	nv, err := s.store.PutEffect(ctx, rec, c.version)
 	if galleyerr.Is(galleyerr.Conflict, err) {

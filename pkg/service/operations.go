@@ -72,6 +72,9 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 			}
 			plan.Base = base
 		}
+		if err := s.checkPinned(ctx, eff.Pinned, plan); err != nil {
+			return nil, err
+		}
 		if err := s.checkCapacity(ctx); err != nil {
 			return nil, err
 		}
@@ -84,6 +87,17 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 	if plan.Existing {
 		branch = plan.Branch
 	}
+	receipt := func() (json.RawMessage, error) { return s.launchReceipt(req.Key, plan, branch, created) }
+	if !fresh {
+		// A predecessor acted. If what it made has been settled or released
+		// since (a cancel, a cleanup by another key), the launch happened
+		// and its worker is gone: nothing is made again, nothing started.
+		if gone, err := s.launchGone(ctx, req.Key, plan, branch, created); err != nil {
+			return nil, err
+		} else if gone {
+			return receipt()
+		}
+	}
 	if created {
 		err := s.git.CreateBranch(ctx, branch, plan.Base)
 		if err == nil {
@@ -92,14 +106,9 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 			if !galleyerr.Is(galleyerr.Conflict, err) {
 				return nil, err
 			}
-			// The branch exists. A resumed launch whose plan already named
-			// it finds its predecessor's branch at the planned base; any
-			// other branch is not ours to take.
-			head, exists, herr := s.git.BranchHead(ctx, branch)
-			if herr != nil {
-				return nil, herr
-			}
-			if fresh || !exists || head != plan.Base {
+			if ours, err := s.branchOurs(ctx, req.Key, branch, plan, fresh); err != nil {
+				return nil, err
+			} else if !ours {
 				return nil, galleyerr.Errorf(galleyerr.Invalid, "branch %s already exists", quoteShort(branch))
 			}
 		}
@@ -111,6 +120,9 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 	if eff.Agent != nil {
 		agent = *eff.Agent
 	}
+	// Only a fresh plan may replace a released record of its own key: one
+	// its own undo released (the launch answered not-applied). A record a
+	// predecessor made and someone released since stays released.
 	worktreePath := path.Join(s.cfg.WorkspaceRoot, plan.Worktree)
 	if plan.Existing {
 		wt, _, err := s.store.GetResource(ctx, protocol.KindWorktree, plan.Worktree)
@@ -119,12 +131,12 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 		}
 		worktreePath = wt.Path
 	} else if err := s.createResource(ctx, store.Resource{Kind: protocol.KindWorktree, Handle: plan.Worktree,
-		Owner: req.Key, Created: now, Path: worktreePath}); err != nil {
-		return nil, err
+		Owner: req.Key, Created: now, Path: worktreePath}, fresh); err != nil {
+		return s.goneOr(err, receipt)
 	}
 	if created {
-		if err := s.createResource(ctx, store.Resource{Kind: protocol.KindBranch, Handle: branch, Owner: req.Key, Created: now}); err != nil {
-			return nil, err
+		if err := s.createResource(ctx, store.Resource{Kind: protocol.KindBranch, Handle: branch, Owner: req.Key, Created: now}, fresh); err != nil {
+			return s.goneOr(err, receipt)
 		}
 	}
 	worker := store.Resource{Kind: protocol.KindWorker, Handle: plan.Worker, Owner: req.Key, Created: now,
@@ -133,8 +145,8 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 			Brief: *eff.Brief, Agent: &agent, State: protocol.StateStarting, Updated: now,
 			CredentialNonce: s.launchNonce(req.Key),
 		}}
-	if err := s.createResource(ctx, worker); err != nil {
-		return nil, err
+	if err := s.createResource(ctx, worker, fresh); err != nil {
+		return s.goneOr(err, receipt)
 	}
 	// The credential is made with the nonce the record holds: an earlier
 	// attempt's record is the one kept.
@@ -144,6 +156,15 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 	}
 	if made.Worker == nil {
 		return nil, galleyerr.Errorf(galleyerr.Other, "worker %s has no worker record", quoteShort(plan.Worker))
+	}
+	switch {
+	case workerGone(made):
+		// Cancelled or released before it was started (or while): a
+		// settled worker never runs again.
+		return receipt()
+	case made.Worker.State != protocol.StateStarting:
+		// Its harness has reported: an earlier attempt started it.
+		return receipt()
 	}
 	spec := WorkerSpec{
 		Handle: plan.Worker, Token: s.workerToken(plan.Worker, made.Worker.CredentialNonce), IdempotencyToken: s.derive("t-", req.Key),
@@ -159,8 +180,23 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 		}
 		return nil, err
 	}
+	// A cancel or release may have settled the worker while it was being
+	// started, its Stop before this Start. Either this read sees it settled
+	// and stops the compute, or the settling write (and so its Stop) came
+	// after the Start.
+	if cur, _, err := s.store.GetResource(ctx, protocol.KindWorker, plan.Worker); err != nil {
+		return nil, err
+	} else if workerGone(cur) {
+		if err := s.runtime.Stop(ctx, plan.Worker); err != nil {
+			return nil, err
+		}
+	}
+	return receipt()
+}
 
-	r := protocol.Receipt{Reference: s.derive("req-", req.Key), Touched: []protocol.Resource{}}
+// launchReceipt is a launch's receipt, the same on every attempt.
+func (s *Service) launchReceipt(key string, plan launchPlan, branch string, created bool) (json.RawMessage, error) {
+	r := protocol.Receipt{Reference: s.derive("req-", key), Touched: []protocol.Resource{}}
 	r.Created = append(r.Created, s.resource(protocol.KindWorker, plan.Worker))
 	if created {
 		r.Created = append(r.Created, s.resource(protocol.KindBranch, branch))
@@ -171,6 +207,118 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 		r.Created = append(r.Created, s.resource(protocol.KindWorktree, plan.Worktree))
 	}
 	return protocol.EncodeReceipt(r)
+}
+
+// errReleased is createResource's answer when the record exists, made by
+// the same key, and was released since.
+var errReleased = errors.New("released since it was made")
+
+// goneOr answers a launch whose record was found released: the launch
+// happened, and its receipt is the answer; any other error stays.
+func (s *Service) goneOr(err error, receipt func() (json.RawMessage, error)) (json.RawMessage, error) {
+	if errors.Is(err, errReleased) {
+		return receipt()
+	}
+	return nil, err
+}
+
+// workerGone reports whether a worker record is settled or released: the
+// states it never leaves.
+func workerGone(r store.Resource) bool {
+	return r.Released || (r.Worker != nil && r.Worker.State == protocol.StateSettled)
+}
+
+// launchGone reports whether a record the launch's key made has been
+// released, or its worker settled: then the launch was applied (a
+// predecessor made them) and must converge without making anything again.
+func (s *Service) launchGone(ctx context.Context, key string, plan launchPlan, branch string, created bool) (bool, error) {
+	type rec struct{ kind, handle string }
+	recs := []rec{{protocol.KindWorker, plan.Worker}}
+	if !plan.Existing {
+		recs = append(recs, rec{protocol.KindWorktree, plan.Worktree})
+	}
+	if created {
+		recs = append(recs, rec{protocol.KindBranch, branch})
+	}
+	for _, r := range recs {
+		res, _, err := s.store.GetResource(ctx, r.kind, r.handle)
+		switch {
+		case galleyerr.Is(galleyerr.NotFound, err):
+			continue
+		case err != nil:
+			return false, err
+		case res.Owner == key && workerGone(res):
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// branchOurs decides whether a branch that exists at a resumed launch's
+// CreateBranch is the one its predecessor made. The branch record owned by
+// this key says so (the worker may have pushed since, so the head no longer
+// tells); without a record, the predecessor may have died between creating
+// the branch and recording it, before any worker ran, so the branch is
+// its own if it still points at the planned base.
+func (s *Service) branchOurs(ctx context.Context, key, branch string, plan launchPlan, fresh bool) (bool, error) {
+	if fresh {
+		return false, nil
+	}
+	res, _, err := s.store.GetResource(ctx, protocol.KindBranch, branch)
+	switch {
+	case err == nil && res.Owner == key:
+		return true, nil
+	case err == nil && !res.Released:
+		return false, nil // another key's branch
+	case err != nil && !galleyerr.Is(galleyerr.NotFound, err):
+		return false, err
+	}
+	head, exists, err := s.git.BranchHead(ctx, branch)
+	if err != nil {
+		return false, err
+	}
+	return exists && head == plan.Base, nil
+}
+
+// checkPinned refuses a launch whose pinned head is not its worktree's
+// head. galley reads a worktree's head where its workers keep it: the head
+// of its branch in the house repository (galley never reads worktree
+// files, which live in the runtime's storage). A reused worktree without a
+// branch pushed nothing galley can read, so its head cannot be checked,
+// and the launch is refused rather than run on an unchecked head. A new
+// worktree starts at the planned base (the default branch's head).
+func (s *Service) checkPinned(ctx context.Context, p *protocol.Pinned, plan launchPlan) error {
+	if p == nil {
+		return nil
+	}
+	var head string
+	switch {
+	case plan.Existing && plan.Branch == "":
+		return galleyerr.Errorf(galleyerr.Invalid, "worktree %s has no branch, so its head cannot be checked against pinned.head",
+			quoteShort(plan.Worktree))
+	case plan.Existing:
+		h, exists, err := s.git.BranchHead(ctx, plan.Branch)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			return galleyerr.Errorf(galleyerr.Invalid, "branch %s of worktree %s no longer exists", quoteShort(plan.Branch), quoteShort(plan.Worktree))
+		}
+		head = h
+	case plan.Base != "":
+		head = plan.Base
+	default:
+		h, err := s.git.DefaultHead(ctx)
+		if err != nil {
+			return err
+		}
+		head = h
+	}
+	if head != p.Head {
+		return galleyerr.Errorf(galleyerr.Invalid, "worktree %s is at %s, not at pinned.head %s",
+			quoteShort(plan.Worktree), quoteShort(head), quoteShort(p.Head))
+	}
+	return nil
 }
 
 // undoLaunch removes what a fresh launch made before its runtime refused
@@ -278,8 +426,10 @@ func (s *Service) checkCapacity(ctx context.Context) error {
 
 // createResource creates r, or accepts the record an earlier attempt of the
 // same key made. A released record of a reused handle (a branch deleted and
-// made again) is replaced.
-func (s *Service) createResource(ctx context.Context, r store.Resource) error {
+// made again) is replaced; one the same key made is replaced only when
+// replaceOwn is set (its own undo released it), and is otherwise
+// errReleased: a released resource never comes back.
+func (s *Service) createResource(ctx context.Context, r store.Resource, replaceOwn bool) error {
 	for range claimAttempts {
 		_, err := s.store.PutResource(ctx, r, store.NoVersion)
 		if !galleyerr.Is(galleyerr.Conflict, err) {
@@ -295,6 +445,9 @@ func (s *Service) createResource(ctx context.Context, r store.Resource) error {
 		if !cur.Released {
 			return galleyerr.Errorf(galleyerr.Invalid, "%s %s already exists", r.Kind, quoteShort(r.Handle))
 		}
+		if cur.Owner == r.Owner && !replaceOwn {
+			return errReleased
+		}
 		if _, err = s.store.PutResource(ctx, r, ver); !galleyerr.Is(galleyerr.Conflict, err) {
 			return err
 		}
@@ -307,7 +460,9 @@ func (s *Service) message(ctx context.Context, c *claim, eff protocol.WorkerEffe
 	if _, _, err := s.liveWorker(ctx, handle); err != nil {
 		return s.actedBefore(ctx, c, handle, err)
 	}
-	c.acted = true
+	if err := s.act(ctx, c); err != nil {
+		return nil, err
+	}
 	item := store.InboxItem{Key: c.rec.Key, Kind: "message", Body: *eff.Body, At: s.clock.Now()}
 	if _, err := s.store.AppendInbox(ctx, handle, item); err != nil {
 		return nil, err
@@ -320,7 +475,7 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 	handle, question, body := eff.Worker.Handle, *eff.Question, *eff.Body
 	res, _, err := s.liveWorker(ctx, handle)
 	if err != nil {
-		if c.resumed && galleyerr.Is(galleyerr.Invalid, err) {
+		if c.acted && galleyerr.Is(galleyerr.Invalid, err) {
 			// Taken over after the worker moved on (settled, released). A
 			// reply reaches the agent only once its answer is recorded, and
 			// none can be recorded any more: recorded with this body, it
@@ -338,12 +493,17 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 	case !asked:
 		return nil, galleyerr.Errorf(galleyerr.Invalid, "worker never asked question %s", quoteShort(question))
 	case answer != "" && !store.AnswerMatches(answer, body):
+		// Answered with another body: only the recorded answer reaches the
+		// agent, so whatever an earlier holder appended never will.
+		c.acted = false
 		return nil, galleyerr.Errorf(galleyerr.Invalid, "question %s was already answered", quoteShort(question))
 	}
 	if answer == "" {
 		// The inbox first: a retry may append again, and readers skip a key
 		// they saw; the reverse order could record an answer never sent.
-		c.acted = true
+		if err := s.act(ctx, c); err != nil {
+			return nil, err
+		}
 		item := store.InboxItem{Key: c.rec.Key, Kind: "reply", Question: question, Body: body, At: s.clock.Now()}
 		if _, err := s.store.AppendInbox(ctx, handle, item); err != nil {
 			return nil, err
@@ -353,6 +513,9 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 				if store.AnswerMatches(prev, body) {
 					return errNoChange
 				}
+				// Lost the race to another body: the item appended above is
+				// skipped by every reader, so nothing was given.
+				c.acted = false
 				return galleyerr.Errorf(galleyerr.Invalid, "question %s was already answered", quoteShort(question))
 			}
 			// The record keeps the answer's digest; the body is in the inbox.
@@ -372,11 +535,27 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 
 func (s *Service) cancel(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
 	handle := eff.Worker.Handle
-	c.acted = true
+	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
+	switch {
+	case galleyerr.Is(galleyerr.NotFound, err) || (err == nil && res.Worker == nil):
+		// A worker that never existed (records are never deleted): nothing
+		// to cancel, and nothing any holder can have done.
+		c.acted = false
+		return nil, galleyerr.Errorf(galleyerr.Invalid, "worker %s does not exist", quoteShort(handle))
+	case err != nil:
+		return nil, err
+	case res.Released && !c.acted:
+		// Gone before this key acted: refused, definitely.
+		return nil, galleyerr.Errorf(galleyerr.Invalid, "worker %s does not exist", quoteShort(handle))
+	}
+	if err := s.act(ctx, c); err != nil {
+		return nil, err
+	}
 	if err := s.settle(ctx, handle, protocol.OutcomeCancelled, settleOther); err != nil {
-		if c.resumed && galleyerr.Is(galleyerr.Invalid, err) {
-			// Taken over from a holder that acted, and the worker has been
-			// released since: it is stopped and settled, as asked.
+		if galleyerr.Is(galleyerr.Invalid, err) {
+			// Released since this key began (by a holder this claim was
+			// taken over from, or by another key): it is stopped and
+			// settled, as asked.
 			if res, _, rerr := s.store.GetResource(ctx, protocol.KindWorker, handle); rerr == nil && res.Released {
 				return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
 			}
@@ -392,7 +571,7 @@ func (s *Service) cancel(ctx context.Context, c *claim, eff protocol.WorkerEffec
 func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
 	r := *eff.Resource
 	res, _, err := s.store.GetResource(ctx, r.Kind, r.Handle)
-	if err == nil && res.Released && c.resumed {
+	if err == nil && res.Released && c.acted {
 		// Released by the holder this claim was taken over from (or by
 		// another key): what this release asked for holds.
 		return s.touchedReceipt(c, s.resource(r.Kind, r.Handle))
@@ -404,7 +583,9 @@ func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffe
 		return nil, err
 	}
 	if r.Kind == protocol.KindWorker || r.Kind == protocol.KindBranch {
-		c.acted = true
+		if err := s.act(ctx, c); err != nil {
+			return nil, err
+		}
 	}
 	switch r.Kind {
 	case protocol.KindWorker:
@@ -420,7 +601,9 @@ func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffe
 		} else if busy {
 			return nil, galleyerr.Errorf(galleyerr.Invalid, "worktree %s is in use by a running worker", quoteShort(r.Handle))
 		}
-		c.acted = true
+		if err := s.act(ctx, c); err != nil {
+			return nil, err
+		}
 		if err := s.runtime.RemoveWorkspace(ctx, r.Handle, res.Path); err != nil {
 			return nil, err
 		}
@@ -472,7 +655,7 @@ func (s *Service) resource(kind, handle string) protocol.Resource {
 // the answer is the receipt the holder would have recorded; otherwise
 // refused stays refused (uncertain, as a taken-over claim counts as acted).
 func (s *Service) actedBefore(ctx context.Context, c *claim, handle string, refused error) (json.RawMessage, error) {
-	if !c.resumed || !galleyerr.Is(galleyerr.Invalid, refused) {
+	if !c.acted || !galleyerr.Is(galleyerr.Invalid, refused) {
 		return nil, refused
 	}
 	items, err := s.store.ListInbox(ctx, handle, 0)

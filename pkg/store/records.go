@@ -46,6 +46,13 @@ type Effect struct {
 	// later holder converges on the same side effects (same worker handle,
 	// same branch base commit).
 	Plan json.RawMessage `json:"plan,omitempty"`
+	// NotActed is set while no holder of the claim can have begun acting:
+	// a claim that starts afresh sets it, a holder clears it in a write
+	// (its plan, or that write alone) before its first side effect, and a
+	// takeover keeps what it found. A holder that takes over a claim with
+	// NotActed set knows nothing happened, so a refusal is still
+	// definite. A claim written before the field existed reads as acted.
+	NotActed bool `json:"notActed,omitempty"`
 
 	// Receipt is the encoded receipt, replayed byte for byte.
 	Receipt json.RawMessage `json:"receipt,omitempty"`

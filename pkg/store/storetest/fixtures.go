@@ -38,6 +38,7 @@ func fullEffect(key string) store.Effect {
 		Lease:        "lease-1",
 		LeaseExpires: t2,
 		Plan:         json.RawMessage(`{"worker": "w-1",   "base":"abc123"}`),
+		NotActed:     true,
 		Receipt:      json.RawMessage(receipt),
 		Updated:      t3,
 	}
