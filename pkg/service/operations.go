@@ -445,7 +445,9 @@ func (s *Service) createResource(ctx context.Context, r store.Resource, replaceO
 		if !cur.Released {
 			return galleyerr.Errorf(galleyerr.Invalid, "%s %s already exists", r.Kind, quoteShort(r.Handle))
 		}
-		if cur.Owner == r.Owner && !replaceOwn {
+		if cur.Owner == r.Owner && (!replaceOwn || (cur.Worker != nil && cur.Worker.State == protocol.StateSettled)) {
+			// An undo releases a worker it never settled; a settled one
+			// was cancelled or released by a key, and stays so.
 			return errReleased
 		}
 		if _, err = s.store.PutResource(ctx, r, ver); !galleyerr.Is(galleyerr.Conflict, err) {
