@@ -103,9 +103,10 @@ func TestFromContext(t *testing.T) {
 			want := map[string]stack.Throttle{
 				stack.CredentialRouteKey: {Rate: 5, Burst: 10},
 				stack.WorkerRouteKey:     {Rate: 50, Burst: 100},
+				stack.CatchAllRouteKey:   {Rate: 5, Burst: 10},
 			}
 			if got := c.RouteThrottles(); len(got) != len(want) || got[stack.CredentialRouteKey] != want[stack.CredentialRouteKey] ||
-				got[stack.WorkerRouteKey] != want[stack.WorkerRouteKey] {
+				got[stack.WorkerRouteKey] != want[stack.WorkerRouteKey] || got[stack.CatchAllRouteKey] != want[stack.CatchAllRouteKey] {
 				t.Errorf("route throttles %+v, want %+v", got, want)
 			}
 			if c.ThrottleRate != 50 || c.ThrottleBurst != 100 {

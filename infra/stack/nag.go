@@ -76,8 +76,9 @@ func (g *Galley) addNagSuppressions() {
 	}
 
 	suppress(g.API, "AwsSolutions-APIG4",
-		"Every route authenticates in its function before doing anything: kitchn's routes compare the bearer "+
-			"token with the Secrets Manager secret (401/403 otherwise), the worker routes check per-worker tokens. "+
+		"Every route authenticates in its function before doing anything: kitchn's routes and the /v1/ catch-all "+
+			"compare the bearer token with the Secrets Manager secret (401 otherwise), the worker routes check "+
+			"per-worker tokens. "+
 			"IAM, Cognito and JWT authorizers cannot verify either token, and a Lambda authorizer would repeat the "+
 			"same check in a second invocation per call.")
 

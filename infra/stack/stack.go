@@ -52,12 +52,18 @@ type Route struct {
 // Key is the route key as API Gateway writes it ("POST /v1/effects").
 func (r Route) Key() string { return r.Method + " " + r.Path }
 
-// Routes are the HTTP API's routes. Paths not listed answer 404 from the
-// gateway without invoking anything. The worker-facing API (package
-// workerapi) all goes to one function, by two routes: the one call made
-// without a worker token, the bootstrap-code exchange, has a route of its
-// own so that it has a throttle of its own (API Gateway prefers it to the
-// greedy route), and every other worker call takes the greedy route.
+// Routes are the HTTP API's routes. Every /v1/ request that none of
+// kitchn's routes takes (an unknown path, or a known path with another
+// method) takes the catch-all ANY /v1/{proxy+} to the reads function,
+// which authenticates it before anything else, as the protocol asks: 401
+// without kitchn's token, 404 with it. API Gateway prefers a full match to
+// the greedy route, so the catch-all shadows none of them. Paths outside
+// /v1/ that no route takes answer 404 from the gateway without invoking
+// anything. The worker-facing API (package workerapi) all goes to one
+// function, by two routes: the one call made without a worker token, the
+// bootstrap-code exchange, has a route of its own so that it has a
+// throttle of its own (API Gateway prefers it to the greedy route), and
+// every other worker call takes the greedy route.
 var Routes = []Route{
 	{"POST", "/v1/effects", FnEffects},
 	{"POST", "/v1/effects/lookup", FnEffects},
@@ -74,6 +80,10 @@ var Routes = []Route{
 	// the logical ID it had before this route (order decides nothing in
 	// API Gateway, which prefers the exact route).
 	{"POST", "/worker/v1/credential", FnWorkerAPI},
+	// Last, so that every other route keeps its logical ID; the reads
+	// function reads the bearer token already, and serves it through its
+	// one integration.
+	{"ANY", "/v1/{proxy+}", FnReads},
 }
 
 // Route keys throttled apart from the stage's default (Config's
@@ -83,7 +93,16 @@ const (
 	CredentialRouteKey = "POST /worker/v1/credential"
 	// WorkerRouteKey is every other call of the workers.
 	WorkerRouteKey = "POST /worker/v1/{proxy+}"
+	// CatchAllRouteKey is every /v1/ request no route of kitchn's takes.
+	CatchAllRouteKey = "ANY /v1/{proxy+}"
 )
+
+// CatchAllThrottle is the catch-all route's throttle. kitchn never calls a
+// path galley does not serve, so only strangers take that route: a tight
+// bucket of its own keeps a flood of them from spending kitchn's budget,
+// whether API Gateway counts the stage's default per route or for the
+// whole stage.
+var CatchAllThrottle = Throttle{Rate: 5, Burst: 10}
 
 // Throttle is a route's throttle: a token bucket of Burst requests that
 // refills at Rate requests a second.
@@ -99,6 +118,7 @@ func (c Config) RouteThrottles() map[string]Throttle {
 	return map[string]Throttle{
 		CredentialRouteKey: {c.CredentialThrottleRate, c.CredentialThrottleBurst},
 		WorkerRouteKey:     {c.WorkerThrottleRate, c.WorkerThrottleBurst},
+		CatchAllRouteKey:   CatchAllThrottle,
 	}
 }
 
@@ -854,7 +874,8 @@ func titled(name string) string {
 // addRoutes wires each route to its function, and gives the routes of
 // RouteThrottles their own throttles: kitchn's routes alone take the
 // stage's default, so whether API Gateway counts that default per route or
-// for the whole stage, a flood on the workers' routes spends none of it.
+// for the whole stage, a flood on the workers' routes or the catch-all
+// spends none of it.
 func (g *Galley) addRoutes() {
 	integrations := map[string]awsapigatewayv2integrations.HttpLambdaIntegration{}
 	routes := map[string]awsapigatewayv2.HttpRoute{}

@@ -1191,6 +1191,7 @@ func TestDeploymentOptions(t *testing.T) {
 			"RouteSettings": map[string]any{
 				stack.CredentialRouteKey: map[string]any{"ThrottlingBurstLimit": 2.0, "ThrottlingRateLimit": 1.0},
 				stack.WorkerRouteKey:     map[string]any{"ThrottlingBurstLimit": 30.0, "ThrottlingRateLimit": 20.0},
+				stack.CatchAllRouteKey:   map[string]any{"ThrottlingBurstLimit": 10.0, "ThrottlingRateLimit": 5.0},
 			},
 		}
 		got := map[string]any{"DefaultRouteSettings": p["DefaultRouteSettings"], "RouteSettings": p["RouteSettings"]}
