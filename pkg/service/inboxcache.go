@@ -51,8 +51,9 @@ type inboxCache struct {
 type inboxEntry struct {
 	handle string
 	last   int64
-	// items are the inbox without the items whose key an earlier item has:
-	// a retried effect may append twice, and only the first counts.
+	// items are the inbox without the messages whose key an earlier item
+	// has: a retried message may append twice, and only the first counts.
+	// Every reply copy is kept (the reply rules decide among them).
 	items []store.InboxItem
 	// replies indexes the replies in items: only they decide anything
 	// about the items after them.
@@ -116,7 +117,10 @@ func (e *inboxEntry) merge(items []store.InboxItem) int64 {
 			continue // a concurrent call merged it already
 		}
 		e.last = it.Seq
-		if it.Key != "" {
+		// Every copy of a reply stays: the worker record names the one
+		// that delivers it (a retry may append a fresh copy after a reader
+		// skipped the first). Only a message's second copy is left out.
+		if it.Key != "" && it.Kind != "reply" {
 			if e.keys[it.Key] {
 				continue
 			}

@@ -483,7 +483,7 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 			// none can be recorded any more: recorded with this body, it
 			// was delivered; otherwise it never will be, whatever the
 			// holder before did, and not applied is a promise galley keeps.
-			if res.Worker != nil && store.AnswerMatches(res.Worker.Questions[question], body) {
+			if res.Worker != nil && answerMatches(res.Worker.Questions[question], body) {
 				return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
 			}
 			c.acted = false
@@ -494,43 +494,20 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 	switch {
 	case !asked:
 		return nil, galleyerr.Errorf(galleyerr.Invalid, "worker never asked question %s", quoteShort(question))
-	case answer != "" && !store.AnswerMatches(answer, body):
+	case answer != "" && !answerMatches(answer, body):
 		// Answered with another body: only the recorded answer reaches the
 		// agent, so whatever an earlier holder appended never will.
 		c.acted = false
 		return nil, galleyerr.Errorf(galleyerr.Invalid, "question %s was already answered", quoteShort(question))
 	}
 	if answer == "" {
-		// The inbox first: a retry may append again, and readers skip a key
-		// they saw; the reverse order could record an answer never sent.
+		// The copy it names reaches the agent once (deliverReply).
 		if err := s.act(ctx, c); err != nil {
 			return nil, err
 		}
-		item := store.InboxItem{Key: c.rec.Key, Kind: "reply", Question: question, Body: body, At: s.clock.Now()}
-		if _, err := s.store.AppendInbox(ctx, handle, item); err != nil {
+		if err := s.deliverReply(ctx, c, handle, question, body); err != nil {
 			return nil, err
 		}
-		_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
-			if prev := w.Questions[question]; prev != "" {
-				if store.AnswerMatches(prev, body) {
-					return errNoChange
-				}
-				// Lost the race to another body: the item appended above is
-				// skipped by every reader, so nothing was given.
-				c.acted = false
-				return galleyerr.Errorf(galleyerr.Invalid, "question %s was already answered", quoteShort(question))
-			}
-			// The record keeps the answer's digest; the body is in the inbox.
-			w.Questions[question] = store.AnswerDigest(body)
-			if w.State == protocol.StateAwaitingReply && !hasOpenQuestion(w) {
-				w.State = protocol.StateReady
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-		s.ring(ctx, inboxTopic(handle))
 	}
 	return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
 }

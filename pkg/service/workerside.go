@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -324,16 +326,21 @@ const (
 	replyHeld
 )
 
-// fate decides it, the first reply of its key.
+// fate decides a reply item. A record that names its copy delivers that
+// copy alone; one written before copies were named delivers the first
+// copy whose body matches.
 func (r *replyRules) fate(it *store.InboxItem) replyFate {
 	recorded := ""
 	if r.w != nil {
 		recorded = r.w.Questions[it.Question]
 	}
+	answer, named := parseAnswer(recorded)
 	switch {
 	case recorded == "" && r.now.Sub(it.At) < r.hold:
 		return replyHeld
-	case !store.AnswerMatches(recorded, it.Body) || r.answered[it.Question]:
+	case named > 0 && it.Seq != named:
+		return replySkipped
+	case !store.AnswerMatches(answer, it.Body) || r.answered[it.Question]:
 		return replySkipped
 	}
 	if r.answered == nil {
@@ -341,6 +348,104 @@ func (r *replyRules) fate(it *store.InboxItem) replyFate {
 	}
 	r.answered[it.Question] = true
 	return replyDelivered
+}
+
+// A reply answered applied reaches the agent exactly once (issue 13, item
+// 3). The record names the one inbox copy that delivers the answer (its
+// sequence, after the digest), so a copy a reader skipped (unrecorded when
+// its hold ran out, and perhaps passed by the harness's cursor since) can
+// never become the delivered one: a retry appends a fresh copy, past any
+// cursor, and names that. A copy is named only while no reader can have
+// skipped it by the time the record is written: within a lease (less the
+// clock skew) of its append, as a holder's work ends within its lease and
+// readers hold a copy for two.
+
+// answerRecord is what the worker record keeps of a reply: the digest of
+// its body and the sequence of the inbox copy that delivers it.
+func answerRecord(body string, seq int64) string {
+	return store.AnswerDigest(body) + "@" + strconv.FormatInt(seq, 10)
+}
+
+// digestLen is the length of an AnswerDigest.
+var digestLen = len(store.AnswerDigest(""))
+
+// parseAnswer splits a Questions value into the answer (a digest, or in a
+// record written before digests the body) and the sequence of the copy it
+// names, 0 in a record written before copies were named.
+func parseAnswer(recorded string) (answer string, seq int64) {
+	if len(recorded) > digestLen+1 && recorded[digestLen] == '@' && strings.HasPrefix(recorded, "sha256:") {
+		if n, err := strconv.ParseInt(recorded[digestLen+1:], 10, 64); err == nil && n > 0 {
+			return recorded[:digestLen], n
+		}
+	}
+	return recorded, 0
+}
+
+// answerMatches reports whether recorded (a Questions value) answers body.
+func answerMatches(recorded, body string) bool {
+	answer, _ := parseAnswer(recorded)
+	return store.AnswerMatches(answer, body)
+}
+
+// replyNameable reports whether a record written now may still name it:
+// no reader can have let its hold run out by the time the write lands.
+func (s *Service) replyNameable(it store.InboxItem) bool {
+	return s.clock.Now().Sub(it.At) < s.cfg.Lease-s.cfg.ClockSkew
+}
+
+// deliverReply puts a reply to an unanswered question in the worker's
+// inbox and records the answer naming that copy, then rings the inbox.
+// The inbox first: the reverse order could record an answer never sent. A
+// claim taken over names a copy its predecessor appended if one is still
+// young enough, and otherwise appends a fresh one. A record that another
+// reply won first refuses this one (its copy is skipped by every reader).
+func (s *Service) deliverReply(ctx context.Context, c *claim, handle, question, body string) error {
+	var item store.InboxItem
+	if c.resumed {
+		v, err := s.inboxes.read(ctx, s.store, handle)
+		if err != nil {
+			return err
+		}
+		for _, it := range v.items {
+			if it.Key == c.rec.Key && it.Kind == "reply" && it.Question == question && it.Body == body && s.replyNameable(it) {
+				item = it
+			}
+		}
+	}
+	if item.Seq == 0 {
+		item = store.InboxItem{Key: c.rec.Key, Kind: "reply", Question: question, Body: body, At: s.clock.Now()}
+		seq, err := s.store.AppendInbox(ctx, handle, item)
+		if err != nil {
+			return err
+		}
+		item.Seq = seq
+	}
+	_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
+		if prev := w.Questions[question]; prev != "" {
+			if answerMatches(prev, body) {
+				return errNoChange
+			}
+			// Lost the race to another body: the copy appended above is
+			// skipped by every reader, so nothing was given.
+			c.acted = false
+			return galleyerr.Errorf(galleyerr.Invalid, "question %s was already answered", quoteShort(question))
+		}
+		if !s.replyNameable(item) {
+			// Too late to be sure no reader skipped it; a retry appends
+			// a fresh copy.
+			return galleyerr.Errorf(galleyerr.Unavailable, "the reply's inbox copy is too old to record; a retry sends it again")
+		}
+		w.Questions[question] = answerRecord(body, item.Seq)
+		if w.State == protocol.StateAwaitingReply && !hasOpenQuestion(w) {
+			w.State = protocol.StateReady
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.ring(ctx, inboxTopic(handle))
+	return nil
 }
 
 // WorkerUsage records the agent's usage report; what the worker did not
