@@ -40,6 +40,7 @@ var Invariants = map[string]string{
 	"cancel-not-settled":  "7: a cancelled worker reads settled on the very next observe",
 	"settled-changed":     "7: a settled worker never changes state again",
 	"phantom-settled":     "7: no record is never read as settled",
+	"worker-done-differs": "7: a worker has at most one worker-done row, and its outcome (and that of an accepted worker-done post) is the settled outcome observe reads",
 	"released-revived":    "7: a released worker never changes state again (observe reads missing, the inventory leaves it out)",
 	"not-linearizable":    "5, 6: the mailbox history is linearizable against the sequential model",
 }
@@ -99,6 +100,7 @@ func Check(ops []Op, opt Options) Report {
 	for _, c := range []func(*index, *Report){
 		checkReceipts, checkPromises, checkInventory, checkBatches, checkDelivery, checkFencing, checkWorkers,
 		checkGone,
+		checkWorkerDone,
 	} {
 		c(ix, &r)
 	}
