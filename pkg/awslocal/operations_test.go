@@ -240,3 +240,28 @@ func TestStageThrottleAWSLocal(t *testing.T) {
 	call(t, s, token, "GET", "/v1/inventory", "", &inv)
 	t.Logf("answers: %v", count)
 }
+
+// TestAuthBeforeRoutingAWSLocal: through the stack deployed from its
+// template, an unknown /v1/ path is authenticated before it is routed
+// (the template's catch-all route): no token or a wrong one answers 401,
+// the right one 404.
+func TestAuthBeforeRoutingAWSLocal(t *testing.T) {
+	s, token := startStack(t)
+	for _, c := range []struct {
+		token string
+		want  int
+	}{{"", http.StatusUnauthorized}, {"wrong-" + token, http.StatusUnauthorized}, {token, http.StatusNotFound}} {
+		req, _ := http.NewRequest("POST", s.Endpoint()+"/v1/no/such/route", strings.NewReader(`{}`))
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("unknown /v1/ path (token given: %v): %d, want %d", c.token != "", resp.StatusCode, c.want)
+		}
+	}
+}
