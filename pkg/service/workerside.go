@@ -513,7 +513,7 @@ func (s *Service) WorkerExited(ctx context.Context, handle string, code int, rea
 	// worker-done whose row never came (its harness stopped first): the
 	// coordinator gets the one row, with the record's outcome.
 	body := fmt.Sprintf("the agent exited with code %d without reporting an outcome", code)
-	if reported {
+	if reported || res.Worker.Outcome != protocol.OutcomeFailed {
 		body = fmt.Sprintf("the worker reported %s, but its harness stopped (code %d) before its report reached the mailbox", res.Worker.Outcome, code)
 	}
 	if reason != "" {
