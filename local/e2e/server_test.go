@@ -186,6 +186,7 @@ func newRequest(s *server, path, body string) (*http.Request, error) {
 // finds them), so a test must end them itself.
 func killWorkers(data string) {
 	pids, _ := filepath.Glob(filepath.Join(data, "workers", "*", "pid"))
+	var groups []int
 	for _, f := range pids {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -194,6 +195,19 @@ func killWorkers(data string) {
 		var pid int
 		if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &pid); err == nil && pid > 1 {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			groups = append(groups, pid)
+		}
+	}
+	// A killed process still writes until it is gone (a clone in
+	// progress): wait for every group to end before the test's folders
+	// are removed, a few seconds at most.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		alive := false
+		for _, pid := range groups {
+			alive = alive || syscall.Kill(-pid, 0) == nil
+		}
+		if !alive {
+			return
 		}
 	}
 }
