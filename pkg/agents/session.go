@@ -327,8 +327,15 @@ func (s *session) nextPrompt(ctx context.Context, turn int) (prompt string, code
 		s.tools = cs
 	}
 	note := fmt.Sprintf("%s ended turn %d without calling finish; it waits for a message (message the worker to go on, or cancel it)", s.cfg.Family, turn)
-	if _, err := callTool(ctx, s.tools, harness.ToolStatus, map[string]any{"body": note}); err != nil {
+	res, err := callTool(ctx, s.tools, harness.ToolStatus, map[string]any{"body": note})
+	if err != nil {
 		return s.toolFailed(ctx, err)
+	}
+	// A message that came just now rides on this call's result, as on any
+	// tool result: it is the next prompt (waiting for another would lose it).
+	if msgs := appendedMessages(res); len(msgs) > 0 {
+		s.logf("a message arrived with the status; resuming the session for turn %d", turn+1)
+		return strings.Join(msgs, "\n\n"), 0, true
 	}
 	s.logf("turn %d ended without finish; waiting for a message", turn)
 	msg, err := callTool(ctx, s.tools, harness.ToolWaitMessage, map[string]any{})
@@ -336,7 +343,7 @@ func (s *session) nextPrompt(ctx context.Context, turn int) (prompt string, code
 		return s.toolFailed(ctx, err)
 	}
 	s.logf("a message arrived; resuming the session for turn %d", turn+1)
-	return msg, 0, true
+	return strings.ReplaceAll(msg, resultSep, "\n"), 0, true
 }
 
 func (s *session) toolFailed(ctx context.Context, err error) (string, int, bool) {
@@ -368,6 +375,26 @@ func connectTools(ctx context.Context, url, secret string) (*mcp.ClientSession, 
 	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
 }
 
+// messagePrefix starts each message the harness appends to a tool result.
+const messagePrefix = "Message from the coordinator: "
+
+// appendedMessages returns the messages appended to a tool result (its
+// text items after the first).
+func appendedMessages(result string) []string {
+	parts := strings.Split(result, resultSep)
+	var out []string
+	for _, p := range parts[1:] {
+		if m, ok := strings.CutPrefix(p, messagePrefix); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// resultSep joins a tool result's text items in callTool's answer; a
+// control character no galley text item holds (the tools refuse NUL).
+const resultSep = "\x00"
+
 func callTool(ctx context.Context, cs *mcp.ClientSession, name string, args map[string]any) (string, error) {
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 	if err != nil {
@@ -382,5 +409,5 @@ func callTool(ctx context.Context, cs *mcp.ClientSession, name string, args map[
 	if res.IsError {
 		return "", errors.New(name + ": " + strings.Join(text, "; "))
 	}
-	return strings.Join(text, "\n"), nil
+	return strings.Join(text, resultSep), nil
 }

@@ -365,6 +365,8 @@ var agentEnvNames = []string{
 	// (a gateway or proxy the operator runs; codex's supervisor turns
 	// OPENAI_BASE_URL into its openai_base_url setting). docs/agents.md.
 	"CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL",
+	// claude without telemetry or update checks (the operator's choice).
+	"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
 }
 
 // agentEnvPrefixes are allowed families of variables: the locale's and

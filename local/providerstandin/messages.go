@@ -1,0 +1,118 @@
+package providerstandin
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+type messagesRequest struct {
+	Model    string `json:"model"`
+	Stream   bool   `json:"stream"`
+	Messages []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+	Tools []struct {
+		Name string `json:"name"`
+	} `json:"tools"`
+	OutputConfig *struct {
+		Effort string `json:"effort"`
+	} `json:"output_config"`
+}
+
+func anthropicError(w http.ResponseWriter, status int, typ, msg string) {
+	writeJSON(w, status, map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
+}
+
+// messages serves POST /v1/messages.
+func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		s.refuse(r, "messages: method "+r.Method)
+		anthropicError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method not allowed")
+		return
+	}
+	if !s.keyOK(r.Header.Get("x-api-key")) {
+		s.refuse(r, "messages: missing or wrong x-api-key")
+		anthropicError(w, http.StatusUnauthorized, "authentication_error", "invalid x-api-key")
+		return
+	}
+	if r.Header.Get("anthropic-version") == "" {
+		s.refuse(r, "messages: no anthropic-version")
+		anthropicError(w, http.StatusBadRequest, "invalid_request_error", "anthropic-version: header is required")
+		return
+	}
+	var req messagesRequest
+	if !readBody(w, r, &req) || req.Model == "" || len(req.Messages) == 0 {
+		s.refuse(r, "messages: malformed body")
+		anthropicError(w, http.StatusBadRequest, "invalid_request_error", "the body must be a Messages request")
+		return
+	}
+	c := Call{API: "messages", Model: req.Model, Stream: req.Stream, Step: -1, UserAgent: r.Header.Get("User-Agent")}
+	if req.OutputConfig != nil {
+		c.Effort = req.OutputConfig.Effort
+	}
+	for _, t := range req.Tools {
+		c.Tools = append(c.Tools, t.Name)
+	}
+	turns := 0
+	for _, m := range req.Messages {
+		if m.Role == "assistant" {
+			turns++
+			continue
+		}
+		var blocks []struct {
+			Type    string          `json:"type"`
+			Content json.RawMessage `json:"content"`
+		}
+		if json.Unmarshal(m.Content, &blocks) == nil {
+			for _, b := range blocks {
+				if b.Type == "tool_result" {
+					c.Results = append(c.Results, textOf(b.Content))
+				}
+			}
+		}
+	}
+	st := Step{Text: "OK."}
+	if len(req.Tools) > 0 {
+		c.Step = turns
+		st = s.step(turns)
+	}
+	s.record(c)
+
+	id := fmt.Sprintf("msg_standin_%d", len(s.Calls()))
+	var block map[string]any
+	stop := "end_turn"
+	if st.Tool != "" {
+		block = map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_standin_%d", len(s.Calls())), "name": st.Tool, "input": st.Input}
+		stop = "tool_use"
+	} else {
+		block = map[string]any{"type": "text", "text": st.Text}
+	}
+	usage := map[string]any{"input_tokens": 100, "output_tokens": 20, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+	if !req.Stream {
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "type": "message", "role": "assistant", "model": req.Model,
+			"content": []any{block}, "stop_reason": stop, "stop_sequence": nil, "usage": usage})
+		return
+	}
+	e := newSSE(w)
+	e.event("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": id, "type": "message",
+		"role": "assistant", "model": req.Model, "content": []any{}, "stop_reason": nil, "stop_sequence": nil,
+		"usage": map[string]any{"input_tokens": 100, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}})
+	if st.Tool != "" {
+		in, _ := json.Marshal(st.Input)
+		e.event("content_block_start", map[string]any{"type": "content_block_start", "index": 0,
+			"content_block": map[string]any{"type": "tool_use", "id": block["id"], "name": st.Tool, "input": map[string]any{}}})
+		e.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
+			"delta": map[string]any{"type": "input_json_delta", "partial_json": string(in)}})
+	} else {
+		e.event("content_block_start", map[string]any{"type": "content_block_start", "index": 0,
+			"content_block": map[string]any{"type": "text", "text": ""}})
+		e.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
+			"delta": map[string]any{"type": "text_delta", "text": st.Text}})
+	}
+	e.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+	e.event("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
+		"usage": map[string]any{"output_tokens": 20}})
+	e.event("message_stop", map[string]any{"type": "message_stop"})
+}
