@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,7 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		mode      = fs.String("mode", "mixed", "mixed (coordinators, scripted workers, readers), reads (read throughput against a bare net/http baseline) or writes (durable writes: the store alone, then effects)")
+		mode      = fs.String("mode", "mixed", "mixed (coordinators, scripted workers, readers), reads (read throughput against a bare net/http baseline), writes (durable writes: the store alone, then effects) or takeover (effects cut by SIGKILLs of a server it starts, and AWS faults, then every key looked up)")
 		bareIn    = fs.Bool("bare-in-process", false, "run the reads baseline inside the load generator instead of as a process of its own (reads)")
 		endpoint  = fs.String("endpoint", "http://127.0.0.1:8080", "galley endpoint: http on a loopback address only")
 		tokenFile = fs.String("token-file", ".galley/token", "file holding the bearer token")
@@ -70,6 +71,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		jsonOut   = fs.String("json", "", "write the figures as JSON to this file")
 		histOut   = fs.String("history", "", "write the recorded history as JSON to this file (mixed)")
 		verbose   = fs.Bool("v", false, "log progress to stderr")
+		galleyBin = fs.String("galley", "bin/galley", "the galley binary the run starts, kills and restarts, galley-worker beside it (takeover)")
+		listen    = fs.String("listen", "127.0.0.1:18399", "loopback address the started server listens on, the same across restarts (takeover)")
+		serveArgs = fs.String("serve-args", "--house local --default-agent script", "more flags of galley serve, space-separated, e.g. --store dynamodb --doorbell sqs --inject-aws-faults PLAN (takeover)")
+		kills     = fs.Int("kills", 4, "SIGKILLs of the server at random points of the main phase, each followed by a restart on the same data (takeover)")
+		messages  = fs.Int("messages", 2, "messages sent to each worker (takeover)")
+		lease     = fs.Duration("lease", 30*time.Second, "the server's effect claim lease (galley serve keeps pkg/service's 30 s): every key must be definite two leases after the last fault (takeover)")
+		patience  = fs.Duration("patience", 250*time.Millisecond, "how long the main phase retries an effect before leaving it uncertain (takeover)")
+		keysOut   = fs.String("keys", "", "write how every key ended as JSON to this file (takeover)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -82,6 +91,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "load: unexpected arguments %q\n", fs.Args())
 		return 2
+	}
+	if *mode == "takeover" {
+		*endpoint = "http://" + *listen
 	}
 	if err := history.CheckLoopback(*endpoint); err != nil {
 		fmt.Fprintf(stderr, "load: %s: refusing an endpoint off this machine\n", *endpoint)
@@ -96,7 +108,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "load: --pids: %v\n", err)
 		return 2
 	}
-	token, err := readToken(*tokenFile)
+	token, err := "", error(nil)
+	if *mode != "takeover" { // the started server makes its own
+		token, err = readToken(*tokenFile)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "load: %v\n", err)
 		return 2
@@ -162,8 +177,36 @@ func run(args []string, stdout, stderr io.Writer) int {
 			code = 1
 		}
 		result = res
+	case "takeover":
+		if *data == "" {
+			fmt.Fprintln(stderr, "load: --mode takeover needs --data, the started server's data directory (its harness logs show what workers received)")
+			return 2
+		}
+		srv := &drive.GalleyServer{Bin: *galleyBin, Listen: *listen, Data: *data, Args: strings.Fields(*serveArgs)}
+		res, err := drive.RunTakeover(ctx, drive.TakeoverConfig{Target: target, Server: srv, Duration: *duration, Kills: *kills,
+			Coordinators: *houses, Messages: *messages, Lease: *lease, Patience: *patience, Seed: *seed, Log: log})
+		if err != nil {
+			fmt.Fprintf(stderr, "load: %v\n", err)
+			return 1
+		}
+		printTakeover(stdout, res)
+		if *keysOut != "" {
+			if err := writeJSON(*keysOut, res.Keys); err != nil {
+				fmt.Fprintf(stderr, "load: %v\n", err)
+			}
+		}
+		if *histOut != "" {
+			if err := writeJSON(*histOut, res.Ops); err != nil {
+				fmt.Fprintf(stderr, "load: %v\n", err)
+			}
+		}
+		if !res.OK() {
+			code = 1
+		}
+		res.Keys = nil
+		result = res
 	default:
-		fmt.Fprintf(stderr, "load: --mode must be mixed, reads or writes\n")
+		fmt.Fprintf(stderr, "load: --mode must be mixed, reads, writes or takeover\n")
 		return 2
 	}
 	fmt.Fprintf(stdout, "load average after: %s\n", loadavg())
@@ -251,6 +294,58 @@ func printMixed(w io.Writer, r *drive.Mixed) {
 	fmt.Fprintf(w, "invariants: %s", r.Report)
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "ERROR %s\n", e)
+	}
+}
+
+func printTakeover(w io.Writer, r *drive.Takeover) {
+	c := r.Config
+	fmt.Fprintf(w, "takeover: %d coordinators, %d messages a worker, main phase %s, %d kills; whole run %s; %d calls\n",
+		c.Coordinators, c.Messages, c.Duration, r.Kills, r.End.Sub(r.Start).Round(time.Millisecond), r.Calls)
+	for _, f := range r.AWSFaults {
+		fmt.Fprintf(w, "  %s\n", f)
+	}
+	keys := 0
+	for _, n := range r.Counts {
+		keys += n
+	}
+	fmt.Fprintf(w, "keys: %d sent, %d left uncertain by the main phase; the last fault -> all definite in at most %s (bound: two leases, %s)\n",
+		keys, r.Uncertain, r.MaxConverge.Round(time.Millisecond), 2*c.Lease)
+	names := make([]string, 0, len(r.Counts))
+	for k := range r.Counts {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		fmt.Fprintf(w, "  %-28s %d\n", k, r.Counts[k])
+	}
+	byEffect := map[string]map[string]int{}
+	for _, k := range r.Keys {
+		if byEffect[k.Effect] == nil {
+			byEffect[k.Effect] = map[string]int{}
+		}
+		s := k.Status
+		if k.Reason != "" {
+			s += " " + k.Reason
+		}
+		switch {
+		case k.Uncertain:
+			s += " (uncertain, converged)"
+		case k.Answer != "" && !strings.HasPrefix(k.Answer, k.Status):
+			s += " (answered " + k.Answer + ")"
+		}
+		byEffect[k.Effect][s]++
+	}
+	for _, e := range []string{"launch", "reply", "message", "cancel", "release"} {
+		if byEffect[e] != nil {
+			fmt.Fprintf(w, "  %-8s %v\n", e, byEffect[e])
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	fmt.Fprintf(w, "invariants: %s", r.Report)
+	for _, f := range r.Failures {
+		fmt.Fprintf(w, "FAIL %s\n", f)
 	}
 }
 
