@@ -1,6 +1,7 @@
 package realcli_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -240,7 +241,7 @@ func runWorker(t *testing.T, bin string, fam family) {
 		"GALLEY_REPOSITORY=" + bare,
 		"GALLEY_AGENT_BIN_DIR=" + bin,
 		"GALLEY_HEARTBEAT_INTERVAL=1h",
-		"GALLEY_MCP_PROGRESS_INTERVAL=" + progressEvery,
+		"GALLEY_MCP_PROGRESS_INTERVAL=" + cmp.Or(os.Getenv("REALCLI_PROGRESS_INTERVAL"), progressEvery),
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + home,
 		"LANG=C.UTF-8",

@@ -136,8 +136,9 @@ func newECSSecrets(t *testing.T) ecsSecrets {
 }
 
 // startECSHarness runs galley-worker as an ECS task's container runs it,
-// for a worker of family, against f behind a credential exchange.
-func startECSHarness(t *testing.T, f *fakeapi.Server, sec ecsSecrets) *proc {
+// for a worker of family, against f behind a credential exchange, with
+// extra variables in its environment.
+func startECSHarness(t *testing.T, f *fakeapi.Server, sec ecsSecrets, extra ...string) *proc {
 	t.Helper()
 	bin := standinCLIs(t)
 	endpoint := bootstrapFront(t, f, "w-1", sec.bootstrap, testToken)
@@ -160,6 +161,7 @@ func startECSHarness(t *testing.T, f *fakeapi.Server, sec ecsSecrets) *proc {
 	for k, v := range sec.forbidden {
 		env = append(env, k+"="+v)
 	}
+	env = append(env, extra...)
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {

@@ -60,6 +60,8 @@ func (r *runner) shell(command string) {
 		return
 	}
 	r.seq++
+	r.emit(map[string]any{"type": "item.started", "item": map[string]any{"id": itemID(r.seq), "type": "command_execution",
+		"command": command, "aggregated_output": "", "exit_code": nil, "status": "in_progress"}})
 	r.emit(map[string]any{"type": "item.completed", "item": map[string]any{"id": itemID(r.seq), "type": "command_execution",
 		"command": command, "aggregated_output": "", "exit_code": 0, "status": "completed"}})
 }
@@ -102,13 +104,26 @@ func (r *runner) end() {
 			"usage": map[string]any{"input_tokens": r.turn.Input, "output_tokens": r.turn.Output,
 				"cache_read_input_tokens": r.turn.CacheRead, "cache_creation_input_tokens": r.turn.CacheWrite},
 			"modelUsage": map[string]any{r.model(): map[string]any{"inputTokens": t.Input, "outputTokens": t.Output,
-				"cacheReadInputTokens": t.CacheRead, "cacheCreationInputTokens": t.CacheWrite, "costUSD": t.CostUSD}},
+				"cacheReadInputTokens": t.CacheRead, "cacheCreationInputTokens": t.CacheWrite, "costUSD": t.CostUSD,
+				"costBasis": r.costBasis()}},
 			"permission_denials": []any{}, "uuid": newID()})
 		return
 	}
 	r.emit(map[string]any{"type": "turn.completed", "usage": map[string]any{
 		"input_tokens": t.Input + t.CacheRead + t.CacheWrite, "cached_input_tokens": t.CacheRead,
 		"cache_write_input_tokens": t.CacheWrite, "output_tokens": t.Output, "reasoning_output_tokens": 0}})
+}
+
+// costBasis is how claude marks the price it used: "list" for a model it
+// knows, "unknown" for another (whose total_cost_usd it still guesses).
+func (r *runner) costBasis() string {
+	m := r.model()
+	for _, known := range []string{"opus", "sonnet", "haiku"} {
+		if m == known || strings.HasPrefix(m, "claude-"+known+"-") {
+			return "list"
+		}
+	}
+	return "unknown"
 }
 
 func cwd() string {

@@ -30,6 +30,16 @@
 //	                               "attack <name>: SUCCEEDED (<what>)"
 //	git <args>                     run plain git in the worktree ($LAST is its output)
 //
+// Like the real CLIs (2.1.332, 0.171.0), and so as strict: claude finds
+// galley's deferred tools through ToolSearch before its first galley call of
+// a turn (shown in its stream), and aborts a galley call that sends no
+// response or progress for its idle limit (CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT,
+// ms, default 300000, 0 disables; checked every 30 s, or every limit when
+// shorter), with the real error text; it asks for progress with a token on
+// every call. claude's result marks a model it does not know with costBasis
+// "unknown" and still states a guessed total_cost_usd; codex reports
+// command executions with item.started before item.completed.
+//
 // $LAST is the text of the last tool result, $PROMPT this turn's prompt,
 // $PID this process's id; each is JSON-escaped where it stands. A tool
 // error does not stop the script (as a model would read it and go on).
@@ -51,7 +61,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -102,6 +114,11 @@ type runner struct {
 	last   string
 	turn   Usage
 	seq    int
+
+	searched bool // claude: galley's tools were found through ToolSearch this turn
+
+	actMu    sync.Mutex
+	activity time.Time // the running call's last response or progress
 }
 
 func (r *runner) emit(v map[string]any) {
@@ -324,7 +341,9 @@ func (r *runner) connect(ctx context.Context) error {
 		return errors.New("no MCP server configured")
 	}
 	hc := &http.Client{Transport: bearer{auth: r.opts.MCPAuth, next: http.DefaultTransport}}
-	c := mcp.NewClient(&mcp.Implementation{Name: "standin-" + r.opts.Family, Version: "1"}, nil)
+	c := mcp.NewClient(&mcp.Implementation{Name: "standin-" + r.opts.Family, Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { r.touch() },
+	})
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: r.opts.MCPURL, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
 	if err != nil {
 		return err
@@ -337,11 +356,52 @@ func (r *runner) connect(ctx context.Context) error {
 	return nil
 }
 
+func (r *runner) touch() {
+	r.actMu.Lock()
+	r.activity = time.Now()
+	r.actMu.Unlock()
+}
+
+func (r *runner) idleFor() time.Duration {
+	r.actMu.Lock()
+	defer r.actMu.Unlock()
+	return time.Since(r.activity)
+}
+
+// idleLimit is claude's MCP tool idle limit; 0 means none (codex has none).
+func (r *runner) idleLimit() time.Duration {
+	if r.opts.Family != "claude" {
+		return 0
+	}
+	ms := int64(300000)
+	if v := os.Getenv("CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT"); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			ms = n
+		}
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// search finds galley's deferred tools as claude must before calling one.
+func (r *runner) search() {
+	if r.opts.Family != "claude" || r.searched {
+		return
+	}
+	r.searched = true
+	r.seq++
+	id := fmt.Sprintf("toolu_search_%d", r.seq)
+	q := "select:mcp__galley__ask_coordinator,mcp__galley__post_status,mcp__galley__finish"
+	r.claudeMessage("assistant", []map[string]any{{"type": "tool_use", "id": id, "name": "ToolSearch", "input": map[string]any{"query": q}}})
+	r.claudeMessage("user", []map[string]any{{"tool_use_id": id, "type": "tool_result",
+		"content": []map[string]any{{"type": "tool_reference", "tool_name": "mcp__galley__ask_coordinator"}}}})
+}
+
 func (r *runner) callTool(ctx context.Context, name, args string) {
 	var in map[string]any
 	if err := json.Unmarshal([]byte(args), &in); err != nil {
 		in = map[string]any{}
 	}
+	r.search()
 	r.seq++
 	id := fmt.Sprintf("call_%d", r.seq)
 	r.toolStarted(id, name, in)
@@ -349,7 +409,7 @@ func (r *runner) callTool(ctx context.Context, name, args string) {
 	isErr := false
 	if r.tools == nil {
 		texts, isErr = []string{"MCP server galley is not connected"}, true
-	} else if res, err := r.tools.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: in}); err != nil {
+	} else if res, err := r.call(ctx, name, in); err != nil {
 		texts, isErr = []string{err.Error()}, true
 	} else {
 		for _, c := range res.Content {
@@ -361,4 +421,41 @@ func (r *runner) callTool(ctx context.Context, name, args string) {
 	}
 	r.last = strings.Join(texts, "\n")
 	r.toolDone(id, name, in, texts, isErr)
+}
+
+// call makes one tool call with a progress token and, for claude, aborts
+// it once it has sent no response or progress for the idle limit.
+func (r *runner) call(ctx context.Context, name string, in map[string]any) (*mcp.CallToolResult, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r.touch()
+	if limit := r.idleLimit(); limit > 0 {
+		tick := min(30*time.Second, limit)
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			t := time.NewTicker(tick)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					if idle := r.idleFor(); idle > limit {
+						cancel(fmt.Errorf(`MCP server "galley" tool %q sent no response or progress for %ds; aborting. If this server is configured in your MCP settings, set a per-server "timeout" (ms) to allow longer silent runs for just this server; otherwise set CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT (ms) globally (0 disables).`,
+							name, int(idle/time.Second)))
+						return
+					}
+				}
+			}
+		}()
+	}
+	p := &mcp.CallToolParams{Name: name, Arguments: in}
+	r.seq++
+	p.SetProgressToken(fmt.Sprintf("standin-%d", r.seq))
+	res, err := r.tools.CallTool(ctx, p)
+	if err != nil && context.Cause(ctx) != nil && ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	return res, err
 }
