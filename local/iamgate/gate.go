@@ -228,6 +228,12 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if len(m.checks) == 0 && m.after == nil {
+		// Every operation is authorized by at least one check; a request
+		// the mapping found nothing to check in is not passed on unchecked.
+		g.proto.write(w, *g.missing("the operation's resource"))
+		return
+	}
 	base := map[string][]string{
 		"aws:SecureTransport":  {fmt.Sprint(r.TLS != nil)},
 		"aws:PrincipalArn":     {p.RoleARN},
@@ -302,6 +308,12 @@ func (g *Gate) authenticate(r *http.Request, body []byte) (Principal, *awsError)
 	}
 	if !signed(a, "host") {
 		e := g.proto.invalidSignature("'Host' must be a 'SignedHeader' in the AWS Authorization.")
+		return Principal{}, &e
+	}
+	// The operation travels in X-Amz-Target: unsigned, a captured request
+	// could be replayed as another operation. The SDK always signs it.
+	if r.Header.Get("X-Amz-Target") != "" && !signed(a, "x-amz-target") {
+		e := g.proto.invalidSignature("'X-Amz-Target' must be a 'SignedHeader' in the AWS Authorization.")
 		return Principal{}, &e
 	}
 	stamp := r.Header.Get(amzDate)

@@ -3,7 +3,9 @@ package iamgate
 import (
 	"encoding/json"
 	"net/url"
+	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -35,16 +37,93 @@ func (g *Gate) decode(body []byte, v any) *awsError {
 	if len(body) == 0 {
 		body = []byte("{}")
 	}
+	// encoding/json matches member names without regard to case and keeps
+	// the last of equal ones, while the services read names exactly: a
+	// body naming a field the gate reads in another case ("tableName"
+	// beside "TableName", "put" beside "Put") would be checked as one
+	// request and served as another. Such a body is refused.
+	if name, bad := caseMismatch(body, reflect.TypeOf(v)); bad {
+		e := g.proto.refused(g.serializationType(), "member "+strconv.Quote(name)+" differs from the operation's member only in case")
+		e.queryCode = "SerializationException"
+		return &e
+	}
 	if err := json.Unmarshal(body, v); err != nil {
-		typ := "SerializationException"
-		if g.service == DynamoDB || g.service == SQS {
-			typ = "com.amazon.coral.service#SerializationException"
-		}
-		e := g.proto.refused(typ, "the request body is not a JSON object of the operation's input")
+		e := g.proto.refused(g.serializationType(), "the request body is not a JSON object of the operation's input")
 		e.queryCode = "SerializationException"
 		return &e
 	}
 	return nil
+}
+
+func (g *Gate) serializationType() string {
+	if g.service == DynamoDB || g.service == SQS {
+		return "com.amazon.coral.service#SerializationException"
+	}
+	return "SerializationException"
+}
+
+// caseMismatch walks a JSON body alongside the Go type the gate decodes
+// it into and reports a member name that encoding/json would fold onto one
+// of the type's fields although it differs in case. Members the type does
+// not read, and the keys of maps (table names), are data: not checked.
+func caseMismatch(body []byte, t reflect.Type) (string, bool) {
+	var doc any
+	if json.Unmarshal(body, &doc) != nil {
+		return "", false // a malformed body is Unmarshal's to refuse
+	}
+	return mismatchIn(doc, t)
+}
+
+func mismatchIn(v any, t reflect.Type) (string, bool) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array:
+		if l, ok := v.([]any); ok {
+			for _, e := range l {
+				if name, bad := mismatchIn(e, t.Elem()); bad {
+					return name, true
+				}
+			}
+		}
+	case reflect.Map:
+		if m, ok := v.(map[string]any); ok {
+			for _, e := range m {
+				if name, bad := mismatchIn(e, t.Elem()); bad {
+					return name, true
+				}
+			}
+		}
+	case reflect.Struct:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		fields := map[string]reflect.Type{}
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name := f.Name
+			if tag, _, _ := strings.Cut(f.Tag.Get("json"), ","); tag != "" && tag != "-" {
+				name = tag
+			}
+			fields[name] = f.Type
+		}
+		for k, e := range m {
+			if ft, ok := fields[k]; ok {
+				if name, bad := mismatchIn(e, ft); bad {
+					return name, true
+				}
+				continue
+			}
+			for name := range fields {
+				if strings.EqualFold(name, k) {
+					return k, true
+				}
+			}
+		}
+	}
+	return "", false
 }
 
 func (g *Gate) missing(param string) *awsError {

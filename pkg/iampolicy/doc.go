@@ -29,8 +29,10 @@
 //   - Conditions: every operator in a statement and every key in an
 //     operator must hold (AND); any of a key's values may match (OR).
 //     Condition key names match case-insensitively. A key missing from the
-//     request context makes the condition false, except under Null, with
-//     an ...IfExists operator (true), and with ForAllValues (true, as AWS).
+//     request context matches nothing, as in AWS: a positive operator is
+//     false and a negated one (StringNotEquals, ArnNotLike, ...) true; an
+//     ...IfExists operator and ForAllValues hold, ForAnyValue does not;
+//     Null tests presence.
 //     Without a set prefix, a positive operator holds when any request
 //     value matches any policy value, and a negated one (StringNotEquals,
 //     StringNotLike, ArnNotEquals, ArnNotLike, NumericNotEquals,

@@ -111,8 +111,11 @@ func (c Condition) holds(ctx map[string][]string) bool {
 		return false
 	}
 	if !present {
-		// ForAllValues over an empty set is vacuously true, as in AWS.
-		return c.ifExists || c.set == forAllValues
+		// AWS: a missing key matches nothing, so a positive operator is
+		// false and a negated one (StringNotEquals, ArnNotLike, ...) true;
+		// ForAllValues over an empty set is vacuously true, ForAnyValue
+		// false; IfExists holds.
+		return c.ifExists || c.set == forAllValues || (c.op.negated() && c.set != forAnyValue)
 	}
 	// matchesAny: does one request value match one of the policy values
 	// under the positive form of the operator?
