@@ -7,6 +7,13 @@
 //	go run ./scripts/load --mode mixed --houses 4 --workers 8 --readers 4 --duration 30s --data .galley
 //	go run ./scripts/load --mode reads --readers 16 --duration 40s
 //	go run ./scripts/load --mode writes --clients 8 --duration 20s
+//	go run ./scripts/load --mode takeover --galley bin/galley --data /tmp/tk --kills 10 --duration 150s
+//
+// The takeover mode starts galley serve itself and kills it with SIGKILL
+// under load (with --inject-aws-faults in --serve-args, its DynamoDB and
+// SQS calls fail too), then reports how every key it sent ended; it exits
+// 1 on a key still unknown two leases after the last fault or an applied
+// effect its worker never saw (docs/RELIABILITY.md).
 //
 // Against the aws-local stack, --server-pid (the galley process) and --pids
 // (DynamoDB Local, fauxqs) report CPU by process class, and --probe-store
