@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -262,6 +263,48 @@ func TestAuthBeforeRoutingAWSLocal(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != c.want {
 			t.Errorf("unknown /v1/ path (token given: %v): %d, want %d", c.token != "", resp.StatusCode, c.want)
+		}
+	}
+}
+
+// TestWorkerImageMatchesDockerfile: the local worker image sets the same
+// environment variables as the real image's last stage (worker/Dockerfile's
+// ENV), each pointing at this machine's programs; a variable added to the
+// Dockerfile and not here fails it.
+func TestWorkerImageMatchesDockerfile(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "worker", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The last stage's ENV instructions, continuation lines joined.
+	text := strings.ReplaceAll(string(b), "\\\n", " ")
+	stages := strings.Split(text, "\nFROM ")
+	want := map[string]bool{}
+	for _, line := range strings.Split(stages[len(stages)-1], "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "ENV "); ok {
+			for _, kv := range strings.Fields(rest) {
+				if k, _, ok := strings.Cut(kv, "="); ok {
+					want[k] = true
+				}
+			}
+		}
+	}
+	if len(want) == 0 {
+		t.Fatal("no ENV in the Dockerfile's last stage")
+	}
+	img := awslocal.WorkerImage(awslocal.BinariesIn("/bin"), t.TempDir())
+	for k := range want {
+		if _, ok := img.Env[k]; !ok {
+			t.Errorf("the Dockerfile sets %s; the local worker image does not", k)
+		}
+	}
+	for k := range img.Env {
+		if !want[k] {
+			t.Errorf("the local worker image sets %s; the Dockerfile does not", k)
 		}
 	}
 }

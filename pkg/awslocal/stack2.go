@@ -32,6 +32,7 @@ import (
 	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/pkg/cfntemplate"
 	"github.com/galley-run/galley/pkg/gitserve"
+	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/localserver"
 )
@@ -231,15 +232,20 @@ func isWorkerImage(ref string) bool {
 
 // workerImage is what the worker image holds on this machine: the
 // harness as its entrypoint and the stand-in agent CLIs on its PATH, with
-// the image's own environment (worker/Dockerfile's ENV) pointing at them.
-func (s *Stack) workerImage() ecsstandin.Image {
-	b := s.cfg.Bin
+// the image's own environment (worker/Dockerfile's ENV, the same names:
+// TestWorkerImageMatchesDockerfile) pointing at them.
+func (s *Stack) workerImage() ecsstandin.Image { return WorkerImage(s.cfg.Bin, s.dir) }
+
+// WorkerImage is the local worker image for the binaries b, with its home
+// folder under dir.
+func WorkerImage(b Binaries, dir string) ecsstandin.Image {
 	return ecsstandin.Image{
 		Entrypoint: []string{mustAbs(b.Harness)},
 		Env: map[string]string{
 			"PATH":                 mustAbs(b.Agents) + ":/usr/local/bin:/usr/bin:/bin",
-			"HOME":                 filepath.Join(s.dir, "home"),
+			"HOME":                 filepath.Join(dir, "home"),
 			"GALLEY_AGENT_BIN_DIR": mustAbs(b.Agents),
+			"GALLEY_WORKSPACE":     "/workspace",
 			"DISABLE_AUTOUPDATER":  "1",
 		},
 	}
@@ -293,15 +299,23 @@ func (g *gitServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	gitserve.BasicAuth("galley house repository", check, gitserve.Backend(s.repo)).ServeHTTP(w, r)
 }
 
-// gitCredentialNames reads the git user name and the git credential's
-// secret from the effects function's environment.
+// gitCredentialNames reads the git user name the worker presents (its
+// task definition's GALLEY_GIT_USERNAME, else the harness's default) and
+// the git credential's secret (the effects function's GALLEY_SECRET_GIT).
+// The functions present the same pair; a template where they differ fails
+// the forge's check for one of them, as a real forge would.
 func (s *Stack) gitCredentialNames() (user, secretArn string) {
-	env := s.model.functions[s.kinds[lambdaapp.Effects]].Env
-	user = env[lambdaapp.EnvGitUsername]
-	if user == "" {
-		user = "x-access-token"
+	user = harness.DefaultGitUsername
+	for _, p := range s.deploy.props {
+		for _, c := range asList(p["ContainerDefinitions"]) {
+			for _, kv := range asList(asMap(c)["Environment"]) {
+				if str(asMap(kv), "Name") == harness.EnvGitUsername && str(asMap(kv), "Value") != "" {
+					user = str(asMap(kv), "Value")
+				}
+			}
+		}
 	}
-	return user, env[lambdaapp.EnvSecretGit]
+	return user, s.model.functions[s.kinds[lambdaapp.Effects]].Env[lambdaapp.EnvSecretGit]
 }
 
 // syncToken keeps kitchn's token across restarts: a token file that exists
