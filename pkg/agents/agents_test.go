@@ -234,6 +234,17 @@ func TestArgs(t *testing.T) {
 	if got != want {
 		t.Errorf("codex:\n got %s\nwant %s", got, want)
 	}
+	// The operator's OPENAI_BASE_URL reaches codex as openai_base_url.
+	c.OpenAIBaseURL = "http://127.0.0.1:9/v1"
+	if got := strings.Join(codexArgs(c, ""), " "); !strings.Contains(got, ` -c openai_base_url="http://127.0.0.1:9/v1" -m gpt-5.5 `) {
+		t.Errorf("codex with a base URL: %s", got)
+	}
+	if c, _ := SessionConfigFromEnv(func(k string) string {
+		return map[string]string{EnvFamily: FamilyCodex, EnvCLI: "/x/codex", "GALLEY_WORKSPACE": "/w", "GALLEY_MCP_URL": "u",
+			"GALLEY_MCP_SECRET": "s", "GALLEY_BRIEF": "b", "OPENAI_BASE_URL": "http://gw/v1"}[k]
+	}); c.OpenAIBaseURL != "http://gw/v1" {
+		t.Errorf("session config base URL = %q", c.OpenAIBaseURL)
+	}
 	c.Family, c.Instructions = FamilyClaude, ""
 	got = strings.Join(claudeArgs(c, "/tmp/x/mcp.json", ""), " ")
 	want = "-p --output-format stream-json --verbose --mcp-config /tmp/x/mcp.json --strict-mcp-config --permission-mode acceptEdits " +
@@ -289,5 +300,17 @@ func TestCostRules(t *testing.T) {
 	}
 	if why := unpricedWhy(FamilyCodex, "gpt-5.5", CodexPrices()); why != "" {
 		t.Errorf("a priced model: %q", why)
+	}
+}
+
+// A message the harness appended to the supervisor's own status post is
+// the next prompt; the status's own text is not.
+func TestAppendedMessages(t *testing.T) {
+	res := strings.Join([]string{"posted msg-3", messagePrefix + "rebase first", "not a message", messagePrefix + "then push"}, resultSep)
+	if got := appendedMessages(res); !slices.Equal(got, []string{"rebase first", "then push"}) {
+		t.Errorf("appended = %q", got)
+	}
+	if got := appendedMessages("posted msg-3"); len(got) != 0 {
+		t.Errorf("appended = %q", got)
 	}
 }
