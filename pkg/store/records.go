@@ -161,6 +161,12 @@ type Worker struct {
 	// agent's last turn ends after its finish). Zero once that report came,
 	// and for a worker settled any other way.
 	FinalReportUntil time.Time `json:"finalReportUntil,omitzero"`
+	// AgentUID is the uid (and gid) the worker's agent runs under when
+	// its harness confines it by uid: allocated from the house's
+	// CounterAgentUID when the record is first written, so no two workers
+	// of a house share one. 0 on records made before it existed, whose
+	// harness falls back to a hash of the handle.
+	AgentUID uint32 `json:"agentUid,omitempty"`
 	// Exited is set once the runtime saw the process or task end.
 	Exited  bool      `json:"exited,omitempty"`
 	Updated time.Time `json:"updated"`

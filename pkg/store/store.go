@@ -51,11 +51,28 @@ type Inboxes interface {
 	ListInbox(ctx context.Context, worker string, after int64) ([]InboxItem, error)
 }
 
+// Counters keeps the house's named counters.
+type Counters interface {
+	// NextCount adds one to the named counter (an absent one is 0) in one
+	// atomic write and answers the new value. No two calls, concurrent or
+	// not, from any process, answer the same value of one counter, and
+	// values only grow. They may skip (a write whose answer was lost may
+	// have applied before its resend), so a counter hands out unique
+	// numbers, not a gap-free sequence. After Unavailable the count may or
+	// may not have moved; calling again is always safe.
+	NextCount(ctx context.Context, name string) (int64, error)
+}
+
+// CounterAgentUID is the counter that numbers the house's agent uids
+// (Worker.AgentUID).
+const CounterAgentUID = "agent-uid"
+
 // Store is all of it, as one implementation provides it.
 type Store interface {
 	Effects
 	Resources
 	Mailboxes
 	Inboxes
+	Counters
 	Close() error
 }

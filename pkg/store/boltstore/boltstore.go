@@ -32,6 +32,7 @@ import (
 //	messages        run -> bucket: seq (8 bytes) -> message JSON; the bucket's sequence is the run's counter
 //	message-ids     run -> bucket: row id -> seq (8 bytes), written with the message
 //	inboxes         worker -> bucket: seq (8 bytes) -> item JSON; likewise
+//	counters        name -> last value (8 bytes)
 //
 // version is 8 bytes big-endian; numbers in keys are big-endian so that
 // keys sort in numeric order.
@@ -44,12 +45,15 @@ var (
 	bucketMessages      = []byte("messages")
 	bucketInboxes       = []byte("inboxes")
 	bucketMessageIDs    = []byte("message-ids")
-	allBuckets          = [][]byte{bucketMeta, bucketEffects, bucketResources, bucketResourceOrder, bucketMailboxes, bucketMessages, bucketInboxes, bucketMessageIDs}
+	bucketCounters      = []byte("counters")
+	allBuckets          = [][]byte{bucketMeta, bucketEffects, bucketResources, bucketResourceOrder, bucketMailboxes, bucketMessages, bucketInboxes, bucketMessageIDs, bucketCounters}
 )
 
 // formatVersion names the layout above; a file of another format is
 // refused rather than misread. Format 1 lacked message-ids; Open upgrades
-// it by indexing the messages it holds.
+// it by indexing the messages it holds. The counters bucket came within
+// format 2: Open creates it in a file that lacks it, and a galley that
+// predates it never opens it.
 const (
 	formatVersion = "2"
 	formatNoIDs   = "1"
@@ -557,4 +561,29 @@ func (s *Store) AppendInbox(ctx context.Context, worker string, item store.Inbox
 
 func (s *Store) ListInbox(ctx context.Context, worker string, after int64) ([]store.InboxItem, error) {
 	return listFrom[store.InboxItem](s, ctx, "boltstore.ListInbox", bucketInboxes, worker, after, 0)
+}
+
+// NextCount counts in the counters bucket, one write transaction (bbolt
+// serializes them), so no two calls answer one value.
+func (s *Store) NextCount(ctx context.Context, name string) (n int64, err error) {
+	const op = galleyerr.Op("boltstore.NextCount")
+	if err := needKeys(op, name); err != nil {
+		return 0, err
+	}
+	err = s.update(ctx, op, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketCounters)
+		var cur uint64
+		if v := b.Get([]byte(name)); v != nil {
+			if len(v) != 8 {
+				return galleyerr.E(op, fmt.Sprintf("counter %q is corrupt (%d bytes)", name, len(v)))
+			}
+			cur = binary.BigEndian.Uint64(v)
+		}
+		n = int64(cur + 1)
+		return b.Put([]byte(name), u64(cur+1))
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
 }

@@ -58,6 +58,7 @@ var Methods = []string{
 	"GetResource", "PutResource", "ListResources",
 	"GetMailbox", "PutMailbox", "AppendMessage", "ListMessages",
 	"AppendInbox", "ListInbox",
+	"NextCount",
 	"Close",
 }
 
@@ -65,7 +66,8 @@ var Methods = []string{
 type Call struct {
 	Method string
 	// Key is the record the call is about: the effect key, "kind/handle"
-	// of a resource, the run, the worker; "" for ListResources and Close.
+	// of a resource, the run, the worker, the counter; "" for
+	// ListResources and Close.
 	Key string
 }
 
@@ -386,6 +388,17 @@ func (s *Store) AppendInbox(ctx context.Context, worker string, item store.Inbox
 		return 0, err
 	}
 	return seq, nil
+}
+
+func (s *Store) NextCount(ctx context.Context, name string) (n int64, err error) {
+	err = s.do(ctx, Call{"NextCount", name}, func() (err error) {
+		n, err = s.inner.NextCount(ctx, name)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 func (s *Store) ListInbox(ctx context.Context, worker string, after int64) (items []store.InboxItem, err error) {

@@ -72,6 +72,14 @@ var writes = []write{
 			items, _ := s.ListInbox(ctx, "w", 0)
 			return len(items) > 0
 		}},
+	{"NextCount",
+		func(ctx context.Context, s store.Store) error {
+			_, err := s.NextCount(ctx, "c")
+			return err
+		},
+		// Counting is the only way to read a counter: 2 means the call
+		// counted 1.
+		func(ctx context.Context, s store.Store) bool { n, _ := s.NextCount(ctx, "c"); return n > 1 }},
 }
 
 func TestFaults(t *testing.T) {

@@ -24,6 +24,7 @@ type Store struct {
 	messages  map[string][]store.Message   // messages[run][seq-1]
 	msgIDs    map[msgKey]int64             // a message's sequence by run and row id
 	inboxes   map[string][]store.InboxItem // inboxes[worker][seq-1]
+	counters  map[string]int64
 }
 
 type versioned[T any] struct {
@@ -46,6 +47,7 @@ func New() *Store {
 		messages:  map[string][]store.Message{},
 		msgIDs:    map[msgKey]int64{},
 		inboxes:   map[string][]store.InboxItem{},
+		counters:  map[string]int64{},
 	}
 }
 
@@ -230,6 +232,16 @@ func (s *Store) AppendInbox(ctx context.Context, worker string, item store.Inbox
 	item.Seq = int64(len(s.inboxes[worker]) + 1)
 	s.inboxes[worker] = append(s.inboxes[worker], item)
 	return item.Seq, nil
+}
+
+func (s *Store) NextCount(ctx context.Context, name string) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx, "memstore.NextCount", name); err != nil {
+		return 0, err
+	}
+	s.counters[name]++
+	return s.counters[name], nil
 }
 
 func (s *Store) ListInbox(ctx context.Context, worker string, after int64) ([]store.InboxItem, error) {

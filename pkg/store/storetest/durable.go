@@ -18,13 +18,16 @@ import (
 func RunDurable(t *testing.T, openAt func(t *testing.T, dir string) store.Store) {
 	t.Run("CloseReopen", func(t *testing.T) {
 		testDurable(t, openAt, func(t *testing.T, s store.Store) { mustOK(t, "close", s.Close()) })
+		testCounterDurable(t, openAt, func(t *testing.T, s store.Store) { mustOK(t, "close", s.Close()) })
 	})
 	t.Run("AbandonReopen", func(t *testing.T) {
-		testDurable(t, openAt, func(t *testing.T, s store.Store) {
+		abandon := func(t *testing.T, s store.Store) {
 			if a, ok := s.(Abandoner); ok {
 				a.Abandon()
 			}
-		})
+		}
+		testDurable(t, openAt, abandon)
+		testCounterDurable(t, openAt, abandon)
 	})
 }
 

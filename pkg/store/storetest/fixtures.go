@@ -79,6 +79,7 @@ func fullResource(kind, handle string) store.Resource {
 			},
 			CredentialNonce:  "n-0123456789abcdef",
 			FinalReportUntil: t2.Add(2 * time.Minute),
+			AgentUID:         1<<29 + 42,
 			Exited:           true,
 			Updated:          t2,
 		},

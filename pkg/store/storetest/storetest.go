@@ -2,7 +2,8 @@
 // implementation passes: memstore, boltstore, dynamostore and decorators such
 // as faultstore. It checks the whole contract of package store: conditional
 // create and update, NotFound, increasing versions, creation order, gap-free
-// sequences under concurrency, messages appended once per id, races that
+// sequences under concurrency, messages appended once per id, counters
+// that never answer one value twice, races that
 // only a condition inside the write can win, exact round trips of every
 // field, and (RunDurable) that what was acknowledged survives a close or a
 // kill.
@@ -38,6 +39,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		testRepeatedIDs(t, open)
 	})
 	t.Run("Inboxes", func(t *testing.T) { testInboxes(t, open) })
+	t.Run("Counters", func(t *testing.T) { testCounters(t, open) })
 	t.Run("Aliasing", func(t *testing.T) { testAliasing(t, open) })
 	t.Run("LargeValues", func(t *testing.T) { testLargeValues(t, open) })
 	t.Run("LargestWorker", func(t *testing.T) { testLargestWorker(t, open) })
