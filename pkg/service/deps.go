@@ -14,6 +14,7 @@ type Store interface {
 	store.Resources
 	store.Mailboxes
 	store.Inboxes
+	store.Counters
 }
 
 // Runtime starts and stops workers: local processes, or ECS tasks.

@@ -139,11 +139,15 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 			return s.goneOr(err, receipt)
 		}
 	}
+	uid, err := s.launchAgentUID(ctx, plan.Worker, req.Key)
+	if err != nil {
+		return nil, err
+	}
 	worker := store.Resource{Kind: protocol.KindWorker, Handle: plan.Worker, Owner: req.Key, Created: now,
 		Worker: &store.Worker{
 			Run: call.Run, Task: req.Task, Role: eff.Role, Branch: branch, Worktree: plan.Worktree,
 			Brief: *eff.Brief, Agent: &agent, State: protocol.StateStarting, Updated: now,
-			CredentialNonce: s.launchNonce(req.Key),
+			CredentialNonce: s.launchNonce(req.Key), AgentUID: uid,
 		}}
 	if err := s.createResource(ctx, worker, fresh); err != nil {
 		return s.goneOr(err, receipt)

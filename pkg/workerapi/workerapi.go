@@ -60,7 +60,26 @@ type Self struct {
 	Agent   protocol.AgentSelection `json:"agent"` // family always resolved
 	State   string                  `json:"state"`
 	Outcome string                  `json:"outcome,omitempty"`
+	// AgentUID is the uid (and gid) the agent runs under when the harness
+	// confines it by uid: the service numbers a house's workers from
+	// AgentUIDBase, so no two share one (on AWS their worktrees share one
+	// file system, kept apart by ownership alone). 0 for a worker launched
+	// before the service allocated uids: the harness then derives one from
+	// the handle, in a range below AgentUIDBase.
+	AgentUID uint32 `json:"agentUid,omitempty"`
 }
+
+// The agent uids a service allocates: the n-th worker of a house (n from
+// 1) gets AgentUIDBase + n - 1, so a house has at most AgentUIDEnd -
+// AgentUIDBase (2^31 - 2^29, about 1.6 billion) workers. The range lies
+// above the 16-bit uids distributions allocate and above the range
+// [2^28, 2^29) the harness derives from a handle when AgentUID is 0, so a
+// worker launched before the service allocated uids never shares one with
+// a later worker; and below 2^31, which some tools read as negative.
+const (
+	AgentUIDBase = 1 << 29
+	AgentUIDEnd  = 1 << 31 // exclusive
+)
 
 // ReadyRequest reports positive evidence that the agent runs. Evidence says
 // what it was (for logs), such as "script started" or "claude init event".
