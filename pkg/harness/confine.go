@@ -1,10 +1,13 @@
 package harness
 
 import (
+	"fmt"
 	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/galley-run/galley/pkg/workerapi"
 )
 
 // Confinement is how the platform keeps an agent (and everything it
@@ -17,7 +20,7 @@ const (
 	// ConfineAuto picks the strongest confinement this process can apply
 	// (ChooseConfinement); what ConfigFromEnv defaults to.
 	ConfineAuto Confinement = "auto"
-	// ConfineUser runs the agent under a uid and gid of its own (AgentUID),
+	// ConfineUser runs the agent under a uid and gid of its own (AgentUIDOf),
 	// with no supplementary groups and no_new_privs, in a workspace, home
 	// and temporary folder it owns (mode 0700). Needs root, or CAP_SETUID,
 	// CAP_SETGID, CAP_CHOWN, CAP_KILL and CAP_DAC_READ_SEARCH (or
@@ -43,22 +46,42 @@ const EnvConfine = "GALLEY_AGENT_CONFINE"
 // Landlock domain when asked, and executes the agent (RunAgentExec).
 const AgentExecCommand = "agent-exec"
 
-// Agent uids come from a range no distribution allocates (above the
-// 16-bit range and systemd's dynamic and container ranges), one per worker
-// handle, so that two workers' agents never share a uid on one machine or
-// one shared file system.
+// Agent uids come from ranges no distribution allocates (above the 16-bit
+// range). The service numbers each house's workers in
+// [workerapi.AgentUIDBase, workerapi.AgentUIDEnd) and hands the uid over
+// in the worker's Self, so that two workers' agents never share a uid on
+// one machine or one shared file system. A worker launched before the
+// service numbered them has none; its uid is a hash of the handle in
+// [AgentUIDBase, AgentUIDBase+2^28), below the service's range, where two
+// such workers may collide (about one chance in six among 10,000).
 const (
 	AgentUIDBase = 1 << 28
 	agentUIDSpan = 1 << 28
 )
 
-// AgentUID is the uid (and gid) of a worker's agent under ConfineUser: a
-// stable function of the handle, so that every harness and every host
-// agree on who owns a worker's worktree.
+// AgentUID is the uid (and gid) of a worker's agent under ConfineUser when
+// its Self names none: a stable function of the handle, so that every
+// harness and every host agree on who owns the worktree. AgentUIDOf is the
+// uid the harness uses.
 func AgentUID(handle string) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(handle))
 	return AgentUIDBase + int(h.Sum32()%agentUIDSpan)
+}
+
+// AgentUIDOf is the uid (and gid) of the worker's agent under
+// ConfineUser: the one the service allocated (self.AgentUID, unique in
+// the house), else AgentUID(self.Handle). A uid outside the service's
+// range is refused rather than used: it could be root's or a system
+// user's.
+func AgentUIDOf(self workerapi.Self) (int, error) {
+	if self.AgentUID == 0 {
+		return AgentUID(self.Handle), nil
+	}
+	if self.AgentUID < workerapi.AgentUIDBase || self.AgentUID >= workerapi.AgentUIDEnd {
+		return 0, fmt.Errorf("the service gave agent uid %d, outside [%d, %d)", self.AgentUID, workerapi.AgentUIDBase, workerapi.AgentUIDEnd)
+	}
+	return int(self.AgentUID), nil
 }
 
 // Enforcement is what ChooseConfinement found.

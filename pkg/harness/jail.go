@@ -55,8 +55,11 @@ func (h *harness) chooseJail() (*jail, error) {
 		if ok, msg := canSwitchUser(); !ok {
 			return nil, errors.New("uid confinement: " + msg)
 		}
-		j.uid = AgentUID(h.self.Handle)
-		j.gid = j.uid
+		uid, err := AgentUIDOf(h.self)
+		if err != nil {
+			return nil, errors.New("uid confinement: " + err.Error())
+		}
+		j.uid, j.gid = uid, uid
 		// A worktree an earlier agent owned goes back to the harness
 		// before galley's git runs there: git refuses (safe.directory) a
 		// repository another uid owns, and galley never waives that.

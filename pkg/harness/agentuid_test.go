@@ -1,0 +1,143 @@
+package harness_test
+
+import (
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/galley-run/galley/pkg/harness"
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/workerapi"
+)
+
+// idDriver runs an agent that prints its uid, its gid and its
+// workspace's owner, and keeps what it printed.
+type idDriver struct {
+	mu  *sync.Mutex
+	out *string
+}
+
+func (d idDriver) Needs() harness.AgentNeeds { return harness.AgentNeeds{} }
+
+func (d idDriver) Command(_ workerapi.Self, _, _, workspace string) (*exec.Cmd, error) {
+	cmd := exec.Command("sh", "-c", `echo started; echo "$(id -u) $(id -g) $(stat -c %u .)"`)
+	cmd.Dir = workspace
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	return cmd, nil
+}
+
+func (d idDriver) Observe(stdout io.Reader, ev harness.Events) {
+	b, _ := io.ReadAll(stdout)
+	d.mu.Lock()
+	*d.out = string(b)
+	d.mu.Unlock()
+	if strings.Contains(string(b), "started") {
+		ev.Started("id said started")
+	}
+}
+
+// confinedByUID runs the harness in process under ConfineUser for self and
+// answers what its agent printed ("" when it never ran) and the harness's
+// error. The harness's binary and the workspace's folder are opened to
+// other users, as an operator's must be.
+func confinedByUID(t *testing.T, self workerapi.Self) (string, error) {
+	t.Helper()
+	if ok, why := harness.CanSwitchUser(); !ok {
+		t.Skip("the uid confinement needs root here: " + why)
+	}
+	open, err := os.MkdirTemp("", "galley-agent-uid-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(open) })
+	if err := os.Chmod(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(open, "galley-worker")
+	bin, err := os.ReadFile(workerBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	self.Agent = protocol.AgentSelection{Agent: "id"}
+	f := fakeFor(t, self)
+	var (
+		mu  sync.Mutex
+		out string
+	)
+	p := runInProcess(t, ctx, f, "id", idDriver{mu: &mu, out: &out}, func(c *harness.Config) {
+		c.Confine, c.ConfineExe, c.Workspace = harness.ConfineUser, exe, filepath.Join(open, "ws")
+	})
+	err = p.wait(t, ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	return strings.TrimSpace(strings.TrimPrefix(out, "started\n")), err
+}
+
+// The agent runs under the uid (and gid) its Self names, in a workspace
+// that uid owns.
+func TestAgentRunsUnderSelfsUID(t *testing.T) {
+	uid := workerapi.AgentUIDBase + rand.N(uint32(1_000_000))
+	got, err := confinedByUID(t, workerapi.Self{Handle: "w-1", Run: "run-1", Brief: "Fix it.", Branch: testBranch, AgentUID: uid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := strconv.FormatUint(uint64(uid), 10)
+	if want := u + " " + u + " " + u; got != want {
+		t.Fatalf("agent printed %q (uid gid workspace owner), want %q", got, want)
+	}
+}
+
+// A Self without a uid (a worker launched before the service allocated
+// them) gets the uid hashed from its handle.
+func TestAgentWithoutSelfUIDRunsUnderHashedUID(t *testing.T) {
+	got, err := confinedByUID(t, workerapi.Self{Handle: "w-1", Run: "run-1", Brief: "Fix it.", Branch: testBranch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := strconv.Itoa(harness.AgentUID("w-1"))
+	if want := u + " " + u + " " + u; got != want {
+		t.Fatalf("agent printed %q (uid gid workspace owner), want %q", got, want)
+	}
+}
+
+// A uid outside the service's range (root's, a system user's, one of the
+// hashed range) is refused: the agent never starts.
+func TestAgentUIDOutsideTheRangeIsRefused(t *testing.T) {
+	for _, uid := range []uint32{1, 1000, harness.AgentUIDBase, workerapi.AgentUIDEnd} {
+		t.Run(strconv.FormatUint(uint64(uid), 10), func(t *testing.T) {
+			got, err := confinedByUID(t, workerapi.Self{Handle: "w-1", Run: "run-1", Brief: "Fix it.", Branch: testBranch, AgentUID: uid})
+			if err == nil || !strings.Contains(err.Error(), "outside") {
+				t.Fatalf("harness answered %v, want a refusal of the uid", err)
+			}
+			if got != "" {
+				t.Fatalf("the agent ran: %q", got)
+			}
+		})
+	}
+}
+
+func TestAgentUIDOf(t *testing.T) {
+	if u, err := harness.AgentUIDOf(workerapi.Self{Handle: "w-9"}); err != nil || u != harness.AgentUID("w-9") {
+		t.Errorf("no uid in Self: %d %v, want the hashed %d", u, err, harness.AgentUID("w-9"))
+	}
+	for _, uid := range []uint32{workerapi.AgentUIDBase, workerapi.AgentUIDEnd - 1} {
+		if u, err := harness.AgentUIDOf(workerapi.Self{Handle: "w-9", AgentUID: uid}); err != nil || u != int(uid) {
+			t.Errorf("uid %d in Self: %d %v", uid, u, err)
+		}
+	}
+	// The hashed range lies below the service's: an old worker never
+	// shares a uid with a new one.
+	if harness.AgentUIDBase+1<<28 > workerapi.AgentUIDBase {
+		t.Error("the hashed range meets the service's")
+	}
+}
