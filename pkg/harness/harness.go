@@ -39,10 +39,12 @@ import (
 const CodeNotStarted = -1
 
 type harness struct {
-	cfg  Config
-	api  *client.Client
-	log  *slog.Logger
-	self workerapi.Self
+	cfg Config
+	// calls are the MCP server's HTTP requests in flight (tools.go).
+	calls liveRequests
+	api   *client.Client
+	log   *slog.Logger
+	self  workerapi.Self
 	// needs is the driver's: whether tool results carry waiting messages,
 	// and which provider key the agent gets.
 	needs AgentNeeds

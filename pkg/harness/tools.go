@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -81,7 +83,7 @@ func (h *harness) startMCP() (*mcpServer, error) {
 	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
 
 	mux := http.NewServeMux()
-	mux.Handle(MCPPath, requireSecret(secret, handler))
+	mux.Handle(MCPPath, requireSecret(secret, h.calls.track(handler)))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -89,6 +91,57 @@ func (h *harness) startMCP() (*mcpServer, error) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return &mcpServer{url: "http://" + ln.Addr().String() + MCPPath, secret: secret, srv: srv}, nil
+}
+
+// requestHeader carries the harness's id of the HTTP request a tool call
+// came in, so that its handler can tell when that request is gone.
+const requestHeader = "X-Galley-Request"
+
+// liveRequests holds the contexts of the MCP server's HTTP requests in
+// flight. The MCP SDK does not end a tool call's handler when the client
+// drops the request that carries it (older protocol versions, which the
+// CLIs speak), and a handler that then takes a reply would return it to
+// nobody: a blocking handler ends with its request instead.
+type liveRequests struct {
+	mu sync.Mutex
+	n  uint64
+	m  map[string]context.Context
+}
+
+func (l *liveRequests) track(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.mu.Lock()
+		if l.m == nil {
+			l.m = map[string]context.Context{}
+		}
+		l.n++
+		id := strconv.FormatUint(l.n, 10)
+		l.m[id] = r.Context()
+		l.mu.Unlock()
+		defer func() {
+			l.mu.Lock()
+			delete(l.m, id)
+			l.mu.Unlock()
+		}()
+		r.Header.Set(requestHeader, id) // the client's own value, if any, is replaced
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bind returns ctx, ended also when the HTTP request that carried req ends.
+func (l *liveRequests) bind(ctx context.Context, req *mcp.CallToolRequest) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	if req == nil || req.Extra == nil || req.Extra.Header == nil {
+		return ctx, cancel
+	}
+	l.mu.Lock()
+	rctx, ok := l.m[req.Extra.Header.Get(requestHeader)]
+	l.mu.Unlock()
+	if !ok {
+		return ctx, cancel
+	}
+	stop := context.AfterFunc(rctx, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // requireSecret answers 401 to any request without "Bearer <secret>".
@@ -109,7 +162,10 @@ func (h *harness) addTools(s *mcp.Server) {
 			if err := checkText("subject", a.Subject, "body", a.Body); err != nil {
 				return "", err
 			}
-			ans, err := h.api.Post(ctx, workerapi.PostRequest{Kind: protocol.MsgQuestion, Subject: a.Subject, Body: a.Body})
+			// The question is posted even if the agent drops the call
+			// meanwhile (with the harness's own context): its id is then
+			// known, so its reply can still be delivered as a message.
+			ans, err := h.api.Post(h.ctx, workerapi.PostRequest{Kind: protocol.MsgQuestion, Subject: a.Subject, Body: a.Body})
 			if err != nil {
 				return "", err
 			}
@@ -198,6 +254,9 @@ func tool[In any](h *harness, name string, f func(context.Context, In) (string, 
 		}
 		h.ensureReady(ctx, "agent called "+name)
 		if blocking[name] {
+			var cancel context.CancelFunc
+			ctx, cancel = h.calls.bind(ctx, req)
+			defer cancel()
 			stop := h.keepAlive(ctx, req, name)
 			defer stop()
 		}
