@@ -10,7 +10,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 PKGS := ./pkg/... ./local/... ./worker/... $(wildcard ./functions) $(wildcard ./scripts)
 PKGS := $(patsubst %,%/...,$(filter-out %/...,$(PKGS))) $(filter %/...,$(PKGS))
 
-.PHONY: run run-aws-local build build-aws-local test test-go test-infra vet bench fuzz standins-start standins-stop clean lambdas synth synth-local deploy
+.PHONY: run run-aws-local build build-aws-local test test-go test-real-clis test-infra vet bench fuzz standins-start standins-stop clean lambdas synth synth-local deploy
 
 FUNCTIONS := effects reads mailbox workerapi reconciler
 CDK := node_modules/.bin/cdk
@@ -44,9 +44,17 @@ vet:
 	@bad=$$(gofmt -l $(wildcard pkg local worker functions scripts)); if [ -n "$$bad" ]; then echo "not gofmt-clean: $$bad"; exit 1; fi
 	$(GO) vet $(PKGS)
 
+# The real agent CLIs (worker/agent-clis' pins, installed from npm with their
+# checksums) run in local/realcli; every stand-in a test needs is required.
 test-go:
+	clis="$$(scripts/agent-clis.sh)"; \
 	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) \
-	  GALLEY_AWSLOCAL_TEMPLATE=$(CURDIR)/$(LOCAL_TEMPLATE) $(GO) test -count=1 -timeout 15m $(PKGS)
+	  GALLEY_AWSLOCAL_TEMPLATE=$(CURDIR)/$(LOCAL_TEMPLATE) GALLEY_REQUIRE_REAL_CLIS=1 GALLEY_AGENT_CLIS_BIN="$$clis" \
+	  $(GO) test -count=1 -timeout 15m $(PKGS)
+
+## test-real-clis: only the real Claude Code and Codex CLIs through galley's harness and drivers
+test-real-clis:
+	clis="$$(scripts/agent-clis.sh)"; GALLEY_REQUIRE_REAL_CLIS=1 GALLEY_AGENT_CLIS_BIN="$$clis" $(GO) test -count=1 -timeout 10m ./local/realcli/
 
 test-infra:
 	cd infra && $(GO) test -count=1 -timeout 15m ./...
