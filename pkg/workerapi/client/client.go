@@ -3,7 +3,8 @@
 // retries with capped, jittered exponential backoff where a retry is safe,
 // and errors that carry galleyerr kinds. Only transport failures and 5xx
 // answers are retried: a 429 (the worker's posting budget, with its
-// Retry-After in RetryAfterSeconds), 401, 403 or 409 is final for the call. The worker token goes only into the
+// Retry-After in RetryAfterSeconds), 401, 403 or 409 is final for the call,
+// but for the bootstrap exchange, whose throttled 429 is tried again. The worker token goes only into the
 // Authorization header; no error or log line ever holds it.
 package client
 
@@ -146,18 +147,46 @@ func (c *Client) Post(ctx context.Context, req workerapi.PostRequest) (workerapi
 // ExchangeBootstrap trades a one-time bootstrap code for the worker's
 // credential (the client needs no token for this call). claim must be the
 // same on every retry.
+//
+// The exchange is the one call a worker makes before it has a credential,
+// on a route API Gateway throttles tightly (infra: the credential route):
+// a throttled exchange (429) is tried again, after its Retry-After or a
+// backoff of at most ExchangeThrottleWait, until ctx ends or
+// ExchangeThrottleBudget has passed. The claim makes a repeat harmless.
 func ExchangeBootstrap(ctx context.Context, endpoint, handle, code, claim string, opts ...Option) (string, error) {
 	c := New(endpoint, "", opts...)
 	var out workerapi.CredentialAnswer
 	req := workerapi.CredentialRequest{Handle: handle, Code: code, Claim: claim}
-	if err := c.call(ctx, workerapi.PathCredential, req, &out, 0, retryAlways); err != nil {
-		return "", err
+	deadline := time.Now().Add(ExchangeThrottleBudget)
+	for throttled := 1; ; throttled++ {
+		err := c.call(ctx, workerapi.PathCredential, req, &out, 0, retryAlways)
+		if err == nil {
+			break
+		}
+		var e *galleyerr.Error
+		if !errors.As(err, &e) || e.Kind != galleyerr.RateLimited || !time.Now().Before(deadline) {
+			return "", err
+		}
+		wait := min(c.backoff(throttled), ExchangeThrottleWait)
+		if e.RetryAfterSeconds > 0 {
+			wait = min(time.Duration(e.RetryAfterSeconds)*time.Second, ExchangeThrottleWait)
+		}
+		if serr := sleep(ctx, wait); serr != nil {
+			return "", err
+		}
 	}
 	if out.Token == "" {
 		return "", galleyerr.Errorf(galleyerr.Other, "galley answered no credential")
 	}
 	return out.Token, nil
 }
+
+// How long, and how far apart at most, a throttled bootstrap exchange is
+// tried again (well inside the bootstrap code's 15 minutes).
+const (
+	ExchangeThrottleBudget = 2 * time.Minute
+	ExchangeThrottleWait   = 5 * time.Second
+)
 
 func newClientID() string {
 	var b [12]byte
