@@ -355,3 +355,20 @@ func TestWrongTokenStopsBeforeTheAgent(t *testing.T) {
 	}
 	p.checkNoToken(t)
 }
+
+// An exit report answered 409 (galley has one already: this report's
+// first attempt, its answer lost) leaves the harness nothing to owe: it
+// ends with code 0, not as a failure.
+func TestExitAlreadyReportedIsDone(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	f := newFake(t, "#!galley-script\nexit 3")
+	f.FailNext(workerapi.PathExited, http.StatusConflict)
+	p := startHarness(t, f, procOpts{})
+	if code := p.wait(t, ctx); code != 0 {
+		t.Fatalf("harness exit code %d after a 409 to its exit report", code)
+	}
+	if n := f.Snapshot().Count(workerapi.PathExited); n != 0 {
+		t.Fatalf("the exit report was sent again after its 409 (%d more)", n)
+	}
+}

@@ -279,11 +279,19 @@ func exitCode(ps *os.ProcessState) int {
 func (h *harness) reportExited(ctx context.Context, code int, reason string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := h.api.Exited(ctx, code, reason); err != nil {
-		h.log.Error("cannot report the agent's exit", "err", err)
-		return err
+	err := h.api.Exited(ctx, code, reason)
+	switch {
+	case err == nil:
+		return nil
+	case galleyerr.Is(galleyerr.Conflict, err):
+		// galley takes one exit report: a 409 says it has one already
+		// (this report's first attempt, its answer lost), so the harness
+		// owes nothing more.
+		h.log.Info("the agent's exit was already reported", "err", err)
+		return nil
 	}
-	return nil
+	h.log.Error("cannot report the agent's exit", "err", err)
+	return err
 }
 
 // providerKey is the harness's key for p.
