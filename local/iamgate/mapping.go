@@ -180,29 +180,35 @@ type tableInput struct {
 	Tags      []json.RawMessage
 }
 
+// table decodes a single-table request and returns it with its table's
+// ARN, or the service's answer to a body without a table.
+func (g *Gate) table(body []byte) (tableInput, string, *awsError) {
+	var in tableInput
+	if e := g.decode(body, &in); e != nil {
+		return in, "", e
+	}
+	if in.TableName == "" {
+		return in, "", g.missing("tableName")
+	}
+	return in, g.tableARN(in.TableName), nil
+}
+
 func dynamoTable(action string) mapper {
 	return func(g *Gate, body []byte) (mapping, *awsError) {
-		var in tableInput
-		if e := g.decode(body, &in); e != nil {
+		_, t, e := g.table(body)
+		if e != nil {
 			return mapping{}, e
 		}
-		if in.TableName == "" {
-			return mapping{}, g.missing("tableName")
-		}
-		return mapping{checks: []check{{action: action, resource: g.tableARN(in.TableName)}}}, nil
+		return mapping{checks: []check{{action: action, resource: t}}}, nil
 	}
 }
 
 // dynamoCreateTable: tags on create also need dynamodb:TagResource.
 func dynamoCreateTable(g *Gate, body []byte) (mapping, *awsError) {
-	var in tableInput
-	if e := g.decode(body, &in); e != nil {
+	in, t, e := g.table(body)
+	if e != nil {
 		return mapping{}, e
 	}
-	if in.TableName == "" {
-		return mapping{}, g.missing("tableName")
-	}
-	t := g.tableARN(in.TableName)
 	m := mapping{checks: []check{{action: "dynamodb:CreateTable", resource: t}}}
 	if len(in.Tags) > 0 {
 		m.checks = append(m.checks, check{action: "dynamodb:TagResource", resource: t})
@@ -213,14 +219,10 @@ func dynamoCreateTable(g *Gate, body []byte) (mapping, *awsError) {
 // dynamoIndexed: a Query or Scan of an index is authorized on the index.
 func dynamoIndexed(action string) mapper {
 	return func(g *Gate, body []byte) (mapping, *awsError) {
-		var in tableInput
-		if e := g.decode(body, &in); e != nil {
+		in, r, e := g.table(body)
+		if e != nil {
 			return mapping{}, e
 		}
-		if in.TableName == "" {
-			return mapping{}, g.missing("tableName")
-		}
-		r := g.tableARN(in.TableName)
 		if in.IndexName != "" {
 			r += "/index/" + in.IndexName
 		}
