@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/service"
 )
 
 // Environment variable names. The first group is a copy of
@@ -41,6 +42,10 @@ const (
 	// the worker container: every worktree lives below it and outlives its
 	// task. Unset, workspaces live in each task's ephemeral storage.
 	EnvWorkspaceRoot = "GALLEY_WORKSPACE_ROOT"
+	// EnvWakeRoleArn is the role the worker-API function assumes, with a
+	// session policy naming one worker's doorbell queue, to let that
+	// worker's harness wait on its queue itself (sqsbell.Granter).
+	EnvWakeRoleArn = "GALLEY_WAKE_ROLE_ARN"
 )
 
 // Names this package adds (not yet in infra/stack/envnames.go).
@@ -103,7 +108,7 @@ const (
 	// DefaultClockSkew is the margin between API Gateway's clock (which
 	// stamps arrivals) and a function's (which stamps lookup promises); see
 	// docs/architecture.md.
-	DefaultClockSkew = time.Second
+	DefaultClockSkew = service.DefaultClockSkew
 	// DefaultQueueIdle is how long a doorbell queue may go unused before
 	// the reconciler's hourly sweep deletes it (GALLEY_QUEUE_IDLE_HOURS).
 	DefaultQueueIdle = 24 * time.Hour
@@ -125,6 +130,8 @@ type Config struct {
 	Backend     string
 	Credential  string
 	QueuePrefix string
+	// WakeRoleArn: see EnvWakeRoleArn (worker-API function).
+	WakeRoleArn string
 	// QueueIdle: the reconciler sweeps doorbell queues unused for longer.
 	QueueIdle time.Duration
 
@@ -175,6 +182,7 @@ func ConfigFromEnv(fn Function, getenv func(string) string) (Config, error) {
 		Backend:             getenv(EnvBackend),
 		Credential:          getenv(EnvCredential),
 		QueuePrefix:         getenv(EnvQueuePrefix),
+		WakeRoleArn:         getenv(EnvWakeRoleArn),
 		TokenSecretArn:      getenv(EnvTokenSecretArn),
 		TokenFile:           getenv(EnvTokenFile),
 		WorkerSecretArn:     getenv(EnvWorkerSecretArn),

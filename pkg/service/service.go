@@ -9,6 +9,11 @@ import (
 	"github.com/galley-run/galley/pkg/protocol"
 )
 
+// DefaultClockSkew bounds how far the clock that stamps a request's
+// arrival (API Gateway's, or this process's wall clock) may run ahead of
+// the one that stamps a lookup's promise; see Config.ClockSkew.
+const DefaultClockSkew = time.Second
+
 // Config is what one deployment serves: one house in one backend namespace.
 type Config struct {
 	House      string
@@ -37,7 +42,11 @@ type Config struct {
 	// and a retry takes it over at once instead of waiting out its lease.
 	ExclusiveStore bool
 	// ClockSkew is the largest difference between the clocks that stamp a
-	// request's arrival and a lookup's promise (0 on one machine).
+	// request's arrival and a lookup's promise; 0 means DefaultClockSkew.
+	// It is not 0 even on one machine: arrivals and promises are compared
+	// as wall-clock times (a promise is stored, so it loses Go's monotonic
+	// reading), and a wall clock that NTP slews or steps runs backwards
+	// against the monotonic one by milliseconds or more.
 	ClockSkew time.Duration
 	// MaxWorkers bounds live workers; a launch beyond it is rate-limited.
 	// 0 means no bound.
@@ -71,6 +80,9 @@ func (c *Config) setDefaults() {
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second
 	}
+	if c.ClockSkew <= 0 {
+		c.ClockSkew = DefaultClockSkew
+	}
 	d := DefaultPostBudget
 	for _, f := range []struct {
 		v   *float64
@@ -97,6 +109,7 @@ type Service struct {
 	runtime Runtime
 	git     GitHost
 	bell    Doorbell
+	wakes   WakeGranter
 	clock   Clock
 	log     *slog.Logger
 	inboxes *inboxCache
@@ -114,6 +127,10 @@ func WithRuntime(r Runtime) Option   { return func(v *Service) { v.runtime = r }
 func WithGitHost(g GitHost) Option   { return func(v *Service) { v.git = g } }
 func WithDoorbell(d Doorbell) Option { return func(v *Service) { v.bell = d } }
 func WithClock(c Clock) Option       { return func(v *Service) { v.clock = c } }
+
+// WithWakeGranter sets how harnesses wait for their wake-ups (default:
+// through galley, WakeGalley).
+func WithWakeGranter(g WakeGranter) Option { return func(v *Service) { v.wakes = g } }
 func WithLogger(l *slog.Logger) Option {
 	return func(v *Service) { v.log = l }
 }

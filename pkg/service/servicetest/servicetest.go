@@ -201,9 +201,21 @@ func Config(t testing.TB) service.Config {
 		Families: []string{"claude", "codex"}, Model: true, Effort: "with-model",
 		WorkerSecret: []byte("0123456789abcdef0123456789abcdef"), WorkspaceRoot: t.TempDir(),
 		AwaitCap: 5 * time.Second,
+		// Shorter than the default second, so that a test's retry after a
+		// lookup waits briefly (RetryAfterSkew); long enough for the
+		// slewing wall clocks of test machines.
+		ClockSkew: TestClockSkew,
 		// Tests of other things post freely; the budget's own tests set it.
 		PostBudget: service.PostBudget{Rows: 1e6, RowBurst: 1e6, Bytes: 1e12, ByteBurst: 1e12}}
 }
+
+// TestClockSkew is Config's ClockSkew.
+const TestClockSkew = 100 * time.Millisecond
+
+// RetryAfterSkew waits until a request sent now arrives after the absence
+// a lookup promised before the call, as kitchn's retry after reading
+// "absent" (or a rate-limited refusal) does when it honours Retry-After.
+func RetryAfterSkew() { time.Sleep(TestClockSkew + 10*time.Millisecond) }
 
 // New builds a service on the memory store (or st, when given through
 // opts), with mod applied to the configuration.
