@@ -4,8 +4,8 @@
 // sessions with their keys and the role's policies from the template),
 // mapped to the IAM actions, resources and condition keys AWS authorizes
 // it by, evaluated with package iampolicy, and only then passed to the
-// upstream stand-in (DynamoDB Local, fauxqs, the Secrets Manager and ECS
-// stand-ins; Proxy makes one from a URL). A Gate serves one service.
+// upstream stand-in (DynamoDB Local, fauxqs, the Secrets Manager, ECS and
+// STS stand-ins; Proxy makes one from a URL). A Gate serves one service.
 //
 // # Wiring
 //
@@ -23,21 +23,36 @@
 // of the clock; the signature is recomputed over the request as received
 // (the body's SHA-256, the signed headers) and compared in constant time.
 // A principal with a session token needs X-Amz-Security-Token, signed and
-// equal; one without must not send one. Failures answer as AWS's JSON
-// services do: MissingAuthenticationTokenException (no Authorization),
+// equal; one without must not send one. A principal whose Expires has
+// passed (temporary credentials, as the STS stand-in issues) is refused
+// once its signature is verified. Failures answer as AWS's JSON services
+// do: MissingAuthenticationTokenException (no Authorization),
 // IncompleteSignatureException (malformed), UnrecognizedClientException
 // "The security token included in the request is invalid." (unknown key
-// or wrong token), InvalidSignatureException (scope, time or signature).
-// SQS also names the query-protocol code in x-amzn-query-error
-// (InvalidClientTokenId, SignatureDoesNotMatch, ...), which the SDK reports
-// as ErrorCode(), and answers HTTP 403; the others answer 400.
+// or wrong token), InvalidSignatureException (scope, time or signature),
+// ExpiredTokenException "The security token included in the request is
+// expired". SQS also names the query-protocol code in x-amzn-query-error
+// (InvalidClientTokenId, SignatureDoesNotMatch, ExpiredToken, ...), which
+// the SDK reports as ErrorCode(), and answers HTTP 403; DynamoDB, Secrets
+// Manager and ECS answer 400. STS answers those query codes in its XML
+// ErrorResponse (<Type>Sender</Type><Code>ExpiredToken</Code>...), HTTP 403.
+//
+// # Session policies
+//
+// A Principal's SessionPolicies (the Policy of the sts:AssumeRole that made
+// the session) bound it, as AWS evaluates a role session with a session
+// policy: an explicit Deny in the role's policies or in a session policy
+// denies; otherwise both the role's policies and the session policies must
+// allow. Without session policies the role's policies alone decide.
 //
 // # Denials
 //
 // A denial answers AccessDenied as each service does, naming the caller's
 // session (arn:aws:sts::<account>:assumed-role/<role>/<session>), the
-// action and the resource, "because no identity-based policy allows the
-// <action> action" or "with an explicit deny in an identity-based policy":
+// action and the resource, and why: "because no identity-based policy
+// allows the <action> action", "with an explicit deny in an identity-based
+// policy", "because no session policy allows the <action> action" or "with
+// an explicit deny in a session policy":
 //
 //   - DynamoDB: 400, __type com.amazon.coral.service#AccessDeniedException.
 //   - SQS (awsJson1_0, query-compatible): 403, the same __type, header
@@ -46,6 +61,10 @@
 //   - Secrets Manager: 400, AccessDeniedException, the resource named as
 //     the caller gave the SecretId.
 //   - ECS: 400, AccessDeniedException.
+//   - STS (awsQuery): 403, XML ErrorResponse with Code AccessDenied and
+//     no reason: "User: <session ARN> is not authorized to perform:
+//     sts:AssumeRole on resource: <role ARN>", the words the STS stand-in
+//     also uses when the role's trust policy refuses.
 //
 // A request needing several authorizations (a batch, a transaction,
 // RunTask's iam:PassRole) is denied by the first that fails. Every
@@ -98,6 +117,18 @@
 //     (arn:...:task/<cluster name>/<id> for a bare id) with ecs:cluster;
 //     ListTasks on "*" with ecs:cluster; RegisterTaskDefinition on "*"
 //     (+ iam:PassRole for its roles); DescribeTaskDefinition on "*".
+//   - STS (awsQuery: a form-encoded POST with no query string, one Action,
+//     Version 2011-06-15, no parameter twice; else refused): AssumeRole as
+//     sts:AssumeRole on the RoleArn as given, with sts:RoleSessionName and
+//     sts:ExternalId in the context (a missing RoleArn or RoleSessionName
+//     answers ValidationError); GetCallerIdentity with no check at all, as
+//     AWS needs no permission for it (recorded as allowed). The role's
+//     trust policy is the stand-in's (local/stsstandin) to evaluate: the
+//     gate tells it who the caller is in CallerHeader (role, session,
+//     account, region, tls, form-encoded), having removed any
+//     X-Galley-Iamgate-* header the client sent, so only a stand-in
+//     served as the gate's upstream handler can trust it. Chain combines
+//     the stack's principals with the sessions the stand-in issues.
 //
 // Every request's context has aws:SecureTransport ("true" only when the
 // request came over TLS), aws:PrincipalArn (the role ARN),

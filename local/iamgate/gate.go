@@ -27,8 +27,9 @@ const (
 	maxRecords = 10000
 )
 
-// Principal is one caller: a role session's credentials and the role's
-// identity-based policies.
+// Principal is one caller: a role session's credentials, the role's
+// identity-based policies and, for a session made by sts:AssumeRole with a
+// Policy, the session policies that further limit it.
 type Principal struct {
 	AccessKeyID     string
 	SecretAccessKey string
@@ -37,6 +38,14 @@ type Principal struct {
 	RoleARN      string // arn:aws:iam::<account>:role/<name>
 	SessionName  string
 	Policies     []iampolicy.Policy
+	// SessionPolicies, when there are any, bound the session: a request
+	// is allowed only if Policies allow it and SessionPolicies allow it
+	// too, and neither denies it explicitly. None means no session policy
+	// (the role's policies alone decide).
+	SessionPolicies []iampolicy.Policy
+	// Expires is when the credentials stop working (zero: never); a
+	// request signed at or after it is refused with ExpiredToken.
+	Expires time.Time
 }
 
 // SessionARN is the caller as AWS names it in a denial:
@@ -54,6 +63,33 @@ func (p Principal) SessionARN() string {
 type Principals interface {
 	Lookup(accessKeyID string) (Principal, bool)
 }
+
+// Chain looks a key up in each of ps in turn: the stack's role sessions,
+// then the sessions an STS stand-in issued, say.
+func Chain(ps ...Principals) Principals { return chain(ps) }
+
+type chain []Principals
+
+func (c chain) Lookup(key string) (Principal, bool) {
+	for _, p := range c {
+		if pr, ok := p.Lookup(key); ok {
+			return pr, true
+		}
+	}
+	return Principal{}, false
+}
+
+// CallerHeader is the header the gate gives an STS upstream to say who
+// the authenticated caller is, form-encoded: role (the role ARN), session
+// (the session name), account, region and tls ("true" when the request
+// came over TLS). The gate removes any copy a client sent, and every
+// X-Galley-Iamgate-* header, before any upstream sees the request; so the
+// upstream must be reachable only through the gate (served as its
+// upstream handler, on no listener of its own).
+const CallerHeader = "X-Galley-Iamgate-Caller"
+
+// gateHeaderPrefix is the prefix of headers only the gate may set.
+const gateHeaderPrefix = "X-Galley-Iamgate-"
 
 // SecretResolver maps a Secrets Manager SecretId (a name, a partial or a
 // full ARN) to the secret's full ARN; ok is false for a secret it does not
@@ -83,6 +119,9 @@ type Record struct {
 	Allowed   bool
 	Explicit  bool   // denied by an explicit Deny
 	Sid       string // the deciding statement's Sid, if any
+	// BySession is true when the caller's session policy decided the
+	// denial (the role's own policies allowed the request).
+	BySession bool
 }
 
 // Gate is an http.Handler that authenticates and authorizes every request
@@ -141,7 +180,7 @@ func WithObserver(f func(Record)) Option { return func(g *Gate) { g.observe = f 
 func New(service Service, upstream http.Handler, principals Principals, opts ...Option) (*Gate, error) {
 	proto, ok := protocols[service]
 	if !ok {
-		return nil, fmt.Errorf("iamgate: service %q is not modelled (dynamodb, sqs, secretsmanager, ecs)", service)
+		return nil, fmt.Errorf("iamgate: service %q is not modelled (dynamodb, sqs, secretsmanager, ecs, sts)", service)
 	}
 	if upstream == nil || principals == nil {
 		return nil, errors.New("iamgate: New needs an upstream and principals")
@@ -212,13 +251,13 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	op, ok := strings.CutPrefix(r.Header.Get("X-Amz-Target"), g.proto.target)
+	op, named, ok := g.operation(r, body)
 	mapOp := g.ops[op]
 	if r.Method != http.MethodPost || !ok || mapOp == nil {
 		// Refused, never passed through unchecked: the gate cannot tell
 		// what it would authorize.
-		msg := fmt.Sprintf("iamgate: %s operation %q is not modelled by the IAM gate; refusing it rather than passing it unchecked", g.service, r.Header.Get("X-Amz-Target"))
-		g.log.Warn("iamgate: unmodelled operation", "service", g.service, "target", r.Header.Get("X-Amz-Target"), "role", p.RoleARN)
+		msg := fmt.Sprintf("iamgate: %s operation %q is not modelled by the IAM gate; refusing it rather than passing it unchecked", g.service, named)
+		g.log.Warn("iamgate: unmodelled operation", "service", g.service, "target", named, "role", p.RoleARN)
 		g.proto.write(w, g.proto.refused("UnknownOperationException", msg))
 		return
 	}
@@ -228,7 +267,7 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	if len(m.checks) == 0 && m.after == nil {
+	if len(m.checks) == 0 && m.after == nil && !m.free {
 		// Every operation is authorized by at least one check; a request
 		// the mapping found nothing to check in is not passed on unchecked.
 		g.proto.write(w, *g.missing("the operation's resource"))
@@ -249,10 +288,11 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		for k, v := range c.context {
 			ctx[k] = v
 		}
-		d := iampolicy.Evaluate(p.Policies, iampolicy.Request{Action: c.action, Resource: c.resource, Context: ctx})
+		d, why := evaluate(p, iampolicy.Request{Action: c.action, Resource: c.resource, Context: ctx})
 		g.record(Record{
 			Service: g.service, Operation: op, Caller: p.SessionARN(), Role: p.RoleARN,
 			Action: c.action, Resource: c.resource, Allowed: d.Allowed, Explicit: d.Explicit, Sid: d.Sid,
+			BySession: !d.Allowed && (why == sessionDeny || why == noSessionAllow),
 		})
 		if !d.Allowed {
 			shown := c.shown
@@ -260,18 +300,90 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				shown = c.resource
 			}
 			g.log.Warn("iamgate: access denied", "service", g.service, "operation", op, "role", p.RoleARN,
-				"action", c.action, "resource", c.resource, "explicit", d.Explicit, "sid", d.Sid)
-			g.proto.write(w, g.proto.denied(p.SessionARN(), c.action, shown, d.Explicit))
+				"action", c.action, "resource", c.resource, "explicit", d.Explicit, "sid", d.Sid,
+				"session_policy", why == sessionDeny || why == noSessionAllow)
+			g.proto.write(w, g.proto.denied(p.SessionARN(), c.action, shown, why))
 			return
 		}
+	}
+	if m.free {
+		// An operation AWS allows whatever the policies say
+		// (sts:GetCallerIdentity): recorded, never evaluated.
+		g.record(Record{Service: g.service, Operation: op, Caller: p.SessionARN(), Role: p.RoleARN,
+			Action: m.freeAction, Resource: "*", Allowed: true})
 	}
 	if m.after != nil {
 		g.proto.write(w, *m.after)
 		return
 	}
+	for k := range r.Header {
+		if strings.HasPrefix(http.CanonicalHeaderKey(k), gateHeaderPrefix) {
+			r.Header.Del(k)
+		}
+	}
+	if g.service == STS {
+		r.Header.Set(CallerHeader, url.Values{
+			"role": {p.RoleARN}, "session": {p.SessionName}, "account": {g.account},
+			"region": {g.region}, "tls": {fmt.Sprint(r.TLS != nil)},
+		}.Encode())
+	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	g.upstream.ServeHTTP(w, r)
+}
+
+// evaluate decides a request of p's session as AWS does for a role
+// session: an explicit Deny in the role's identity-based policies or in a
+// session policy denies; otherwise the identity-based policies must allow
+// it and, when the session has session policies, so must they (the
+// session's permissions are the intersection of the two). See
+// https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html
+// and "Session policies" in
+// https://docs.aws.amazon.com/IAM/latest/UserGuide/access_policies.html#policies_session.
+func evaluate(p Principal, req iampolicy.Request) (iampolicy.Decision, denial) {
+	id := iampolicy.Evaluate(p.Policies, req)
+	if id.Explicit {
+		return id, identityDeny
+	}
+	if len(p.SessionPolicies) == 0 {
+		return id, noIdentityAllow
+	}
+	sess := iampolicy.Evaluate(p.SessionPolicies, req)
+	switch {
+	case sess.Explicit:
+		return sess, sessionDeny
+	case !id.Allowed:
+		return id, noIdentityAllow
+	case !sess.Allowed:
+		return sess, noSessionAllow
+	}
+	return id, noIdentityAllow
+}
+
+// operation names the request's operation: from X-Amz-Target for the JSON
+// services; from the form body's Action for a query service, whose
+// request must be a form-encoded POST with no query string (so the gate
+// and its upstream read the one body) and name the API version. named is
+// what the caller asked for, for messages; ok is false when the request
+// does not name an operation the way the service reads it.
+func (g *Gate) operation(r *http.Request, body []byte) (op, named string, ok bool) {
+	if !g.proto.query {
+		named = r.Header.Get("X-Amz-Target")
+		op, ok = strings.CutPrefix(named, g.proto.target)
+		return op, named, ok
+	}
+	if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); strings.TrimSpace(mt) != "application/x-www-form-urlencoded" || r.URL.RawQuery != "" {
+		return "", "a request that is not a form-encoded POST without a query string", false
+	}
+	f, err := url.ParseQuery(string(body))
+	if err != nil || len(f["Action"]) != 1 || len(f["Version"]) != 1 {
+		return "", "a form without one Action and one Version", false
+	}
+	named = f.Get("Action") + " (version " + f.Get("Version") + ")"
+	if f.Get("Version") != stsVersion {
+		return "", named, false
+	}
+	return f.Get("Action"), named, true
 }
 
 // authenticate verifies the request's SigV4 signature and finds its
@@ -338,6 +450,12 @@ func (g *Gate) authenticate(r *http.Request, body []byte) (Principal, *awsError)
 	}
 	if !sameSignature(signature(r, body, a, p.SecretAccessKey, stamp), a.signature) {
 		e := g.proto.invalidSignature("The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method. Consult the service documentation for details.")
+		return Principal{}, &e
+	}
+	// Checked once the signature holds, so that only the credentials'
+	// holder learns they have expired.
+	if !p.Expires.IsZero() && !now.Before(p.Expires) {
+		e := g.proto.expiredToken()
 		return Principal{}, &e
 	}
 	return p, nil

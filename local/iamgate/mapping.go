@@ -20,10 +20,13 @@ type check struct {
 
 // mapping is what a request needs authorized, or why it cannot be mapped;
 // after is answered once every check passed (ECS RunTask with a task
-// definition nobody knows).
+// definition nobody knows); free marks an operation AWS never denies
+// (sts:GetCallerIdentity, named by freeAction), which has no check.
 type mapping struct {
-	checks []check
-	after  *awsError
+	checks     []check
+	after      *awsError
+	free       bool
+	freeAction string
 }
 
 // mapper maps one operation's body to its checks.
@@ -137,6 +140,8 @@ func (g *Gate) missing(param string) *awsError {
 		typ = "InvalidParameterException"
 	case ECS:
 		typ = "InvalidParameterException"
+	case STS:
+		typ = "ValidationError"
 	}
 	e := g.proto.refused(typ, "1 validation error detected: Value null at '"+param+"' failed to satisfy constraint: Member must not be null")
 	if g.service == SQS {
@@ -656,9 +661,66 @@ func ecsRegister(g *Gate, body []byte) (mapping, *awsError) {
 	return m, nil
 }
 
+// --- STS --------------------------------------------------------------
+
+// stsVersion is the API version every STS request names.
+const stsVersion = "2011-06-15"
+
+var stsOps = map[string]mapper{
+	"AssumeRole": stsAssumeRole,
+	// AWS: "No permissions are required to perform this operation", and
+	// an explicit deny of sts:GetCallerIdentity does not stop it.
+	"GetCallerIdentity": func(g *Gate, body []byte) (mapping, *awsError) {
+		if _, e := g.form(body); e != nil {
+			return mapping{}, e
+		}
+		return mapping{free: true, freeAction: "sts:GetCallerIdentity"}, nil
+	},
+}
+
+// form decodes a query request's parameters. A parameter given twice is
+// refused: the gate and the service might read different copies.
+func (g *Gate) form(body []byte) (url.Values, *awsError) {
+	f, err := url.ParseQuery(string(body))
+	if err != nil {
+		e := g.proto.refused("MalformedQueryString", "the request body is not a form")
+		return nil, &e
+	}
+	for k, v := range f {
+		if len(v) > 1 {
+			e := g.proto.refused("ValidationError", "parameter "+strconv.Quote(k)+" is given more than once")
+			return nil, &e
+		}
+	}
+	return f, nil
+}
+
+// stsAssumeRole: sts:AssumeRole on the role, with the session name (and
+// external id) as AWS puts them in the request context. The role's trust
+// policy is the STS stand-in's to evaluate.
+func stsAssumeRole(g *Gate, body []byte) (mapping, *awsError) {
+	f, e := g.form(body)
+	if e != nil {
+		return mapping{}, e
+	}
+	role := f.Get("RoleArn")
+	if role == "" {
+		return mapping{}, g.missing("roleArn")
+	}
+	if f.Get("RoleSessionName") == "" {
+		return mapping{}, g.missing("roleSessionName")
+	}
+	ctx := map[string][]string{"sts:RoleSessionName": {f.Get("RoleSessionName")}}
+	if x := f.Get("ExternalId"); x != "" {
+		ctx["sts:ExternalId"] = []string{x}
+	}
+	return mapping{checks: []check{{action: "sts:AssumeRole", resource: role, context: ctx}}}, nil
+}
+
 var operations = map[Service]map[string]mapper{
 	DynamoDB:       dynamoOps,
 	SQS:            sqsOps,
 	SecretsManager: secretsOps,
 	ECS:            ecsOps,
+	STS:            stsOps,
 }

@@ -3,6 +3,7 @@ package iamgate
 import (
 	"crypto/rand"
 	"encoding/json"
+	"encoding/xml"
 	"fmt"
 	"net/http"
 	"strings"
@@ -16,7 +17,11 @@ const (
 	SQS            Service = "sqs"
 	SecretsManager Service = "secretsmanager"
 	ECS            Service = "ecs"
+	STS            Service = "sts"
 )
+
+// STSNamespace is the XML namespace of STS's awsQuery answers.
+const STSNamespace = "https://sts.amazonaws.com/doc/2011-06-15/"
 
 // protocol is how one service speaks: its X-Amz-Target prefix, content
 // type, and the shapes of its authorization errors.
@@ -34,6 +39,10 @@ type protocol struct {
 	// lowerAction: SQS writes the action in lower case in its messages
 	// ("sqs:sendmessage").
 	lowerAction bool
+	// query services (STS) speak awsQuery: a form-encoded POST naming its
+	// operation in Action, answered in XML; errors are an ErrorResponse
+	// with the query code, and a denial names no reason.
+	query bool
 }
 
 var protocols = map[Service]protocol{
@@ -60,6 +69,13 @@ var protocols = map[Service]protocol{
 		target: "AmazonEC2ContainerServiceV20141113.", contentType: "application/x-amz-json-1.1",
 		deniedStatus: 400, deniedType: "AccessDeniedException", messageKey: "message",
 		authStatus: 400,
+	},
+	// STS, awsQuery: <ErrorResponse> in XML; AccessDenied and the
+	// authentication errors are HTTP 403.
+	STS: {
+		contentType:  "text/xml",
+		deniedStatus: 403, deniedType: "AccessDenied",
+		authStatus: 403, query: true,
 	},
 }
 
@@ -95,17 +111,44 @@ func (p protocol) incompleteSignature(msg string) awsError {
 	return p.authError("IncompleteSignatureException", "IncompleteSignature", msg)
 }
 
+// expiredToken answers a request signed with temporary credentials past
+// their expiration: ExpiredTokenException in the JSON services,
+// ExpiredToken in the query protocol (SQS's x-amzn-query-error, STS).
+func (p protocol) expiredToken() awsError {
+	return p.authError("ExpiredTokenException", "ExpiredToken", "The security token included in the request is expired")
+}
+
+// denial is why a request was denied, for the message's last words.
+type denial int
+
+const (
+	noIdentityAllow denial = iota // no identity-based policy allows it
+	identityDeny                  // an identity-based policy denies it
+	noSessionAllow                // the session policy does not allow it
+	sessionDeny                   // the session policy denies it
+)
+
 // denied is the AccessDenied answer for a caller, an action and the
-// resource as the service names it in its message.
-func (p protocol) denied(caller, action, resource string, explicit bool) awsError {
+// resource as the service names it in its message, with AWS's words for
+// why (https://docs.aws.amazon.com/IAM/latest/UserGuide/troubleshoot_access-denied.html).
+// STS names no reason: its denial of sts:AssumeRole reads the same whether
+// the caller's policies or the role's trust policy refused.
+func (p protocol) denied(caller, action, resource string, why denial) awsError {
 	if p.lowerAction {
 		action = strings.ToLower(action)
 	}
-	msg := fmt.Sprintf("User: %s is not authorized to perform: %s on resource: %s ", caller, action, resource)
-	if explicit {
-		msg += "with an explicit deny in an identity-based policy"
-	} else {
-		msg += "because no identity-based policy allows the " + action + " action"
+	msg := fmt.Sprintf("User: %s is not authorized to perform: %s on resource: %s", caller, action, resource)
+	if !p.query {
+		switch why {
+		case identityDeny:
+			msg += " with an explicit deny in an identity-based policy"
+		case sessionDeny:
+			msg += " with an explicit deny in a session policy"
+		case noSessionAllow:
+			msg += " because no session policy allows the " + action + " action"
+		default:
+			msg += " because no identity-based policy allows the " + action + " action"
+		}
 	}
 	return awsError{status: p.deniedStatus, typ: p.deniedType, key: p.messageKey, queryCode: "AccessDenied", message: msg}
 }
@@ -117,6 +160,10 @@ func (p protocol) refused(typ, msg string) awsError {
 }
 
 func (p protocol) write(w http.ResponseWriter, e awsError) {
+	if p.query {
+		writeQueryError(w, e)
+		return
+	}
 	h := w.Header()
 	h.Set("Content-Type", p.contentType)
 	h.Set("X-Amzn-RequestId", requestID())
@@ -135,4 +182,29 @@ func requestID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// queryError is awsQuery's error answer.
+type queryError struct {
+	XMLName   xml.Name `xml:"ErrorResponse"`
+	Xmlns     string   `xml:"xmlns,attr"`
+	Type      string   `xml:"Error>Type"`
+	Code      string   `xml:"Error>Code"`
+	Message   string   `xml:"Error>Message"`
+	RequestID string   `xml:"RequestId"`
+}
+
+// writeQueryError answers e as STS does: the query code (the JSON
+// services' __type without its namespace where e has none).
+func writeQueryError(w http.ResponseWriter, e awsError) {
+	code := e.queryCode
+	if code == "" {
+		code = e.typ[strings.LastIndex(e.typ, "#")+1:]
+	}
+	id := requestID()
+	b, _ := xml.Marshal(queryError{Xmlns: STSNamespace, Type: "Sender", Code: code, Message: e.message, RequestID: id})
+	w.Header().Set("Content-Type", "text/xml")
+	w.Header().Set("X-Amzn-RequestId", id)
+	w.WriteHeader(e.status)
+	_, _ = w.Write(append([]byte(xml.Header), b...))
 }

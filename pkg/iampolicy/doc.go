@@ -50,6 +50,17 @@
 // NumericGreaterThan, NumericGreaterThanEquals; each (but Null) with the
 // IfExists suffix, and each with the ForAnyValue: or ForAllValues: prefix.
 //
+// # Trust policies
+//
+// ParseTrust and TrustFromDocument read a role's trust policy: statements
+// with Principal or NotPrincipal ("*", or AWS/Service/Federated/
+// CanonicalUser values; an account id is read as its root; partial
+// wildcards are refused, as IAM refuses them) and no Resource.
+// TrustPolicy.Evaluate decides whether it lets a Caller (the identifiers it
+// may be named by: a role session is its role ARN, its session ARN and its
+// account root) perform an action such as sts:AssumeRole, with the same
+// rules for actions and conditions, an explicit Deny winning.
+//
 // # Not modelled
 //
 // Anything this package cannot evaluate faithfully is refused by Parse
@@ -58,9 +69,12 @@
 // NotIpAddress, Binary*), Principal and NotPrincipal (they have no place in
 // an identity-based policy; AWS rejects them there too), and policy
 // variables (${aws:username} and the like) in a 2012-10-17 document.
-// Outside the documents themselves it does not model permission
-// boundaries, service control policies, resource-based policies, session
-// policies, cross-account rules, or the per-service condition keys a
+// Session policies are
+// evaluated by the caller (local/iamgate), as a second Evaluate whose
+// answer must also allow. Outside the documents themselves it does not
+// model permission
+// boundaries, service control policies, resource-based policies other than
+// trust policies, cross-account rules, or the per-service condition keys a
 // caller does not put in the request context (a condition on such a key is
 // false, never true).
 package iampolicy

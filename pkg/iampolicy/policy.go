@@ -115,7 +115,7 @@ func FromDocument(doc any) (Policy, error) {
 		return Policy{}, errors.New("iampolicy: Statement is empty")
 	}
 	for i, s := range stmts {
-		st, err := parseStatement(s, p.Version == "2012-10-17")
+		st, err := parseStatement(s, p.Version == "2012-10-17", false)
 		if err != nil {
 			return Policy{}, fmt.Errorf("iampolicy: statement %d: %w", i, err)
 		}
@@ -124,7 +124,10 @@ func FromDocument(doc any) (Policy, error) {
 	return p, nil
 }
 
-func parseStatement(v any, variables bool) (Statement, error) {
+// parseStatement parses one statement of an identity-based policy or, with
+// trust, of a role's trust policy, which names principals (read by
+// parseTrustStatement) and no resource (the role is the resource).
+func parseStatement(v any, variables, trust bool) (Statement, error) {
 	m, ok := v.(map[string]any)
 	if !ok {
 		return Statement{}, fmt.Errorf("is %s, not an object", kindOf(v))
@@ -132,9 +135,15 @@ func parseStatement(v any, variables bool) (Statement, error) {
 	var st Statement
 	for k := range m {
 		switch k {
-		case "Sid", "Effect", "Action", "NotAction", "Resource", "NotResource", "Condition":
+		case "Sid", "Effect", "Action", "NotAction", "Condition":
+		case "Resource", "NotResource":
+			if trust {
+				return Statement{}, fmt.Errorf("has prohibited field %s: a trust policy's resource is its role", k)
+			}
 		case "Principal", "NotPrincipal":
-			return Statement{}, fmt.Errorf("%s is not supported: an identity-based policy names no principal", k)
+			if !trust {
+				return Statement{}, fmt.Errorf("%s is not supported: an identity-based policy names no principal", k)
+			}
 		default:
 			return Statement{}, fmt.Errorf("unknown element %q", k)
 		}
@@ -163,7 +172,9 @@ func parseStatement(v any, variables bool) (Statement, error) {
 			return Statement{}, fmt.Errorf("action %q is not \"*\" or service:action", a)
 		}
 	}
-	if st.Resources, st.NotResources, err = pair(m, "Resource", "NotResource"); err != nil {
+	if trust {
+		st.Resources = []string{"*"}
+	} else if st.Resources, st.NotResources, err = pair(m, "Resource", "NotResource"); err != nil {
 		return Statement{}, err
 	}
 	if variables {
