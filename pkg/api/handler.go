@@ -57,6 +57,8 @@ type Workers interface {
 	WorkerReady(ctx context.Context, handle, evidence string) error
 	WorkerPost(ctx context.Context, handle string, req workerapi.PostRequest) (workerapi.PostAnswer, error)
 	WorkerInbox(ctx context.Context, handle string, after int64, wait time.Duration) (workerapi.InboxAnswer, error)
+	WorkerWake(ctx context.Context, handle string) (workerapi.WakeGrant, error)
+	WorkerWait(ctx context.Context, handle string, after int64, wait time.Duration) error
 	WorkerUsage(ctx context.Context, handle string, report protocol.UsageReport) error
 	// WorkerExitReport is the harness's exit report, taken once.
 	WorkerExitReport(ctx context.Context, handle string, code int, reason string) error

@@ -41,6 +41,19 @@ func (h *Handler) workerRoutes(ws Workers) {
 		}
 		return ws.WorkerInbox(ctx, id, req.After, time.Duration(req.WaitMs)*time.Millisecond)
 	}))
+	h.mux.HandleFunc("POST "+workerapi.PathWake, h.worker(ws, func(ctx context.Context, id string, b []byte) (any, error) {
+		if err := decodeStrict(b, &workerapi.WakeRequest{}); err != nil {
+			return nil, err
+		}
+		return ws.WorkerWake(ctx, id)
+	}))
+	h.mux.HandleFunc("POST "+workerapi.PathWait, h.worker(ws, func(ctx context.Context, id string, b []byte) (any, error) {
+		var req workerapi.WaitRequest
+		if err := decodeStrict(b, &req); err != nil {
+			return nil, err
+		}
+		return workerapi.Ack{}, ws.WorkerWait(ctx, id, req.After, time.Duration(req.WaitMs)*time.Millisecond)
+	}))
 	h.mux.HandleFunc("POST "+workerapi.PathUsage, h.worker(ws, func(ctx context.Context, id string, b []byte) (any, error) {
 		var req workerapi.UsageRequest
 		if err := decodeStrict(b, &req); err != nil {

@@ -69,6 +69,17 @@ const (
 	EnvMCPSecret = "GALLEY_MCP_SECRET"
 )
 
+// DefaultQuietRead bounds how long an idle harness goes without reading its
+// inbox: a ring that was lost (SQS refused the send, the queue was swept)
+// delays a message by at most this. Each read is one worker-API call.
+const DefaultQuietRead = 5 * time.Minute
+
+// newBell is the bell the harness waits on: the one galley's wake grant
+// names.
+func (c Config) newBell(api wakeAPI, log *slog.Logger) bell {
+	return newWakeBell(api, log, c.InboxWait)
+}
+
 // DefaultHeartbeat is how often the harness posts a heartbeat while the
 // agent runs.
 const DefaultHeartbeat = 30 * time.Second
@@ -113,7 +124,10 @@ type Config struct {
 
 	Heartbeat time.Duration // default DefaultHeartbeat
 	Progress  time.Duration // MCP progress while a tool call blocks; default DefaultProgress
-	InboxWait time.Duration // one long poll; default client.MaxInboxWait
+	InboxWait time.Duration // one wait through galley (WakeGalley); default client.MaxInboxWait
+	// QuietRead is how long the harness goes without reading its inbox
+	// when nothing rang; default DefaultQuietRead.
+	QuietRead time.Duration
 	StopGrace time.Duration // SIGTERM to SIGKILL when stopping the agent; default 10 s
 
 	// Confine is how the agent is confined (see Confinement): ConfineAuto
@@ -337,6 +351,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.InboxWait <= 0 {
 		c.InboxWait = client.MaxInboxWait
+	}
+	if c.QuietRead <= 0 {
+		c.QuietRead = DefaultQuietRead
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 10 * time.Second

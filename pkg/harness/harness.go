@@ -487,13 +487,24 @@ func (h *harness) heartbeats(ctx context.Context) {
 	}
 }
 
-// pollInbox long-polls galley for messages and replies until the worker is
-// settled or ctx ends.
+// pollInbox reads the inbox when the worker's bell says it may hold
+// something new, and at least every QuietRead whatever the bell says (a
+// lost ring costs latency, not a message), until the worker is settled or
+// ctx ends.
 func (h *harness) pollInbox(ctx context.Context) {
 	var after int64
 	retry := time.Second
+	bell := h.cfg.newBell(h.api, h.log)
+	read, lastRead := true, time.Now()
 	for {
-		ans, err := h.api.Inbox(ctx, after, h.cfg.InboxWait)
+		if !read && time.Since(lastRead) < h.cfg.QuietRead {
+			read = bell.wait(ctx, after)
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		ans, err := h.api.Inbox(ctx, after, 0)
 		if ctx.Err() != nil {
 			return
 		}
@@ -509,7 +520,7 @@ func (h *harness) pollInbox(ctx context.Context) {
 			retry = min(retry*2, 30*time.Second)
 			continue
 		}
-		retry = time.Second
+		retry, read, lastRead = time.Second, false, time.Now()
 		for _, it := range ans.Items {
 			if it.Seq <= after {
 				continue

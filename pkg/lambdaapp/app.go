@@ -14,9 +14,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
 
 	"github.com/galley-run/galley/pkg/api"
+	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/githost/remote"
@@ -34,11 +36,16 @@ type Deps struct {
 	Secrets  SecretsAPI
 	Store    store.Store
 	Doorbell service.Doorbell
-	Runtime  service.Runtime
-	GitHost  service.GitHost
-	Auth     api.Authenticator
-	Log      *slog.Logger
-	Clock    service.Clock
+	// Wakes grants harnesses their own wait (the worker-API function
+	// only); default: with GALLEY_WAKE_ROLE_ARN, the SQS doorbell's
+	// Granter on that role; without it, none (harnesses wait through
+	// galley, holding an invocation).
+	Wakes   service.WakeGranter
+	Runtime service.Runtime
+	GitHost service.GitHost
+	Auth    api.Authenticator
+	Log     *slog.Logger
+	Clock   service.Clock
 }
 
 // App is one function's wiring: the service with exactly the dependencies
@@ -127,6 +134,19 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 			return nil, galleyerr.E(op, err)
 		}
 	}
+	if d.Wakes == nil && fn == WorkerAPI && cfg.WakeRoleArn != "" {
+		bell, ok := d.Doorbell.(*sqsbell.Bell)
+		if !ok {
+			return nil, galleyerr.Errorf(galleyerr.Invalid, "%s needs the SQS doorbell", EnvWakeRoleArn)
+		}
+		c, err := awsCfg()
+		if err != nil {
+			return nil, err
+		}
+		if d.Wakes, err = sqsbell.NewGranter(bell, sts.NewFromConfig(c), cfg.WakeRoleArn, c.Region); err != nil {
+			return nil, galleyerr.E(op, err)
+		}
+	}
 	if d.Runtime == nil {
 		// The reconciler stops a settled worker's stray task when it may
 		// (its role allows ecs:StopTask and the cluster is configured).
@@ -206,7 +226,8 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 		Effort: "unsupported", AwaitCap: cfg.AwaitCap, ClockSkew: DefaultClockSkew,
 		MaxWorkers: cfg.MaxWorkers, WorkerSecret: workerSecret, WorkspaceRoot: cfg.WorkspaceRoot,
 	}, service.WithStore(d.Store), service.WithRuntime(d.Runtime), service.WithGitHost(d.GitHost),
-		service.WithDoorbell(d.Doorbell), service.WithClock(d.Clock), service.WithLogger(d.Log))
+		service.WithDoorbell(d.Doorbell), service.WithClock(d.Clock), service.WithLogger(d.Log),
+		service.WithWakeGranter(d.Wakes))
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/store"
+	"github.com/galley-run/galley/pkg/workerapi"
 )
 
 // Store is what the service keeps its records in (see package store for the
@@ -94,6 +95,16 @@ type Doorbell interface {
 	// Listen starts listening before the caller checks the store, so a ring
 	// between the check and the wait is not missed.
 	Listen(ctx context.Context, topic string) (Listener, error)
+}
+
+// WakeGranter lets a worker's harness wait for the rings of its inbox
+// topic itself, so that an idle worker holds no call to galley open: on
+// AWS, a receive on the topic's queue with credentials scoped to that
+// queue alone. session names the holder (the worker's handle) in the
+// credentials. Without one, a harness waits through galley
+// (workerapi.WakeGalley), which is free where galley is one process.
+type WakeGranter interface {
+	GrantWake(ctx context.Context, topic, session string) (workerapi.WakeGrant, error)
 }
 
 // Listener waits for rings on one topic.

@@ -718,3 +718,7 @@ func (s *Service) ring(ctx context.Context, topic string) {
 
 func inboxTopic(handle string) string { return "inbox:" + handle }
 func runTopic(run string) string      { return "run:" + run }
+
+// InboxTopic is the doorbell topic a worker's harness waits on (its wake
+// grant's queue is this topic's).
+func InboxTopic(handle string) string { return inboxTopic(handle) }

@@ -247,8 +247,15 @@ func (s *Service) settleRecord(ctx context.Context, handle, outcome string, how 
 // WorkerInbox answers the items kitchn sent the worker after seq after,
 // holding up to wait for one. A retried effect may have appended an item
 // twice; only the first item of each key is answered.
+//
+// Where harnesses are granted their own wait (WithWakeGranter: on AWS),
+// nothing holds: the answer comes at once, so no call from a worker keeps
+// an invocation open, whatever the harness asks.
 func (s *Service) WorkerInbox(ctx context.Context, handle string, after int64, wait time.Duration) (workerapi.InboxAnswer, error) {
 	var ans workerapi.InboxAnswer
+	if s.wakes != nil {
+		wait = 0
+	}
 	deadline := s.clock.Now().Add(min(max(wait, 0), MaxInboxWait))
 	err := s.waitFor(ctx, inboxTopic(handle), deadline, func(last bool) (bool, error) {
 		var err error
@@ -256,6 +263,33 @@ func (s *Service) WorkerInbox(ctx context.Context, handle string, after int64, w
 		return last || len(ans.Items) > 0 || ans.Settled, err
 	})
 	return ans, err
+}
+
+// WorkerWait holds up to wait until the worker's inbox has items after
+// seq after, or the worker is settled: the wait of a harness whose grant
+// is WakeGalley. It reads what WorkerInbox would answer, so a ring missed
+// between the harness's read and this wait costs nothing.
+func (s *Service) WorkerWait(ctx context.Context, handle string, after int64, wait time.Duration) error {
+	_, err := s.WorkerInbox(ctx, handle, after, wait)
+	return err
+}
+
+// WorkerWake answers how the worker's harness waits for its wake-ups: the
+// grant of the WakeGranter for the worker's inbox topic, or a wait through
+// galley when there is none. A settled or released worker gets no grant:
+// its harness reads the inbox, which tells it to stop.
+func (s *Service) WorkerWake(ctx context.Context, handle string) (workerapi.WakeGrant, error) {
+	if s.wakes == nil {
+		return workerapi.WakeGrant{Kind: workerapi.WakeGalley}, nil
+	}
+	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
+	if err != nil {
+		return workerapi.WakeGrant{}, err
+	}
+	if res.Released || res.Worker == nil || res.Worker.State == protocol.StateSettled {
+		return workerapi.WakeGrant{}, galleyerr.Errorf(galleyerr.Conflict, "the worker is settled; read the inbox")
+	}
+	return s.wakes.GrantWake(ctx, inboxTopic(handle), handle)
 }
 
 func (s *Service) inbox(ctx context.Context, handle string, after int64) (workerapi.InboxAnswer, error) {

@@ -5,16 +5,26 @@
 // "Authorization: Bearer <worker token>".
 package workerapi
 
-import "github.com/galley-run/galley/pkg/protocol"
+import (
+	"time"
+
+	"github.com/galley-run/galley/pkg/protocol"
+)
 
 // Routes, relative to the galley endpoint.
 const (
-	PathSelf   = "/worker/v1/self"     // SelfRequest -> Self
-	PathReady  = "/worker/v1/ready"    // ReadyRequest -> Ack
-	PathPost   = "/worker/v1/messages" // PostRequest -> PostAnswer
-	PathInbox  = "/worker/v1/inbox"    // InboxRequest -> InboxAnswer (long poll)
-	PathUsage  = "/worker/v1/usage"    // UsageRequest -> Ack
-	PathExited = "/worker/v1/exited"   // ExitedRequest -> Ack
+	PathSelf  = "/worker/v1/self"     // SelfRequest -> Self
+	PathReady = "/worker/v1/ready"    // ReadyRequest -> Ack
+	PathPost  = "/worker/v1/messages" // PostRequest -> PostAnswer
+	PathInbox = "/worker/v1/inbox"    // InboxRequest -> InboxAnswer
+	// PathWake tells the harness how to wait for its wake-ups without
+	// holding a call to galley open (WakeGrant); PathWait is the wait for
+	// a deployment whose grant says so (the local server, where holding a
+	// call costs nothing).
+	PathWake   = "/worker/v1/wake"   // WakeRequest -> WakeGrant
+	PathWait   = "/worker/v1/wait"   // WaitRequest -> Ack (long poll)
+	PathUsage  = "/worker/v1/usage"  // UsageRequest -> Ack
+	PathExited = "/worker/v1/exited" // ExitedRequest -> Ack
 	// PathCredential exchanges a one-time bootstrap code for the worker's
 	// credential; it is the one call without a bearer token (the code is
 	// the proof). ECS workers receive only the code (docs/runtime-ecs.md).
@@ -106,8 +116,51 @@ type PostAnswer struct {
 	ID string `json:"id"`
 }
 
-// InboxRequest waits up to WaitMs for items with Seq > After.
+// InboxRequest waits up to WaitMs for items with Seq > After (0: answers
+// at once, which is what a harness that waits on its wake grant asks).
 type InboxRequest struct {
+	After  int64 `json:"after"`
+	WaitMs int64 `json:"waitMs"`
+}
+
+// WakeRequest asks for the worker's wake grant.
+type WakeRequest struct{}
+
+// Wake kinds.
+const (
+	// WakeSQS: long-poll QueueURL with the grant's credentials; any
+	// message received is a ring (delete it, then read the inbox).
+	WakeSQS = "sqs"
+	// WakeGalley: POST PathWait, which returns when the inbox holds
+	// something after the harness's cursor, or at its deadline.
+	WakeGalley = "galley"
+)
+
+// WakeGrant is how one worker's harness waits for "something for you". On
+// AWS it is the worker's own doorbell queue with credentials that can
+// receive from that queue and no other (docs/runtime-ecs.md); the harness
+// asks again before Expires.
+type WakeGrant struct {
+	Kind string   `json:"kind"`
+	SQS  *SQSWake `json:"sqs,omitempty"`
+	// Expires is when the grant stops working (zero: never); the harness
+	// renews it before then.
+	Expires time.Time `json:"expires,omitzero"`
+}
+
+// SQSWake is a grant's queue and the session credentials that may receive
+// from it. The credentials are secret: never log them.
+type SQSWake struct {
+	QueueURL        string `json:"queueUrl"`
+	Region          string `json:"region"`
+	AccessKeyID     string `json:"accessKeyId"`
+	SecretAccessKey string `json:"secretAccessKey"`
+	SessionToken    string `json:"sessionToken"`
+}
+
+// WaitRequest holds up to WaitMs until the inbox has items with Seq >
+// After, or the worker is settled.
+type WaitRequest struct {
 	After  int64 `json:"after"`
 	WaitMs int64 `json:"waitMs"`
 }

@@ -204,6 +204,22 @@ func (c *Client) Inbox(ctx context.Context, after int64, wait time.Duration) (wo
 	return out, err
 }
 
+// Wake asks for the worker's wake grant (workerapi.WakeGrant).
+func (c *Client) Wake(ctx context.Context) (workerapi.WakeGrant, error) {
+	var out workerapi.WakeGrant
+	err := c.call(ctx, workerapi.PathWake, workerapi.WakeRequest{}, &out, 0, retryAlways)
+	return out, err
+}
+
+// Wait holds up to wait (capped at MaxInboxWait) until the inbox has items
+// after the sequence after, or the worker is settled; the caller then reads
+// the inbox. Only for a grant of kind workerapi.WakeGalley.
+func (c *Client) Wait(ctx context.Context, after int64, wait time.Duration) error {
+	wait = min(max(wait, 0), MaxInboxWait)
+	req := workerapi.WaitRequest{After: after, WaitMs: wait.Milliseconds()}
+	return c.call(ctx, workerapi.PathWait, req, &workerapi.Ack{}, wait, retryAlways)
+}
+
 // Usage reports the agent's usage so far; galley keeps the latest report.
 func (c *Client) Usage(ctx context.Context, report protocol.UsageReport) error {
 	return c.call(ctx, workerapi.PathUsage, workerapi.UsageRequest{Report: report}, &workerapi.Ack{}, 0, retryAlways)

@@ -106,6 +106,8 @@ func New(self workerapi.Self, token string) *Server {
 	mux.HandleFunc("POST "+workerapi.PathReady, s.handleReady)
 	mux.HandleFunc("POST "+workerapi.PathPost, s.handlePost)
 	mux.HandleFunc("POST "+workerapi.PathInbox, s.handleInbox)
+	mux.HandleFunc("POST "+workerapi.PathWake, s.handleWake)
+	mux.HandleFunc("POST "+workerapi.PathWait, s.handleWait)
 	mux.HandleFunc("POST "+workerapi.PathUsage, s.handleUsage)
 	mux.HandleFunc("POST "+workerapi.PathExited, s.handleExited)
 	s.srv = httptest.NewServer(s.guard(mux))
@@ -324,14 +326,40 @@ func (s *Server) handleInbox(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	wait := min(time.Duration(req.WaitMs)*time.Millisecond, MaxWait)
-	deadline := time.NewTimer(wait)
+	if ans, ok := s.waitItems(r.Context(), req.After, time.Duration(req.WaitMs)*time.Millisecond); ok {
+		answer(w, ans)
+	}
+}
+
+// handleWake grants the wait through this server (WakeGalley), as the
+// local server does.
+func (s *Server) handleWake(w http.ResponseWriter, r *http.Request) {
+	if !decode(w, r, &workerapi.WakeRequest{}) {
+		return
+	}
+	answer(w, workerapi.WakeGrant{Kind: workerapi.WakeGalley})
+}
+
+func (s *Server) handleWait(w http.ResponseWriter, r *http.Request) {
+	var req workerapi.WaitRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if _, ok := s.waitItems(r.Context(), req.After, time.Duration(req.WaitMs)*time.Millisecond); ok {
+		answer(w, workerapi.Ack{})
+	}
+}
+
+// waitItems holds up to wait (at most MaxWait) for inbox items after
+// after; ok is false when the request ended first.
+func (s *Server) waitItems(ctx context.Context, after int64, wait time.Duration) (workerapi.InboxAnswer, bool) {
+	deadline := time.NewTimer(min(wait, MaxWait))
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
 		var items []workerapi.InboxItem
-		if req.After >= 0 && req.After < int64(len(s.inbox)) {
-			items = append(items, s.inbox[req.After:]...)
+		if after >= 0 && after < int64(len(s.inbox)) {
+			items = append(items, s.inbox[after:]...)
 		}
 		settled := s.self.State == protocol.StateSettled
 		ans := workerapi.InboxAnswer{Items: items, Settled: settled}
@@ -341,16 +369,14 @@ func (s *Server) handleInbox(w http.ResponseWriter, r *http.Request) {
 		ch, closing := s.changed, s.closing
 		s.mu.Unlock()
 		if len(items) > 0 || settled || closing {
-			answer(w, ans)
-			return
+			return ans, true
 		}
 		select {
 		case <-ch:
 		case <-deadline.C:
-			answer(w, workerapi.InboxAnswer{Items: []workerapi.InboxItem{}})
-			return
-		case <-r.Context().Done():
-			return
+			return workerapi.InboxAnswer{Items: []workerapi.InboxItem{}}, true
+		case <-ctx.Done():
+			return workerapi.InboxAnswer{}, false
 		}
 	}
 }

@@ -1,0 +1,176 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/workerapi"
+)
+
+// wakeAPI is the part of the worker API a bell uses.
+type wakeAPI interface {
+	Wake(ctx context.Context) (workerapi.WakeGrant, error)
+	Wait(ctx context.Context, after int64, wait time.Duration) error
+}
+
+// A bell tells the harness when its inbox may hold something new, so that
+// it reads the inbox only then: an idle worker makes no call to galley
+// but its heartbeats. Which bell runs is galley's choice (the wake grant):
+// on AWS the worker's own SQS queue, which the harness long-polls with
+// credentials that can receive from that queue alone, so waiting holds no
+// Lambda invocation; on the local server a wait through galley.
+type bell interface {
+	// wait returns true when the inbox should be read now: a ring came, or
+	// the bell cannot tell (it failed, or it waits through galley). false
+	// means a quiet wait: nothing rang.
+	wait(ctx context.Context, after int64) bool
+}
+
+// The bell's timings.
+const (
+	// sqsWaitSeconds is one receive's long poll: SQS's maximum.
+	sqsWaitSeconds = 20
+	// renewBefore: a grant is renewed this long before it expires.
+	renewBefore = 10 * time.Minute
+	// bellRetry bounds the pause after a bell failed before the harness
+	// reads the inbox anyway (and tries the bell again).
+	bellRetry = 30 * time.Second
+)
+
+// wakeBell asks galley for the worker's grant and follows it, renewing it
+// before it expires; while no grant works, it answers "read now" at most
+// every bellRetry.
+type wakeBell struct {
+	api       wakeAPI
+	log       *slog.Logger
+	inboxWait time.Duration
+
+	grant   workerapi.WakeGrant
+	sqs     sqsReceiver
+	failure time.Duration // the pause after the latest failure
+}
+
+// sqsReceiver is the part of the SQS client a bell uses.
+type sqsReceiver interface {
+	ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	DeleteMessageBatch(context.Context, *sqs.DeleteMessageBatchInput, ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
+}
+
+func newWakeBell(api wakeAPI, log *slog.Logger, inboxWait time.Duration) *wakeBell {
+	return &wakeBell{api: api, log: log, inboxWait: inboxWait}
+}
+
+func (b *wakeBell) wait(ctx context.Context, after int64) bool {
+	if err := b.ensureGrant(ctx); err != nil {
+		return b.failed(ctx, "asking galley for the wake grant failed", err)
+	}
+	switch b.grant.Kind {
+	case workerapi.WakeGalley:
+		if err := b.api.Wait(ctx, after, b.inboxWait); err != nil {
+			return b.failed(ctx, "waiting through galley failed", err)
+		}
+		b.failure = 0
+		return true
+	default: // WakeSQS; ensureGrant refuses other kinds
+		return b.receive(ctx)
+	}
+}
+
+// ensureGrant asks for a grant when there is none or it ends soon. A
+// renewal that fails keeps the old grant while it lasts.
+func (b *wakeBell) ensureGrant(ctx context.Context) error {
+	if b.grant.Kind != "" && (b.grant.Expires.IsZero() || time.Until(b.grant.Expires) > renewBefore) {
+		return nil
+	}
+	g, err := b.api.Wake(ctx)
+	if err == nil {
+		err = b.use(ctx, g)
+	}
+	if err != nil && b.grant.Kind != "" && time.Until(b.grant.Expires) > 0 {
+		b.log.Warn("renewing the wake grant failed; the current one lasts a while", "err", err, "expires", b.grant.Expires)
+		return nil
+	}
+	return err
+}
+
+// use adopts a grant: for SQS, a client with the grant's credentials
+// (the SDK's default configuration otherwise, so that an endpoint set by
+// AWS_ENDPOINT_URL_SQS, as aws-local sets, is honoured).
+func (b *wakeBell) use(ctx context.Context, g workerapi.WakeGrant) error {
+	switch g.Kind {
+	case workerapi.WakeGalley:
+		b.grant, b.sqs = g, nil
+		b.log.Info("waiting for wake-ups through galley")
+		return nil
+	case workerapi.WakeSQS:
+		if g.SQS == nil || g.SQS.QueueURL == "" {
+			return galleyerr.Errorf(galleyerr.Other, "the SQS wake grant names no queue")
+		}
+		cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(g.SQS.Region),
+			config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(g.SQS.AccessKeyID, g.SQS.SecretAccessKey, g.SQS.SessionToken)))
+		if err != nil {
+			return err
+		}
+		renewed := b.grant.Kind == workerapi.WakeSQS
+		b.grant, b.sqs = g, sqs.NewFromConfig(cfg)
+		if !renewed {
+			b.log.Info("waiting for wake-ups on the worker's queue", "queue", g.SQS.QueueURL, "expires", g.Expires)
+		}
+		return nil
+	}
+	return galleyerr.Errorf(galleyerr.Other, "unknown wake grant kind %q", g.Kind)
+}
+
+// receive long-polls the worker's queue once. Any message is a ring: the
+// rings received are deleted (best effort: one left behind only wakes the
+// harness once more) and the inbox is read.
+func (b *wakeBell) receive(ctx context.Context) bool {
+	url := b.grant.SQS.QueueURL
+	out, err := b.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl: aws.String(url), WaitTimeSeconds: sqsWaitSeconds, MaxNumberOfMessages: 10,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		// A refused or expired grant, or a queue swept away: ask again.
+		b.grant = workerapi.WakeGrant{}
+		return b.failed(ctx, "receiving from the wake queue failed", err)
+	}
+	b.failure = 0
+	if len(out.Messages) == 0 {
+		return false
+	}
+	entries := make([]types.DeleteMessageBatchRequestEntry, 0, len(out.Messages))
+	for i, m := range out.Messages {
+		entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(string(rune('a' + i))), ReceiptHandle: m.ReceiptHandle})
+	}
+	if _, err := b.sqs.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: entries}); err != nil && ctx.Err() == nil {
+		b.log.Warn("deleting rings failed; they will wake the harness again", "err", err)
+	}
+	return true
+}
+
+// failed logs err, pauses (1 s doubling to bellRetry) and answers "read
+// now", so a broken bell costs latency, never a lost message.
+func (b *wakeBell) failed(ctx context.Context, what string, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	b.failure = min(max(2*b.failure, time.Second), bellRetry)
+	if galleyerr.Is(galleyerr.Unauthorized, err) || errors.Is(err, context.Canceled) {
+		b.failure = bellRetry
+	}
+	b.log.Warn(what+"; reading the inbox and trying again", "err", err, "in", b.failure)
+	_ = sleepCtx(ctx, b.failure)
+	return ctx.Err() == nil
+}
