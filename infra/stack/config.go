@@ -27,6 +27,11 @@ type Config struct {
 	// QueueIdleHours: the reconciler's sweep (at most hourly) deletes
 	// doorbell queues unused for longer.
 	QueueIdleHours int `json:"queueIdleHours"`
+	// EffectsReservedConcurrency is the effects function's reserved
+	// concurrency: a floor no other function's invocations (awaits held
+	// by waiting coordinators) can take, and a ceiling. 0 reserves none
+	// (for an account whose concurrency quota is below 100 + this).
+	EffectsReservedConcurrency int `json:"effectsReservedConcurrency"`
 	// DomainName and CertificateArn together give the API a custom domain
 	// (the certificate must be in the stack's region).
 	DomainName     string `json:"domainName"`
@@ -71,22 +76,23 @@ type Config struct {
 // Defaults for every context key.
 func Defaults() Config {
 	return Config{
-		House:              "main",
-		Backend:            "galley",
-		Credential:         "galley-token",
-		AgentFamilies:      []string{"claude", "codex"},
-		WorkerCPU:          1024,
-		WorkerMemory:       4096,
-		MaxWorkers:         10,
-		AwaitCapMs:         25000,
-		QueueIdleHours:     24,
-		LogRetentionDays:   30,
-		ThrottleRate:       50,
-		ThrottleBurst:      100,
-		AssetDir:           "bin/lambda",
-		GitUsername:        DefaultGitUsername,
-		LambdaArchitecture: ArchARM64,
-		WorkerDockerfile:   "worker/Dockerfile",
+		House:                      "main",
+		Backend:                    "galley",
+		Credential:                 "galley-token",
+		AgentFamilies:              []string{"claude", "codex"},
+		WorkerCPU:                  1024,
+		WorkerMemory:               4096,
+		MaxWorkers:                 10,
+		AwaitCapMs:                 25000,
+		QueueIdleHours:             24,
+		EffectsReservedConcurrency: 10,
+		LogRetentionDays:           30,
+		ThrottleRate:               50,
+		ThrottleBurst:              100,
+		AssetDir:                   "bin/lambda",
+		GitUsername:                DefaultGitUsername,
+		LambdaArchitecture:         ArchARM64,
+		WorkerDockerfile:           "worker/Dockerfile",
 
 		// Workers: a long poll at a time each, and their posts.
 		WorkerThrottleRate:  50,
@@ -152,6 +158,7 @@ func FromContext(get Context) (Config, error) {
 	num("maxWorkers", &c.MaxWorkers)
 	num("awaitCapMs", &c.AwaitCapMs)
 	num("queueIdleHours", &c.QueueIdleHours)
+	num("effectsReservedConcurrency", &c.EffectsReservedConcurrency)
 	num("logRetentionDays", &c.LogRetentionDays)
 	num("throttleRate", &c.ThrottleRate)
 	num("throttleBurst", &c.ThrottleBurst)
@@ -282,6 +289,12 @@ func (c Config) Validate() error {
 	// that, a sweep could take a queue in use (pkg/doorbell/sqsbell).
 	if c.QueueIdleHours < 2 || c.QueueIdleHours > 24*366 {
 		errs = append(errs, fmt.Sprintf("queueIdleHours %d: want 2 to 8784 (at least twice the doorbell's hourly touch)", c.QueueIdleHours))
+	}
+	// Lambda keeps 100 of an account's concurrency unreserved: a
+	// reservation beyond what a default quota of 1,000 leaves is a
+	// mistake, not a floor.
+	if c.EffectsReservedConcurrency < 0 || c.EffectsReservedConcurrency > 900 {
+		errs = append(errs, fmt.Sprintf("effectsReservedConcurrency %d: want 0 (none) to 900", c.EffectsReservedConcurrency))
 	}
 	if (c.DomainName == "") != (c.CertificateArn == "") {
 		errs = append(errs, "domainName and certificateArn: set both or neither")

@@ -41,6 +41,10 @@ const (
 	// The secret that signs worker credentials: effects signs, the worker
 	// API verifies; nothing else reads it (pkg/lambdaapp).
 	EnvWorkerSecretArn = "GALLEY_WORKER_SECRET_ARN"
+	// The role the worker API assumes, with a session policy naming one
+	// worker's doorbell queue, to grant that worker's harness its own wait
+	// (pkg/doorbell/sqsbell's Granter).
+	EnvWakeRoleArn = "GALLEY_WAKE_ROLE_ARN"
 )
 
 // Secrets of the worker task's container: ECS reads them from Secrets

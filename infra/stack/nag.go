@@ -45,6 +45,8 @@ func (g *Galley) addNagSuppressions() {
 	for _, name := range []string{FnEffects, FnMailbox, FnWorkerAPI, FnReconciler} {
 		suppress(g.Roles[name], "AwsSolutions-IAM5", whyQueues, queues)
 	}
+	suppress(g.WakeRole, "AwsSolutions-IAM5", whyQueues+" Each session of this role carries a session policy "+
+		"naming one worker's queue, so what a session may receive is that queue alone.", queues)
 	for _, name := range []string{FnEffects, FnReads, FnReconciler} {
 		suppress(g.Roles[name], "AwsSolutions-IAM5", whyTasks, regex(nagClusterTasks))
 	}

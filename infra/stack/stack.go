@@ -156,7 +156,10 @@ type Galley struct {
 	Stack  awscdk.Stack
 	Config Config
 
-	Table          awsdynamodb.Table
+	Table awsdynamodb.Table
+	// WakeRole is assumed, per worker and scoped to its queue, for the
+	// worker's harness to wait on (addWakeRole).
+	WakeRole       awsiam.Role
 	API            awsapigatewayv2.HttpApi
 	Stage          awsapigatewayv2.HttpStage
 	AccessLogs     awslogs.LogGroup
@@ -751,6 +754,12 @@ func (g *Galley) addFunctions() {
 		if name == FnReconciler {
 			fenv[EnvQueueIdleHours] = jsii.String(strconv.Itoa(cfg.QueueIdleHours))
 		}
+		var reserved *float64
+		if name == FnEffects && cfg.EffectsReservedConcurrency > 0 {
+			// Launches and cancels never queue behind awaits or anything
+			// else for the account's concurrency (docs/deploy.md, Quotas).
+			reserved = jsii.Number(float64(cfg.EffectsReservedConcurrency))
+		}
 		fn := awslambda.NewFunction(g.Stack, jsii.String(id), &awslambda.FunctionProps{
 			Description:   jsii.String(spec.desc),
 			Runtime:       awslambda.Runtime_PROVIDED_AL2023(),
@@ -763,12 +772,30 @@ func (g *Galley) addFunctions() {
 			Environment:   &fenv,
 			LogGroup:      logs,
 			LoggingFormat: awslambda.LoggingFormat_JSON,
+
+			ReservedConcurrentExecutions: reserved,
 		})
 		g.Functions[name] = fn
 		g.FunctionLogs[name] = logs
 		g.Roles[name] = role
 	}
+	g.addWakeRole()
+	g.Functions[FnWorkerAPI].AddEnvironment(jsii.String(EnvWakeRoleArn), g.WakeRole.RoleArn(), nil)
 	g.grantFunctions()
+}
+
+// addWakeRole makes the role whose sessions wait on one worker's doorbell
+// queue each: the worker API assumes it with a session policy naming the
+// worker's queue and hands the session to that worker's harness, so an
+// idle worker waits on SQS, not in a Lambda invocation. Only the worker
+// API's role may assume it; a session lasts at most an hour (role
+// chaining), and the harness asks again before it ends.
+func (g *Galley) addWakeRole() {
+	g.WakeRole = awsiam.NewRole(g.Stack, jsii.String("WorkerWakeRole"), &awsiam.RoleProps{
+		AssumedBy:          awsiam.NewArnPrincipal(g.Roles[FnWorkerAPI].RoleArn()),
+		Description:        jsii.String("galley: one worker's harness waits on its own doorbell queue (session policy names it)"),
+		MaxSessionDuration: awscdk.Duration_Hours(jsii.Number(1)),
+	})
 }
 
 func (g *Galley) lambdaArchitecture() awslambda.Architecture {
@@ -840,12 +867,19 @@ func (g *Galley) grantFunctions() {
 	stmt(mailbox, "ReadBearerToken", []string{"secretsmanager:GetSecretValue"}, token, nil)
 
 	// The worker API rings its coordinator's doorbell (questions, reports)
-	// and long-polls the worker's own inbox doorbell. It never reads
-	// kitchn's token: workers authenticate with their own.
+	// and makes each worker's inbox doorbell when it grants the worker's
+	// harness its wait; it never listens (an idle worker holds no
+	// invocation). It never reads kitchn's token: workers authenticate
+	// with their own.
 	worker := g.Roles[FnWorkerAPI]
 	g.Table.GrantReadWriteData(worker)
-	stmt(worker, "RingAndListenOnDoorbells", []string{"sqs:CreateQueue", "sqs:TagQueue", "sqs:SendMessage", "sqs:ReceiveMessage", "sqs:DeleteMessage"}, queues, tls)
+	stmt(worker, "RingAndMakeDoorbells", ring, queues, tls)
 	stmt(worker, "ReadWorkerSigningKey", []string{"secretsmanager:GetSecretValue"}, workerKey, nil)
+	stmt(worker, "GrantWorkersTheirWait", []string{"sts:AssumeRole"}, []*string{g.WakeRole.RoleArn()}, nil)
+
+	// A grant's session may receive only what both the wake role and the
+	// grant's session policy (one queue) allow.
+	stmt(g.WakeRole, "WaitOnDoorbells", []string{"sqs:ReceiveMessage", "sqs:DeleteMessage"}, queues, tls)
 
 	// The reconciler settles workers; a settled worker's report rings the
 	// coordinator's doorbell so a waiting await wakes at once. It also

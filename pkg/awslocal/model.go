@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,8 +32,13 @@ type function struct {
 type role struct {
 	ID, Name, Arn string
 	// Trusts lists the services its trust policy lets assume it.
-	Trusts   []string
-	Policies []iampolicy.Policy
+	Trusts []string
+	// Trust is the trust policy itself (the STS stand-in checks callers
+	// of AssumeRole against it); MaxSession the role's
+	// MaxSessionDuration (0: STS's default hour).
+	Trust      iampolicy.TrustPolicy
+	MaxSession time.Duration
+	Policies   []iampolicy.Policy
 }
 
 // rule is one EventBridge rule with its function targets.
@@ -100,6 +106,18 @@ func readModel(d *deployment, dir string) (*model, error) {
 		arn, _ := d.GetAtt(id, "Arn")
 		r := &role{ID: id, Name: d.phys[id], Arn: arn.(string)}
 		r.Trusts = trustedServices(p["AssumeRolePolicyDocument"])
+		trust, err := iampolicy.TrustFromDocument(p["AssumeRolePolicyDocument"])
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("role %s: trust policy: %v", id, err))
+		}
+		r.Trust = trust
+		if v, ok := p["MaxSessionDuration"]; ok {
+			n, err := strconv.Atoi(fmt.Sprint(v))
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("role %s: MaxSessionDuration %v is not a number of seconds", id, v))
+			}
+			r.MaxSession = time.Duration(n) * time.Second
+		}
 		for _, inline := range asList(p["Policies"]) {
 			pol, err := iampolicy.FromDocument(asMap(inline)["PolicyDocument"])
 			if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/galley-run/galley/local/gateway"
 	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/local/smstandin"
+	"github.com/galley-run/galley/local/stsstandin"
 	"github.com/galley-run/galley/pkg/cfntemplate"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/lambdaapp"
@@ -83,6 +84,7 @@ type Stack struct {
 	gateURLs map[iamgate.Service]string
 	sm       *smstandin.Server
 	ecs      *ecsstandin.Server
+	sts      *stsstandin.Server
 	admin    *secretsmanager.Client
 	repo     string // the local bare repository
 	gitURL   string // where the git server serves it
@@ -180,6 +182,34 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	principals := newPrincipals()
+	// STS issues sessions of the template's roles (the worker API grants
+	// each harness one, scoped to its queue); every gate knows them.
+	s.sts, err = stsstandin.New(func(arn string) (stsstandin.Role, bool) {
+		if s.model == nil {
+			return stsstandin.Role{}, false
+		}
+		r, ok := s.model.roles[arn]
+		if !ok {
+			return stsstandin.Role{}, false
+		}
+		return stsstandin.Role{ARN: r.Arn, Trust: r.Trust, MaxSessionDuration: r.MaxSession, Policies: r.Policies}, true
+	}, stsstandin.WithAccount(localAccount), stsstandin.WithLogger(o.Logger))
+	if err != nil {
+		return nil, err
+	}
+	allPrincipals := iamgate.Chain(principals, s.sts)
+	// The gates' addresses before anything uses them: the worker image
+	// names the SQS gate (its harness waits on its own queue).
+	gateLns := map[iamgate.Service]net.Listener{}
+	gateURLs := map[iamgate.Service]string{}
+	for _, svc := range []iamgate.Service{iamgate.DynamoDB, iamgate.SQS, iamgate.SecretsManager, iamgate.ECS, iamgate.STS} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		gateLns[svc], gateURLs[svc] = ln, "https://"+ln.Addr().String()
+	}
+	s.gateURLs = gateURLs
 	var fileSystems []ecsstandin.Option
 	for _, id := range tpl.OfType("AWS::EFS::FileSystem") {
 		dir := filepath.Join(s.dir, "efs", efsID(id))
@@ -229,24 +259,18 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	taskDefs := func(ref string) (iamgate.TaskDefinition, bool) { return s.taskDefinition(ref) }
-	gateURLs := map[iamgate.Service]string{}
 	for svc, up := range map[iamgate.Service]http.Handler{
-		iamgate.DynamoDB: ddbUp, iamgate.SQS: sqsUp, iamgate.SecretsManager: s.sm, iamgate.ECS: s.ecs,
+		iamgate.DynamoDB: ddbUp, iamgate.SQS: sqsUp, iamgate.SecretsManager: s.sm, iamgate.ECS: s.ecs, iamgate.STS: s.sts,
 	} {
-		g, err := iamgate.New(svc, up, principals, iamgate.WithRegion(localRegion), iamgate.WithAccount(localAccount),
+		g, err := iamgate.New(svc, up, allPrincipals, iamgate.WithRegion(localRegion), iamgate.WithAccount(localAccount),
 			iamgate.WithLogger(o.Logger), iamgate.WithSecretResolver(s.sm.Resolve), iamgate.WithTaskDefinitions(taskDefs),
 			iamgate.WithObserver(s.metrics.observe))
 		if err != nil {
 			return nil, err
 		}
 		s.gates[svc] = g
-		u, err := s.serveTLS(g, serverTLS)
-		if err != nil {
-			return nil, err
-		}
-		gateURLs[svc] = u
+		s.serveTLS(gateLns[svc], g, serverTLS)
 	}
-	s.gateURLs = gateURLs
 
 	// The house repository, served by the git server that requires the
 	// git credential, as a forge would.
@@ -342,6 +366,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			"AWS_ENDPOINT_URL_SQS":             gateURLs[iamgate.SQS],
 			"AWS_ENDPOINT_URL_SECRETS_MANAGER": gateURLs[iamgate.SecretsManager],
 			"AWS_ENDPOINT_URL_ECS":             gateURLs[iamgate.ECS],
+			"AWS_ENDPOINT_URL_STS":             gateURLs[iamgate.STS],
 		} {
 			env[k] = v
 		}

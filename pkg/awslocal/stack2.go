@@ -178,19 +178,14 @@ func tlsClient(caPEM []byte) *http.Client {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 }
 
-// serveTLS serves h on a loopback port over TLS and returns its URL.
-func (s *Stack) serveTLS(h http.Handler, cfg *tls.Config) (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
+// serveTLS serves h on ln over TLS.
+func (s *Stack) serveTLS(ln net.Listener, h http.Handler, cfg *tls.Config) {
 	// No write deadline: SQS's ReceiveMessage holds up to 20 s. A body
 	// must arrive within the read deadline (cleared once it is read).
 	srv := &http.Server{Handler: h, TLSConfig: cfg, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
 	s.servers = append(s.servers, srv)
 	go srv.Serve(tls.NewListener(ln, cfg))
-	return "https://" + ln.Addr().String(), nil
 }
 
 // handlerClient is an HTTP client that serves every request with h in
@@ -234,7 +229,17 @@ func isWorkerImage(ref string) bool {
 // harness as its entrypoint and the stand-in agent CLIs on its PATH, with
 // the image's own environment (worker/Dockerfile's ENV, the same names:
 // TestWorkerImageMatchesDockerfile) pointing at them.
-func (s *Stack) workerImage() ecsstandin.Image { return WorkerImage(s.cfg.Bin, s.dir) }
+//
+// Its tasks also reach SQS through the stack's gate (AWS_ENDPOINT_URL_SQS,
+// trusting the stack's CA): on AWS the SDK's default endpoint is right.
+// The harness waits on its own queue with the credentials its wake grant
+// carries; nothing else in the task calls AWS.
+func (s *Stack) workerImage() ecsstandin.Image {
+	img := WorkerImage(s.cfg.Bin, s.dir)
+	img.Env["AWS_ENDPOINT_URL_SQS"] = s.gateURLs[iamgate.SQS]
+	img.Env["AWS_CA_BUNDLE"] = s.CAFile()
+	return img
+}
 
 // WorkerImage is the local worker image for the binaries b, with its home
 // folder under dir.

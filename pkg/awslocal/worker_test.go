@@ -3,13 +3,10 @@ package awslocal_test
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -298,15 +295,8 @@ func TestTaskRoleIsCheckedAWSLocal(t *testing.T) {
 	}
 	ctx := context.Background()
 	creds := endpointcreds.New(uri)
-	caPEM, err := os.ReadFile(s.CAFile())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
 	sm := secretsmanager.New(secretsmanager.Options{Region: "us-east-1", Credentials: aws.NewCredentialsCache(creds),
-		BaseEndpoint: aws.String(s.GateURL(iamgate.SecretsManager)),
-		HTTPClient:   &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}})
+		BaseEndpoint: aws.String(s.GateURL(iamgate.SecretsManager)), HTTPClient: caClient(t, s)})
 	for _, env := range []string{lambdaapp.EnvSecretGit, lambdaapp.EnvTokenSecretArn, lambdaapp.EnvWorkerSecretArn} {
 		arn := s.FunctionEnv(lambdaapp.Effects)[env]
 		_, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
