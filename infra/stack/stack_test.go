@@ -444,7 +444,9 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 			"ecs:RunTask", "ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks", "ecs:TagResource", "iam:PassRole"})},
 		{stack.FnReads, join(logs, dynamoRead, secret, []string{"ecs:DescribeTasks", "ecs:ListTasks"})},
 		{stack.FnMailbox, join(logs, dynamoWrite, listen, secret)},
-		{stack.FnWorkerAPI, join(logs, dynamoWrite, listen, ring, secret)},
+		// It makes a worker's queue and grants its harness the wait; it
+		// never listens itself.
+		{stack.FnWorkerAPI, join(logs, dynamoWrite, ring, secret, []string{"sts:AssumeRole"})},
 		// The sweep of idle doorbell queues: exactly these three; and
 		// what the on-failure destination needs of its queue.
 		{stack.FnReconciler, join(logs, dynamoWrite, ring, failures, []string{"ecs:StopTask", "ecs:ListTasks",
@@ -511,6 +513,10 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 					if !jsonEq(st.Conditions, map[string]any{"StringEquals": map[string]any{"iam:PassedToService": "ecs-tasks.amazonaws.com"}}) {
 						t.Errorf("PassRole condition %v", st.Conditions)
 					}
+				case st.Actions[0] == "sts:AssumeRole":
+					if tt.fn != stack.FnWorkerAPI || !jsonEq(st.Resources, []any{getArn(s.id(s.g.WakeRole))}) {
+						t.Errorf("%s assumes %s, want only the worker API the wake role", tt.fn, raw)
+					}
 				case strings.HasPrefix(st.Actions[0], "logs:"):
 					if !jsonEq(st.Resources, []any{getArn(s.id(s.g.FunctionLogs[tt.fn]))}) {
 						t.Errorf("logs on %s, want the function's own log group", raw)
@@ -531,6 +537,56 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWakeRoleWaitsOnlyOnDoorbells: the role the worker API assumes per
+// worker (with a session policy naming the worker's queue) can only
+// receive and delete on this house's doorbell queues over TLS, is
+// assumable by the worker API's role alone, and lasts an hour.
+func TestWakeRoleWaitsOnlyOnDoorbells(t *testing.T) {
+	s := deployment(t)
+	id := s.id(s.g.WakeRole)
+	p := props(s.resources("AWS::IAM::Role")[id])
+	trust, _ := json.Marshal(p["AssumeRolePolicyDocument"])
+	want, _ := json.Marshal(map[string]any{"Statement": []any{map[string]any{"Action": "sts:AssumeRole", "Effect": "Allow",
+		"Principal": map[string]any{"AWS": getArn(s.id(s.g.Roles[stack.FnWorkerAPI]))}}}, "Version": "2012-10-17"})
+	if string(trust) != string(want) {
+		t.Errorf("trust %s\nwant %s", trust, want)
+	}
+	if p["MaxSessionDuration"] != 3600.0 {
+		t.Errorf("MaxSessionDuration %v, want 3600 (role chaining allows no more)", p["MaxSessionDuration"])
+	}
+	sts := s.statements(id)
+	if got := actionsOf(sts); !slices.Equal(got, []string{"sqs:DeleteMessage", "sqs:ReceiveMessage"}) {
+		t.Errorf("actions %v", got)
+	}
+	for _, st := range sts {
+		raw, _ := json.Marshal(st.Resources)
+		if !strings.Contains(string(raw), `":galley-kitchen_1-*"`) || !jsonEq(st.Conditions, map[string]any{"Bool": map[string]any{"aws:SecureTransport": "true"}}) {
+			t.Errorf("on %s with %v, want this house's queues over TLS", raw, st.Conditions)
+		}
+	}
+	env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[stack.FnWorkerAPI])])["Environment"].(map[string]any)["Variables"].(map[string]any)
+	if !jsonEq(env[stack.EnvWakeRoleArn], getArn(id)) {
+		t.Errorf("the worker API's %s = %v", stack.EnvWakeRoleArn, env[stack.EnvWakeRoleArn])
+	}
+}
+
+// TestEffectsHaveReservedConcurrency: launches and cancels keep a floor of
+// the account's concurrency that awaits cannot take; nothing else
+// reserves any.
+func TestEffectsHaveReservedConcurrency(t *testing.T) {
+	s := deployment(t)
+	for _, name := range stack.FunctionNames {
+		got := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[name])])["ReservedConcurrentExecutions"]
+		want := any(nil)
+		if name == stack.FnEffects {
+			want = float64(stack.Defaults().EffectsReservedConcurrency)
+		}
+		if got != want {
+			t.Errorf("%s: ReservedConcurrentExecutions %v, want %v", name, got, want)
+		}
 	}
 }
 
