@@ -102,8 +102,9 @@ func startServer(t *testing.T, data string, flags ...string) *server {
 }
 
 // keepOnFailure copies a failed test's server log and data directory
-// (the store, each worker's harness log) under GALLEY_E2E_KEEP, for a
-// closer look at a failure that does not come back on demand.
+// (the store, each worker's harness log; no credential) under
+// GALLEY_E2E_KEEP, for a closer look at a failure that does not come back
+// on demand.
 func keepOnFailure(t *testing.T, s *server) {
 	root := os.Getenv("GALLEY_E2E_KEEP")
 	if root == "" || !t.Failed() {
@@ -120,8 +121,15 @@ func keepOnFailure(t *testing.T, s *server) {
 	if _, err := os.Stat(filepath.Join(dir, "data")); err == nil {
 		return
 	}
-	if out, err := exec.Command("cp", "-a", s.Data, filepath.Join(dir, "data")).CombinedOutput(); err != nil {
+	kept := filepath.Join(dir, "data")
+	if out, err := exec.Command("cp", "-a", s.Data, kept).CombinedOutput(); err != nil {
 		t.Logf("keep: copy %s: %v %s", s.Data, err, out)
+	}
+	// No credential is kept: kitchn's token, the worker secret, the
+	// workers' tokens.
+	secrets, _ := filepath.Glob(filepath.Join(kept, "workers", "*", "token"))
+	for _, f := range append(secrets, filepath.Join(kept, "token"), filepath.Join(kept, "worker-secret")) {
+		_ = os.Remove(f)
 	}
 	t.Logf("kept the server log and data under %s", dir)
 }
