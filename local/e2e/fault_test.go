@@ -103,6 +103,9 @@ func TestFaultSIGKILLUnderLoad(t *testing.T) {
 		for _, e := range res.Errors {
 			t.Errorf("iteration %d: %s", i, e)
 		}
+		if len(res.Errors) > 0 {
+			dumpHistory(t, res.Ops)
+		}
 		t.Logf("iteration %d: main phase %v, end phase %v, checks %v; %d ops, %d launches; %s", i,
 			res.MainEnd.Sub(res.Start).Round(time.Millisecond), res.End.Sub(res.MainEnd).Round(time.Millisecond),
 			res.CheckTime.Round(time.Millisecond), len(res.Ops), res.Launches, strings.TrimSpace(res.Report.String()))

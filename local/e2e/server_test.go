@@ -96,8 +96,42 @@ func startServer(t *testing.T, data string, flags ...string) *server {
 	t.Cleanup(func() {
 		s.stop(t)
 		killWorkers(data)
+		keepOnFailure(t, s)
 	})
 	return s
+}
+
+// keepOnFailure copies a failed test's server log and data directory
+// (the store, each worker's harness log; no credential) under
+// GALLEY_E2E_KEEP, for a closer look at a failure that does not come back
+// on demand.
+func keepOnFailure(t *testing.T, s *server) {
+	root := os.Getenv("GALLEY_E2E_KEEP")
+	if root == "" || !t.Failed() {
+		return
+	}
+	dir := filepath.Join(root, strings.ReplaceAll(t.Name(), "/", "_"))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Logf("keep: %v", err)
+		return
+	}
+	_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("server-%d.log", s.cmd.Process.Pid)), s.stderr.Bytes(), 0o600)
+	// Every incarnation keeps its log; the data once, by the last one
+	// stopped (cleanups run last first).
+	if _, err := os.Stat(filepath.Join(dir, "data")); err == nil {
+		return
+	}
+	kept := filepath.Join(dir, "data")
+	if out, err := exec.Command("cp", "-a", s.Data, kept).CombinedOutput(); err != nil {
+		t.Logf("keep: copy %s: %v %s", s.Data, err, out)
+	}
+	// No credential is kept: kitchn's token, the worker secret, the
+	// workers' tokens.
+	secrets, _ := filepath.Glob(filepath.Join(kept, "workers", "*", "token"))
+	for _, f := range append(secrets, filepath.Join(kept, "token"), filepath.Join(kept, "worker-secret")) {
+		_ = os.Remove(f)
+	}
+	t.Logf("kept the server log and data under %s", dir)
 }
 
 // stop ends the server with SIGTERM and checks it shut down cleanly.

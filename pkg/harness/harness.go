@@ -97,7 +97,11 @@ func (h *harness) run(ctx context.Context) error {
 	defer agentGone()
 	h.ctx = agentCtx
 
-	self, err := h.api.Self(ctx)
+	var self workerapi.Self
+	err := h.untilReachable(ctx, "reading the worker's launch facts", SelfPatience, func(ctx context.Context) (err error) {
+		self, err = h.api.Self(ctx)
+		return err
+	})
 	if err != nil {
 		h.log.Error("cannot read the worker's launch facts", "err", err)
 		return err
@@ -279,7 +283,9 @@ func exitCode(ps *os.ProcessState) int {
 func (h *harness) reportExited(ctx context.Context, code int, reason string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	err := h.api.Exited(ctx, code, reason)
+	err := h.untilReachable(ctx, "reporting the agent's exit", 30*time.Second, func(ctx context.Context) error {
+		return h.api.Exited(ctx, code, reason)
+	})
 	switch {
 	case err == nil:
 		return nil
@@ -533,6 +539,31 @@ func (h *harness) pollInbox(ctx context.Context) {
 			h.log.Info("galley settled the worker", "outcome", ans.Outcome)
 			close(h.settled)
 			return
+		}
+	}
+}
+
+// SelfPatience bounds how long a starting harness tries to read its launch
+// facts while galley is unreachable.
+const SelfPatience = 2 * time.Minute
+
+// untilReachable calls f until it succeeds, fails for another reason than
+// galley being unreachable (Unavailable: no connection, 5xx), patience has
+// passed or ctx ends. The client's own retries span a few seconds; a
+// server restarting takes longer, and a harness that gave up on reading its
+// launch facts or on its exit report would end without a word that
+// anything hears: a runtime that restarted does not watch the harnesses an
+// earlier one started, so their worker would stay unsettled.
+func (h *harness) untilReachable(ctx context.Context, what string, patience time.Duration, f func(context.Context) error) error {
+	deadline := time.Now().Add(patience)
+	for retry := 250 * time.Millisecond; ; retry = min(retry*2, 10*time.Second) {
+		err := f(ctx)
+		if err == nil || !galleyerr.Is(galleyerr.Unavailable, err) || ctx.Err() != nil || time.Now().Add(retry).After(deadline) {
+			return err
+		}
+		h.log.Warn(what+" failed; retrying", "err", err, "in", retry)
+		if sleepCtx(ctx, retry) != nil {
+			return err
 		}
 	}
 }

@@ -125,6 +125,30 @@ func TestNoReadyWithoutEvidence(t *testing.T) {
 	}
 }
 
+// A harness that cannot reach galley for longer than its client's retries
+// (a server restarting after a SIGKILL) when it starts, and again when it
+// reports its agent's exit, waits for galley instead of ending without a
+// word: nothing else would report a harness an earlier server started, and
+// its worker would stay unsettled.
+func TestUnreachableGalleyIsWaitedFor(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	f := fakeFor(t, workerapi.Self{Agent: protocol.AgentSelection{Agent: "shell"}})
+	f.FailNext(workerapi.PathSelf, 503, 503, 503, 503, 503)
+	f.FailNext(workerapi.PathExited, 502, 503, 503)
+	p := runInProcess(t, ctx, f, "shell", shellDriver{script: "echo warming up; exit 2"}, nil)
+	if err := p.wait(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := f.Snapshot()
+	if len(s.Calls) != 1 || s.Calls[0].Exited == nil || s.Calls[0].Exited.Code != 2 {
+		t.Fatalf("calls = %+v, want only exited with code 2", s.Calls)
+	}
+	if n := s.Attempts[workerapi.PathSelf]; n != 6 {
+		t.Errorf("%d attempts to read the launch facts, want 6 (5 failed)", n)
+	}
+}
+
 func TestReadyOnStartedEvidence(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)

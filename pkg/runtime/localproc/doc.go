@@ -5,6 +5,7 @@
 // workers an earlier server started:
 //
 //	<dir>/workers/<handle>/     mode 700; creating it is the claim that makes Start happen once
+//	                            (a claim whose server died before the spawn is finished by the next Start)
 //	    token                   the worker's own credential, mode 600; only its path reaches the
 //	                            harness, and it is deleted once the harness has ended
 //	    meta.json               the spec's labels and the start time, never the token

@@ -229,7 +229,8 @@ func checkHandle(op galleyerr.Op, h string) error {
 
 // Start starts the harness for spec once: a second Start of a handle this
 // data directory has seen (running, exited, or started by an earlier
-// server) does nothing. It returns as soon as the process runs.
+// server) does nothing, except to finish a start an earlier server claimed
+// and died before spawning. It returns as soon as the process runs.
 func (r *Runtime) Start(ctx context.Context, spec service.WorkerSpec) error {
 	const op = galleyerr.Op("localproc.start")
 	if err := checkHandle(op, spec.Handle); err != nil {
@@ -258,10 +259,23 @@ func (r *Runtime) Start(ctx context.Context, spec service.WorkerSpec) error {
 	// directory, whichever server process tries.
 	wdir := r.workerDir(spec.Handle)
 	if err := os.Mkdir(wdir, 0o700); err != nil {
-		if errors.Is(err, fs.ErrExist) {
+		if !errors.Is(err, fs.ErrExist) {
+			return galleyerr.E(op, err)
+		}
+		if !r.startInterrupted(spec.Handle) {
 			return nil
 		}
-		return galleyerr.E(op, err)
+		// A server died between the claim and the spawn: nothing ever ran,
+		// and a launch retried against its record (still starting) would
+		// wait for ever. Give the claim back, as a failed spawn does, and
+		// claim again.
+		r.log.Warn("finishing a start an earlier server claimed but never ran", "handle", spec.Handle)
+		if err := os.RemoveAll(wdir); err != nil {
+			return galleyerr.E(op, err)
+		}
+		if err := os.Mkdir(wdir, 0o700); err != nil {
+			return galleyerr.E(op, err)
+		}
 	}
 	w, err := r.spawn(spec)
 	if err != nil {
@@ -274,6 +288,22 @@ func (r *Runtime) Start(ctx context.Context, spec service.WorkerSpec) error {
 	r.workers[spec.Handle] = w
 	r.log.Info("worker started", "handle", spec.Handle, "pid", w.pid, "run", spec.Run, "task", spec.Task)
 	return nil
+}
+
+// startInterrupted reports whether h's claimed folder is a start whose
+// harness never ran: no pid start file (written right after the spawn), no
+// pid file, no stop asked for, and no harness found by its environment (one
+// spawned in the instant before its server died). It relies on one server
+// at a time per data directory (the local server's store is locked to it)
+// and on r.mu, so that no other start of h is under way.
+func (r *Runtime) startInterrupted(h string) bool {
+	for _, f := range []string{r.pidStartFile(h), r.pidFile(h), r.stopFile(h)} {
+		if _, err := os.Lstat(f); !errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
+	}
+	_, found := findLeaderByEnv(EnvTokenFile + "=" + r.tokenFile(h))
+	return !found
 }
 
 // meta is what meta.json records for operators.
@@ -572,7 +602,8 @@ func (r *Runtime) lookupLocked(h string) (*worker, error) {
 // between starting the harness and recording it. The harness, if it runs, is
 // the group leader whose environment names this worker's token file; it is
 // recorded now. If none runs, the worker reads as exited, and is not
-// remembered, so a later look finds a harness that appears meanwhile.
+// remembered, so a later look finds a harness that appears meanwhile (a
+// Start that finishes a start interrupted before its spawn).
 func (r *Runtime) findUnrecorded(h string) (*worker, error) {
 	pid, ok := findLeaderByEnv(EnvTokenFile + "=" + r.tokenFile(h))
 	if !ok {

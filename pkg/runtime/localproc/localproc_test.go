@@ -735,25 +735,74 @@ func TestUnrecordedWorkerIsFound(t *testing.T) {
 	awaitLiveness(t, r, spec.Handle, service.LivenessExited)
 }
 
-// A claimed folder with no pid and no harness is a start that never ran:
-// exited, and never started again.
-func TestInterruptedStartReadsExited(t *testing.T) {
-	r := newRuntime(t, "")
-	spec := fakeSpec(r, "w-interrupted", "run")
-	if err := os.Mkdir(r.workerDir(spec.Handle), 0o700); err != nil {
-		t.Fatal(err)
+// A server killed between claiming a worker's folder and spawning its
+// harness leaves the folder (perhaps with the token and meta files spawn
+// writes first) and nothing running. The fault test's SIGKILL found it: the
+// retried launch's Start found the folder, did nothing, and its worker
+// stayed starting for ever. It reads exited until a Start (the retried
+// launch's) finishes the start; once finished, it starts no more.
+func TestInterruptedStartIsFinished(t *testing.T) {
+	for _, left := range []string{"the claim alone", "the claim, token and meta"} {
+		t.Run(left, func(t *testing.T) {
+			r := newRuntime(t, "")
+			spec := fakeSpec(r, "w-interrupted", "run")
+			if err := os.Mkdir(r.workerDir(spec.Handle), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if left != "the claim alone" {
+				if err := writeNew(r.tokenFile(spec.Handle), []byte(spec.Token)); err != nil {
+					t.Fatal(err)
+				}
+				if err := writeNew(filepath.Join(r.workerDir(spec.Handle), "meta.json"), []byte("{}\n")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if l, err := r.Liveness(context.Background(), spec.Handle); err != nil || l != service.LivenessExited {
+				t.Errorf("Liveness before the retried Start = %d, %v; want exited", l, err)
+			}
+			if err := r.Start(context.Background(), spec); err != nil {
+				t.Fatal(err)
+			}
+			awaitRecord(t, spec.WorkspacePath)
+			awaitLiveness(t, r, spec.Handle, service.LivenessLive)
+			if err := r.Start(context.Background(), spec); err != nil {
+				t.Fatal(err)
+			}
+			if runtime.GOOS == "linux" {
+				if n := countLeaders(t, r, spec.Handle); n != 1 {
+					t.Errorf("%d harness processes for one handle, want 1", n)
+				}
+			}
+			if n := starts(r, spec.Handle); n != 1 {
+				t.Errorf("the harness started %d times, want 1", n)
+			}
+		})
 	}
-	if l, err := r.Liveness(context.Background(), spec.Handle); err != nil || l != service.LivenessExited {
-		t.Errorf("Liveness = %d, %v; want exited", l, err)
-	}
-	if err := r.Start(context.Background(), spec); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Stop(context.Background(), spec.Handle); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(r.pidFile(spec.Handle)); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("a second Start started the worker: pid file %v", err)
+}
+
+// A claimed folder whose harness was spawned (its start time recorded) and
+// has ended, or whose worker a stop was asked for, is never started again.
+func TestEndedOrStoppedClaimIsNotStarted(t *testing.T) {
+	for _, file := range []string{"pidstart", "stop"} {
+		t.Run(file, func(t *testing.T) {
+			r := newRuntime(t, "")
+			spec := fakeSpec(r, "w-claimed", "run")
+			if err := os.Mkdir(r.workerDir(spec.Handle), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(r.workerDir(spec.Handle), file), []byte("1\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Start(context.Background(), spec); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(r.pidFile(spec.Handle)); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("Start started the worker: pid file %v", err)
+			}
+			if n := starts(r, spec.Handle); n != 0 {
+				t.Errorf("the harness started %d times, want 0", n)
+			}
+		})
 	}
 }
 
