@@ -110,7 +110,7 @@ func TestUsageMeasuresDynamoDBCapacity(t *testing.T) {
 	// A query that finds nothing: AWS's minimum, where the stand-in says 0.
 	if _, err := c.Query(ctx, &dynamodb.QueryInput{TableName: aws.String("T"), KeyConditionExpression: aws.String("pk = :k"),
 		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":k": &ddbtypes.AttributeValueMemberS{Value: "k"}},
-		ConsistentRead: aws.Bool(true)}); err != nil {
+		ConsistentRead:            aws.Bool(true)}); err != nil {
 		t.Fatal(err)
 	}
 	if got := seen.last(t); len(got.Capacity) != 1 || got.Capacity[0] != (Capacity{Table: "T", Read: 1}) {
