@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"os/signal"
@@ -108,14 +109,21 @@ func progress(c config, format string, a ...any) {
 	fmt.Fprintf(c.log, "cost: %s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
 }
 
-func measure(ctx context.Context, c config) (*result, error) {
+func measure(ctx context.Context, c config) (_ *result, err error) {
 	dir := c.data
 	if dir == "" {
-		d, err := os.MkdirTemp("", "galley-cost-")
-		if err != nil {
-			return nil, err
+		d, mkErr := os.MkdirTemp("", "galley-cost-")
+		if mkErr != nil {
+			return nil, mkErr
 		}
-		defer os.RemoveAll(d)
+		// Kept when the run fails: the stack's log says why.
+		defer func() {
+			if err == nil {
+				os.RemoveAll(d)
+			} else {
+				progress(c, "the stack's data and log are kept in %s", d)
+			}
+		}()
 		dir = d
 	}
 	logf, err := os.Create(filepath.Join(dir, "stack.log"))
@@ -145,7 +153,7 @@ func measure(ctx context.Context, c config) (*result, error) {
 	r.vcpu, r.memGB = workerSize(s)
 	k := &kitchn{endpoint: s.Endpoint(), token: strings.TrimSpace(string(tok)),
 		house: s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse], run: "run-cost",
-		http: &http.Client{Timeout: 60 * time.Second}, done: map[string]bool{}}
+		http: &http.Client{Timeout: 60 * time.Second}, done: map[string]bool{}, why: map[string]string{}}
 	coordCtx, stopCoord := context.WithCancel(ctx)
 	defer stopCoord()
 	coordErr := make(chan error, 1)
@@ -191,6 +199,9 @@ func measure(ctx context.Context, c config) (*result, error) {
 			return nil, fmt.Errorf("coordinator: %w", err)
 		case <-time.After(time.Until(end)):
 		case <-tick.C:
+			if n := k.finished(handles[:c.workers]); n > 0 {
+				return nil, fmt.Errorf("%d idle workers ended during the window: %v", n, k.ended())
+			}
 			d := s.Usage().Sub(u1)
 			progress(c, "%s left; so far %d AWS requests, %d worker-API invocations (in flight now %d, at most %d)",
 				time.Until(end).Round(time.Second), sum(d.Requests), d.Functions[lambdaapp.WorkerAPI].Invocations,
@@ -250,7 +261,8 @@ type kitchn struct {
 
 	mu      sync.Mutex
 	replies int
-	done    map[string]bool // handles whose worker-done arrived
+	done    map[string]bool   // handles whose worker-done arrived
+	why     map[string]string // their outcome and body
 	seq     int
 }
 
@@ -341,6 +353,7 @@ func (k *kitchn) coordinate(ctx context.Context) error {
 			case m.Kind == protocol.MsgWorkerDone && m.Worker != nil:
 				k.mu.Lock()
 				k.done[m.Worker.Handle] = true
+				k.why[m.Worker.Handle] = m.Outcome + ": " + m.Body
 				k.mu.Unlock()
 			}
 		}
@@ -364,6 +377,12 @@ func (k *kitchn) finished(handles []string) int {
 		}
 	}
 	return n
+}
+
+func (k *kitchn) ended() map[string]string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.why)
 }
 
 func (k *kitchn) waitFor(ctx context.Context, coordErr <-chan error, limit time.Duration, ok func() bool) error {
