@@ -61,9 +61,24 @@ func (g *Gate) serveCounted(w http.ResponseWriter, r *http.Request, p Principal,
 		if json.Unmarshal(body, &req) != nil {
 			measured = false // the stand-in answers the malformed body as AWS does
 		} else {
-			var mode string
-			_ = json.Unmarshal(req["ReturnConsumedCapacity"], &mode)
-			asked = mode == "TOTAL" || mode == "INDEXES"
+			// Asked for only when absent or NONE: any other value is the
+			// caller's to have refused or answered as it stands.
+			// DynamoDB reads member names regardless of case.
+			var raw json.RawMessage
+			given := false
+			for k, v := range req {
+				if strings.EqualFold(k, "ReturnConsumedCapacity") {
+					raw, given = v, true
+				}
+			}
+			asked = given && string(bytes.TrimSpace(raw)) != `"NONE"`
+			if given && !asked {
+				for k := range req {
+					if strings.EqualFold(k, "ReturnConsumedCapacity") {
+						delete(req, k)
+					}
+				}
+			}
 			if !asked {
 				req["ReturnConsumedCapacity"] = json.RawMessage(`"TOTAL"`)
 				body, _ = json.Marshal(req)

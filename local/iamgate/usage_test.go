@@ -134,6 +134,11 @@ func TestUsageMeasuresDynamoDBCapacity(t *testing.T) {
 		t.Errorf("TransactWriteItems reported %+v", got)
 	}
 
+	// A value DynamoDB refuses reaches it as the caller wrote it.
+	if code, _ := e.signedDynamo("GetItem", `{"TableName":"T","Key":{"pk":{"S":"k"}},"ReturnConsumedCapacity":"SOME"}`); code != 200 {
+		t.Fatalf("GetItem: %d", code)
+	}
+
 	// A denied request reaches nothing and is not reported.
 	n := len(seen.all)
 	_, err = c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String("Other"), Key: item()})
@@ -143,7 +148,7 @@ func TestUsageMeasuresDynamoDBCapacity(t *testing.T) {
 	}
 	fake.mu.Lock()
 	defer fake.mu.Unlock()
-	want := []string{"TOTAL", "TOTAL", "TOTAL", "TOTAL", "TOTAL"}
+	want := []string{"TOTAL", "TOTAL", "TOTAL", "TOTAL", "TOTAL", "SOME"}
 	if strings.Join(fake.asked, ",") != strings.Join(want, ",") {
 		t.Errorf("the stand-in was asked for %v, want %v", fake.asked, want)
 	}
