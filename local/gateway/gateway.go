@@ -96,6 +96,7 @@ type Gateway struct {
 	// throttles the buckets made of it, by route key.
 	throttleSpec map[string]Throttle
 	throttles    map[string]*bucket
+	counted      requestCounter
 }
 
 // Option configures a Gateway.
@@ -204,6 +205,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		status = message(w, http.StatusTooManyRequests, "Too Many Requests")
 		return
 	}
+	g.counted.add(route)
 	if r.ContentLength > MaxPayload {
 		status = message(w, http.StatusRequestEntityTooLarge, "Request Entity Too Large")
 		return

@@ -174,6 +174,8 @@ type Pool struct {
 	mu   sync.Mutex
 	n    int // emulators started or starting
 	all  []Invoker
+
+	stats poolStats
 }
 
 // NewPool returns a pool that starts emulators with spawn, at most max.
@@ -193,8 +195,10 @@ func (p *Pool) Size() int {
 
 // Invoke runs payload on a free emulator.
 func (p *Pool) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
+	p.stats.begin()
 	inv, err := p.acquire(ctx)
 	if err != nil {
+		p.stats.end(false, 0, false)
 		return nil, err
 	}
 	type result struct {
@@ -205,7 +209,9 @@ func (p *Pool) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	go func() {
 		// The emulator returns to the pool only when its invocation ended,
 		// even if the caller stopped waiting.
+		start := time.Now()
 		b, err := inv.Invoke(context.WithoutCancel(ctx), payload)
+		p.stats.end(true, time.Since(start), err != nil)
 		p.release(inv)
 		done <- result{b, err}
 	}()

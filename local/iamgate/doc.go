@@ -69,7 +69,9 @@
 // A request needing several authorizations (a batch, a transaction,
 // RunTask's iam:PassRole) is denied by the first that fails. Every
 // decision is recorded (Decisions, WithObserver); denials are logged with
-// slog, without keys or bodies.
+// slog, without keys or bodies. WithUsage reports each authorized request
+// once, after its answer, with what AWS bills for it (DynamoDB capacity,
+// SQS empty receives: usage.go).
 //
 // # Operations modelled
 //

@@ -140,6 +140,7 @@ type Gate struct {
 	secrets    SecretResolver
 	taskDefs   TaskDefinitions
 	observe    func(Record)
+	usage      func(Call)
 
 	mu      sync.Mutex
 	records []Record
@@ -314,6 +315,13 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if m.after != nil {
 		g.proto.write(w, *m.after)
+		if g.usage != nil {
+			g.usage(Call{Service: g.service, Operation: op, Role: p.RoleARN, Status: m.after.status})
+		}
+		return
+	}
+	if g.usage != nil {
+		g.serveCounted(w, r, p, op, body)
 		return
 	}
 	for k := range r.Header {

@@ -16,7 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/pkg/metrics"
 )
 
@@ -192,29 +191,24 @@ type Metric struct {
 }
 
 // metricSink reads the functions' output for embedded metric format lines,
-// as CloudWatch Logs extracts them, and counts the AWS calls the gates
-// authorized.
+// as CloudWatch Logs extracts them, and counts the AWS requests the gates
+// authorized (one per request, however many authorizations it needed).
 type metricSink struct {
 	mu    sync.Mutex
 	data  []Metric
-	calls map[string]int // "service:Operation" → allowed calls
+	calls map[string]int // "service:Operation" → authorized requests
+	usage usageCounter   // the rest of what the gates count (usage.go)
 }
 
-func newMetricSink() *metricSink { return &metricSink{calls: map[string]int{}} }
+func newMetricSink() *metricSink {
+	return &metricSink{calls: map[string]int{},
+		usage: usageCounter{capacity: map[string]TableCapacity{}, byRole: map[string]RoleUsage{}}}
+}
 
 func (m *metricSink) all() []Metric {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]Metric(nil), m.data...)
-}
-
-func (m *metricSink) observe(r iamgate.Record) {
-	if !r.Allowed {
-		return
-	}
-	m.mu.Lock()
-	m.calls[string(r.Service)+":"+r.Operation]++
-	m.mu.Unlock()
 }
 
 // capture returns a writer that passes fn's output to out and keeps the

@@ -91,6 +91,7 @@ type Stack struct {
 
 	servers []*http.Server
 	pools   map[string]*gateway.Pool // by function logical id
+	gateway *gateway.Gateway
 	envs    map[string][]string
 	metrics *metricSink
 
@@ -264,7 +265,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	} {
 		g, err := iamgate.New(svc, up, allPrincipals, iamgate.WithRegion(localRegion), iamgate.WithAccount(localAccount),
 			iamgate.WithLogger(o.Logger), iamgate.WithSecretResolver(s.sm.Resolve), iamgate.WithTaskDefinitions(taskDefs),
-			iamgate.WithObserver(s.metrics.observe))
+			iamgate.WithUsage(s.metrics.call))
 		if err != nil {
 			return nil, err
 		}
@@ -404,6 +405,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	gwSrv.Handler = gw
+	s.gateway = gw
 	go func() {
 		if err := gwSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			o.Logger.Error("gateway", "err", err)
