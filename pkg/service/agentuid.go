@@ -2,6 +2,9 @@ package service
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -28,14 +31,31 @@ func (s *Service) launchAgentUID(ctx context.Context, handle, key string) (uint3
 	if err != nil {
 		return 0, err
 	}
-	return agentUIDFor(n)
+	return s.agentUIDFor(n)
 }
 
-// agentUIDFor maps the house's n-th count to its uid.
-func agentUIDFor(n int64) (uint32, error) {
-	if n < 1 || n > workerapi.AgentUIDEnd-workerapi.AgentUIDBase {
+// agentUIDSpan is how many agent uids a house has.
+const agentUIDSpan = workerapi.AgentUIDEnd - workerapi.AgentUIDBase
+
+// agentUIDFor maps the house's n-th count to its uid: consecutive from the
+// deployment's own offset in the range, wrapping at its end. The offset
+// keeps two deployments on one machine (a developer's server beside a
+// test's, or two houses) from numbering agents alike: a harness ends its
+// agent by killing every process of the agent's uid, which would reach
+// another deployment's agent of the same number. It is derived from the
+// worker signing key, so it is stable for a deployment and differs
+// between two.
+func (s *Service) agentUIDFor(n int64) (uint32, error) {
+	if n < 1 || n > agentUIDSpan {
 		return 0, galleyerr.Errorf(galleyerr.Other, "the house has used every agent uid (count %d; at most %d workers)",
-			n, workerapi.AgentUIDEnd-workerapi.AgentUIDBase)
+			n, agentUIDSpan)
 	}
-	return uint32(workerapi.AgentUIDBase + n - 1), nil
+	return uint32(workerapi.AgentUIDBase + (s.agentUIDOffset()+n-1)%agentUIDSpan), nil
+}
+
+// agentUIDOffset is the deployment's first agent uid, less AgentUIDBase.
+func (s *Service) agentUIDOffset() int64 {
+	m := hmac.New(sha256.New, s.cfg.WorkerSecret)
+	m.Write([]byte("galley agent uid offset"))
+	return int64(binary.BigEndian.Uint32(m.Sum(nil)) % agentUIDSpan)
 }

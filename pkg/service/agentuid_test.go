@@ -29,7 +29,7 @@ func agentUID(t *testing.T, e *env, worker string) uint32 {
 
 // Every worker of a house gets an agent uid of its own: two launches, and
 // a third into the first one's worktree (whose files the harness gives to
-// the new uid), get three uids, numbered from AgentUIDBase.
+// the new uid), get three consecutive uids.
 func TestAgentUIDsDiffer(t *testing.T) {
 	e := newEnv(t)
 	first, _ := e.apply(t, call("run-1", "k-1", launchBody("feature/a")))
@@ -39,10 +39,27 @@ func TestAgentUIDsDiffer(t *testing.T) {
 	again, _ := e.apply(t, call("run-1", "k-3", `{"type":"launch-worker","role":"commis","workspace":{"type":"existing","resource":{"kind":"worktree","backend":"galley","handle":"`+wt+`"}},"brief":"again"}`))
 	w3 := again.Created[0].Handle
 	got := []uint32{agentUID(t, e, w1), agentUID(t, e, w2), agentUID(t, e, w3)}
-	for i, uid := range got {
-		if want := uint32(workerapi.AgentUIDBase + i); uid != want {
-			t.Errorf("worker %d has agent uid %d, want %d", i+1, uid, want)
+	for i, uid := range got[1:] {
+		if uid != got[i]+1 {
+			t.Errorf("worker %d has agent uid %d, want %d (the next after worker %d's)", i+2, uid, got[i]+1, i+1)
 		}
+	}
+	// Another deployment (another signing key) numbers from elsewhere.
+	other := servicetest.New(t, func(c *service.Config) { c.WorkerSecret = []byte("another deployment's signing key!") })
+	rc, err := other.Service.Apply(context.Background(), call("run-1", "k-1", launchBody("feature/a")), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r protocol.Receipt
+	if err := json.Unmarshal(rc, &r); err != nil {
+		t.Fatal(err)
+	}
+	self, err := other.Service.WorkerSelf(context.Background(), r.Created[0].Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := int64(self.AgentUID) - int64(got[0]); d > -1000 && d < 1000 {
+		t.Errorf("two deployments' first agent uids are %d and %d: their agents would collide", got[0], self.AgentUID)
 	}
 }
 

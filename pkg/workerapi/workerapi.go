@@ -80,8 +80,11 @@ type Self struct {
 }
 
 // The agent uids a service allocates: the n-th worker of a house (n from
-// 1) gets AgentUIDBase + n - 1, so a house has at most AgentUIDEnd -
-// AgentUIDBase (2^31 - 2^29, about 1.6 billion) workers. The range lies
+// 1) gets AgentUIDBase + (offset + n - 1) mod (AgentUIDEnd -
+// AgentUIDBase), the offset derived from the deployment's signing key so
+// that two deployments on one machine do not share uids; a house has at
+// most AgentUIDEnd - AgentUIDBase (2^31 - 2^29, about 1.6 billion)
+// workers. The range lies
 // above the 16-bit uids distributions allocate and above the range
 // [2^28, 2^29) the harness derives from a handle when AgentUID is 0, so a
 // worker launched before the service allocated uids never shares one with
