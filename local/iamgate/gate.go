@@ -320,10 +320,8 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if g.usage != nil {
-		g.serveCounted(w, r, p, op, body)
-		return
-	}
+	// Only the gate speaks for the caller: a client's copy of a gate
+	// header never reaches the upstream, counted or not.
 	for k := range r.Header {
 		if strings.HasPrefix(http.CanonicalHeaderKey(k), gateHeaderPrefix) {
 			r.Header.Del(k)
@@ -334,6 +332,10 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"role": {p.RoleARN}, "session": {p.SessionName}, "account": {g.account},
 			"region": {g.region}, "tls": {fmt.Sprint(r.TLS != nil)},
 		}.Encode())
+	}
+	if g.usage != nil {
+		g.serveCounted(w, r, p, op, body)
+		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))

@@ -2,6 +2,7 @@ package iamgate
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -175,8 +176,15 @@ func (u *stsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // deny does not stop it); the upstream learns the caller from the gate's
 // header only, a client's copy being removed; sts:AssumeRole is checked on
 // the role with the session name in the context and denied as STS denies,
-// in XML with HTTP 403.
+// in XML with HTTP 403. The same with the gate counting usage (aws-local's
+// wiring), whose forwarding is its own.
 func TestSTSGate(t *testing.T) {
+	for _, counted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("counted=%v", counted), func(t *testing.T) { testSTSGate(t, counted) })
+	}
+}
+
+func testSTSGate(t *testing.T, counted bool) {
 	doorbell := "arn:aws:iam::000000000000:role/galley-doorbell"
 	e := newEnv(t, STS, true, []string{
 		`{"Version":"2012-10-17","Statement":{"Effect":"Deny","Action":"sts:GetCallerIdentity","Resource":"*"}}`,
@@ -184,6 +192,9 @@ func TestSTSGate(t *testing.T) {
 	})
 	up := &stsUpstream{}
 	e.gate.upstream = up
+	if counted {
+		e.gate.usage = func(Call) {}
+	}
 	forged := url.Values{"role": {doorbell}, "session": {"forged"}, "account": {account}}.Encode()
 	c := sts.NewFromConfig(e.cfg(nil), func(o *sts.Options) {
 		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
