@@ -450,6 +450,27 @@ func (s *Stack) FunctionEnv(fn lambdaapp.Function) map[string]string {
 	return nil
 }
 
+// FunctionCredentials are the session credentials fn runs with (its role's),
+// for a test to act as the function does.
+func (s *Stack) FunctionCredentials(fn lambdaapp.Function) aws.Credentials {
+	var c aws.Credentials
+	for _, kv := range s.envs[s.kinds[fn]] {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "AWS_ACCESS_KEY_ID":
+			c.AccessKeyID = v
+		case "AWS_SECRET_ACCESS_KEY":
+			c.SecretAccessKey = v
+		case "AWS_SESSION_TOKEN":
+			c.SessionToken = v
+		}
+	}
+	return c
+}
+
+// Region is the stack's region.
+func (s *Stack) Region() string { return localRegion }
+
 // Instances reports how many emulators each function runs.
 func (s *Stack) Instances() map[lambdaapp.Function]int {
 	m := map[lambdaapp.Function]int{}
@@ -626,3 +647,7 @@ func (s *Stack) Attribute(logicalID, attr string) (any, error) {
 // of the stack's AWS endpoints needs (AWS_ENDPOINT_URL_*, AWS_CA_BUNDLE).
 func (s *Stack) GateURL(svc iamgate.Service) string { return s.gateURLs[svc] }
 func (s *Stack) CAFile() string                     { return filepath.Join(s.dir, "ca.pem") }
+
+// DataDir is the stack's own folder (<data>/aws-local): the stand-ins'
+// state and the tasks' files.
+func (s *Stack) DataDir() string { return s.dir }

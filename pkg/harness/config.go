@@ -77,7 +77,7 @@ const DefaultQuietRead = 5 * time.Minute
 // newBell is the bell the harness waits on: the one galley's wake grant
 // names.
 func (c Config) newBell(api wakeAPI, log *slog.Logger) bell {
-	return newWakeBell(api, log, c.InboxWait)
+	return newWakeBell(api, log, c.InboxWait, c.SQSEndpoint, c.CABundle)
 }
 
 // DefaultHeartbeat is how often the harness posts a heartbeat while the
@@ -125,6 +125,12 @@ type Config struct {
 	Heartbeat time.Duration // default DefaultHeartbeat
 	Progress  time.Duration // MCP progress while a tool call blocks; default DefaultProgress
 	InboxWait time.Duration // one wait through galley (WakeGalley); default client.MaxInboxWait
+	// SQSEndpoint and CABundle are where a wake grant's queue is reached
+	// and the PEM file of extra CAs to trust there: from the task's
+	// AWS_ENDPOINT_URL_SQS and AWS_CA_BUNDLE (aws-local sets them; on AWS
+	// both are empty).
+	SQSEndpoint string
+	CABundle    string
 	// QuietRead is how long the harness goes without reading its inbox
 	// when nothing rang; default DefaultQuietRead.
 	QuietRead time.Duration
@@ -167,6 +173,11 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		GitCredential: strings.TrimSpace(getenv(EnvGitCredential)),
 		GitUsername:   getenv(EnvGitUsername),
 		Confine:       Confinement(getenv(EnvConfine)),
+		// Read before UnsetSecretEnv removes every AWS_ variable: where
+		// the worker's wake queue is reached (aws-local's gate; on AWS
+		// unset, and the SDK's default endpoint is right).
+		SQSEndpoint: firstSet(getenv, "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL"),
+		CABundle:    getenv("AWS_CA_BUNDLE"),
 	}
 	switch cfg.Confine {
 	case "":

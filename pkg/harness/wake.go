@@ -2,12 +2,15 @@ package harness
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"log/slog"
+	"net/http"
+	"os"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -53,6 +56,8 @@ type wakeBell struct {
 	api       wakeAPI
 	log       *slog.Logger
 	inboxWait time.Duration
+	endpoint  string // the SQS endpoint; empty: the SDK's default
+	caBundle  string // a PEM file of CAs to trust besides the system's
 
 	grant   workerapi.WakeGrant
 	sqs     sqsReceiver
@@ -65,8 +70,8 @@ type sqsReceiver interface {
 	DeleteMessageBatch(context.Context, *sqs.DeleteMessageBatchInput, ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
 }
 
-func newWakeBell(api wakeAPI, log *slog.Logger, inboxWait time.Duration) *wakeBell {
-	return &wakeBell{api: api, log: log, inboxWait: inboxWait}
+func newWakeBell(api wakeAPI, log *slog.Logger, inboxWait time.Duration, endpoint, caBundle string) *wakeBell {
+	return &wakeBell{api: api, log: log, inboxWait: inboxWait, endpoint: endpoint, caBundle: caBundle}
 }
 
 func (b *wakeBell) wait(ctx context.Context, after int64) bool {
@@ -102,9 +107,9 @@ func (b *wakeBell) ensureGrant(ctx context.Context) error {
 	return err
 }
 
-// use adopts a grant: for SQS, a client with the grant's credentials
-// (the SDK's default configuration otherwise, so that an endpoint set by
-// AWS_ENDPOINT_URL_SQS, as aws-local sets, is honoured).
+// use adopts a grant: for SQS, a client with the grant's credentials and
+// nothing else of the environment (the harness has removed its AWS_
+// variables; the endpoint and CA bundle were read before).
 func (b *wakeBell) use(ctx context.Context, g workerapi.WakeGrant) error {
 	switch g.Kind {
 	case workerapi.WakeGalley:
@@ -112,22 +117,48 @@ func (b *wakeBell) use(ctx context.Context, g workerapi.WakeGrant) error {
 		b.log.Info("waiting for wake-ups through galley")
 		return nil
 	case workerapi.WakeSQS:
-		if g.SQS == nil || g.SQS.QueueURL == "" {
-			return galleyerr.Errorf(galleyerr.Other, "the SQS wake grant names no queue")
+		if g.SQS == nil || g.SQS.QueueURL == "" || g.SQS.Region == "" {
+			return galleyerr.Errorf(galleyerr.Other, "the SQS wake grant names no queue or region")
 		}
-		cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(g.SQS.Region),
-			config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(g.SQS.AccessKeyID, g.SQS.SecretAccessKey, g.SQS.SessionToken)))
-		if err != nil {
-			return err
+		opts := sqs.Options{Region: g.SQS.Region,
+			Credentials: credentials.NewStaticCredentialsProvider(g.SQS.AccessKeyID, g.SQS.SecretAccessKey, g.SQS.SessionToken)}
+		if b.endpoint != "" {
+			opts.BaseEndpoint = aws.String(b.endpoint)
+		}
+		if b.caBundle != "" {
+			client, err := caClient(b.caBundle)
+			if err != nil {
+				return err
+			}
+			opts.HTTPClient = client
 		}
 		renewed := b.grant.Kind == workerapi.WakeSQS
-		b.grant, b.sqs = g, sqs.NewFromConfig(cfg)
+		b.grant, b.sqs = g, sqs.New(opts)
 		if !renewed {
 			b.log.Info("waiting for wake-ups on the worker's queue", "queue", g.SQS.QueueURL, "expires", g.Expires)
 		}
 		return nil
 	}
 	return galleyerr.Errorf(galleyerr.Other, "unknown wake grant kind %q", g.Kind)
+}
+
+// caClient is an HTTP client trusting the system's CAs and those of the
+// PEM file.
+func caClient(file string) (*http.Client, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, galleyerr.E(galleyerr.Other, "the CA bundle", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, galleyerr.Errorf(galleyerr.Other, "the CA bundle holds no certificate")
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: t}, nil
 }
 
 // receive long-polls the worker's queue once. Any message is a ring: the
