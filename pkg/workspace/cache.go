@@ -1,11 +1,16 @@
 package workspace
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -21,16 +26,17 @@ import (
 // dir: one bare mirror per repository URL, which Prepare brings up to date
 // with `git fetch` under a lock before it clones, so that the clone itself
 // fetches from the repository only what the mirror lacks (nearly nothing)
-// and takes the rest from the mirror (`git clone --reference
-// --dissociate`). Several harnesses, on one machine or on one NFS file
-// system (EFS), may share dir. log reports a cache that did not serve (nil:
-// the default logger).
+// and takes the rest from the mirror (`git clone --reference`). Several
+// harnesses, on one machine or on one NFS file system (EFS), may share
+// dir. log reports a cache that did not serve (nil: the default logger).
 //
-// The finished clone does not depend on the cache: --dissociate copies the
-// borrowed objects into it before Prepare returns, so the agent needs no
-// access to dir (it is created 0700), nothing it does in its clone can
-// reach the cache, and nothing done to the cache later (a repack, a
-// quarantine, its deletion) can break a clone.
+// The finished clone does not depend on the cache: before Prepare returns,
+// the mirror's object files are copied into it (each pack and index
+// checked against its own checksum) and its alternates file is removed,
+// which is what --dissociate does, without repacking every object. So the
+// agent needs no access to dir (it is created 0700), nothing it does in
+// its clone can reach the cache, and nothing done to the cache later (a
+// roll-up of its packs, setting it aside, deleting it) can break a clone.
 //
 // The cache is an optimisation only. On any failure of it (the folder not
 // ours or writable by others, a lock not had in time with no mirror yet, a
@@ -90,22 +96,126 @@ func cloneCached(ctx context.Context, root, parent, repoURL, branch, tmp string,
 	if err != nil {
 		return &cacheError{err: err}
 	}
-	args := []string{"-c", "core.hooksPath=/dev/null", "clone", "--quiet", "--no-local",
-		"--reference", mirror, "--dissociate"}
+	// --no-local: a repository on a local path would otherwise be copied
+	// (or hard-linked) whole, ignoring the reference.
+	args := []string{"-c", "core.hooksPath=/dev/null", "clone", "--quiet", "--no-local", "--reference", mirror}
 	if branch != "" {
 		args = append(args, "--branch", branch)
 	}
-	// --no-local: a repository on a local path would otherwise be copied
-	// (or hard-linked) whole, ignoring the reference.
 	if _, err := (gitexec.Cmd{Dir: parent, Env: cred}).Run(ctx, append(args, "--", repoURL, tmp)...); err != nil {
 		return &cacheError{suspect: ctx.Err() == nil, err: fmt.Errorf("clone with the mirror as reference: %w", err)}
 	}
-	// --dissociate has removed the alternates file; a clone that still
-	// names the cache would break with it.
-	if _, err := os.Lstat(filepath.Join(tmp, ".git", "objects", "info", "alternates")); !errors.Is(err, os.ErrNotExist) {
-		return &cacheError{err: errors.New("the clone still borrows from the cache")}
+	if err := dissociate(ctx, root, repoURL, mirror, filepath.Join(tmp, ".git")); err != nil {
+		return &cacheError{suspect: ctx.Err() == nil, err: err}
 	}
 	return nil
+}
+
+// dissociate makes the clone whose git directory is gitDir stand alone:
+// it copies the mirror's object files into it, checking each pack and
+// index against its own trailing checksum as it copies (a truncated or
+// damaged file fails), then removes the clone's alternates file. This is
+// what `git clone --dissociate` achieves by repacking every object, at the
+// cost of a file copy instead. The copy runs under the mirror's lock, so
+// that no roll-up of its packs removes a file half-way; the copies are the
+// clone's own files (never hard links: the agent's uid will own them).
+func dissociate(ctx context.Context, root, repoURL, mirror, gitDir string) error {
+	format, err := mirrorGit(ctx, mirror, nil, "rev-parse", "--show-object-format")
+	if err != nil {
+		return fmt.Errorf("read the mirror's object format: %w", err)
+	}
+	newHash, err := hashFor(strings.TrimSpace(format))
+	if err != nil {
+		return err
+	}
+	unlock, err := lockFile(ctx, mirrorPath(root, repoURL)+lockSuffix, cacheLockWait)
+	if err != nil {
+		return fmt.Errorf("lock the mirror to copy its objects: %w", err)
+	}
+	defer unlock()
+	src, dst := filepath.Join(mirror, "objects"), filepath.Join(gitDir, "objects")
+	err = filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		switch {
+		case d.IsDir() && rel == "info":
+			return filepath.SkipDir // alternates, commit-graph: the mirror's own
+		case d.IsDir():
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		case !d.Type().IsRegular() || strings.HasPrefix(d.Name(), "tmp_") || strings.HasSuffix(d.Name(), ".keep") || strings.HasSuffix(d.Name(), ".bitmap"):
+			return nil
+		}
+		target := filepath.Join(dst, rel)
+		if _, err := os.Lstat(target); err == nil {
+			return nil // the clone has it already (the same name is the same content)
+		}
+		check := strings.HasSuffix(d.Name(), ".pack") || strings.HasSuffix(d.Name(), ".idx")
+		return copyChecked(path, target, newHash, check)
+	})
+	if err != nil {
+		return fmt.Errorf("copy the mirror's objects into the clone: %w", err)
+	}
+	if err := os.Remove(filepath.Join(dst, "info", "alternates")); err != nil {
+		return fmt.Errorf("stop borrowing from the mirror: %w", err)
+	}
+	return nil
+}
+
+// hashFor is the hash of git's object format name.
+func hashFor(format string) (func() hash.Hash, error) {
+	switch format {
+	case "sha1":
+		return sha1.New, nil
+	case "sha256":
+		return sha256.New, nil
+	}
+	return nil, fmt.Errorf("unknown object format %q", format)
+}
+
+// copyChecked copies src to a new file dst (mode 0444, as git makes object
+// files), through a temporary name. With check, src must end with the
+// checksum of everything before it, as git's pack and index files do.
+func copyChecked(src, dst string, newHash func() hash.Hash, check bool) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.CreateTemp(filepath.Dir(dst), "tmp_copy_")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(out.Name()) // a no-op once renamed
+	fi, err := in.Stat()
+	if err != nil {
+		out.Close()
+		return err
+	}
+	// Hash all but the trailing checksum, which is read aside to compare.
+	h := newHash()
+	body := fi.Size() - int64(h.Size())
+	if body < 0 {
+		body = 0
+	}
+	tail := new(bytes.Buffer)
+	_, err = io.CopyN(io.MultiWriter(out, h), in, body)
+	if err == nil {
+		_, err = io.Copy(io.MultiWriter(out, tail), in)
+	}
+	if err != nil {
+		out.Close()
+		return err
+	}
+	if check && !bytes.Equal(h.Sum(nil), tail.Bytes()) {
+		out.Close()
+		return fmt.Errorf("%s fails its checksum: the mirror is damaged", filepath.Base(src))
+	}
+	if err := errors.Join(out.Chmod(0o444), out.Close()); err != nil {
+		return err
+	}
+	return os.Rename(out.Name(), dst)
 }
 
 // mirrorPath is where the mirror of repoURL lives in root: named by a hash
