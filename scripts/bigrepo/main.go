@@ -3,9 +3,10 @@
 // docs/BENCHMARKS.md "Launch on a large repository"): by default 100,000
 // commits on main over a tree of about 3,000 source files in nested
 // folders, each commit a small text edit of one to three files (a hot set
-// edited far more often than the rest), and every 250th commit adding or
+// edited far more often than the rest), and every 200th commit adding or
 // rewriting a larger generated data file (256 KiB to 1 MiB), which is what
-// takes the pack to a few hundred MB. It writes the history through one
+// takes the pack to a few hundred MB (the 100,000-commit repository packs
+// to about 520 MB). It writes the history through one
 // `git fast-import` stream, which is fast, into a bare repository.
 //
 //	go run ./scripts/bigrepo                        # .bigrepo/repo-100000.git, made once per machine
@@ -47,12 +48,21 @@ func main() {
 	}
 }
 
+// largeEvery is how often (in commits) a large data file is added or
+// rewritten: with 100,000 commits, 500 versions of 256 KiB to 1 MiB, which
+// is most of the packed size.
+const largeEvery = 200
+
+// version changes whenever the generator makes another history from the
+// same flags, so that a cached repository of an older one is not reused.
+const version = 2
+
 // markerName records, in the finished repository, the parameters it was
 // made with; its absence means an unfinished run.
 const markerName = "galley-bigrepo"
 
 func run(out string, commits, nfiles int, seed uint64, progress bool) error {
-	want := fmt.Sprintf("commits=%d files=%d seed=%d\n", commits, nfiles, seed)
+	want := fmt.Sprintf("version=%d commits=%d files=%d seed=%d\n", version, commits, nfiles, seed)
 	if got, err := os.ReadFile(filepath.Join(out, markerName)); err == nil {
 		if string(got) == want {
 			fmt.Printf("%s: cached (%s)\n", out, strings.TrimSpace(want))
@@ -212,10 +222,12 @@ func (g *gen) edit(i int) {
 	ls := g.lines[i]
 	for k := 1 + g.r.IntN(4); k > 0; k-- {
 		at := g.r.IntN(len(ls) + 1)
+		// Files stay between 30 and 200 lines (1 to 8 KB): a file that
+		// only grew would make the history far larger than its edits.
 		switch op := g.r.IntN(10); {
 		case op < 4 && at < len(ls):
 			ls[at] = g.line()
-		case op < 9 || len(ls) < 30:
+		case (op < 7 && len(ls) < 200) || len(ls) < 30:
 			ls = append(ls[:at], append([]string{g.line()}, ls[at:]...)...)
 		case at < len(ls):
 			ls = append(ls[:at], ls[at+1:]...)
@@ -252,7 +264,7 @@ func (g *gen) write(w io.Writer, commits int, progress bool) error {
 			for i := range g.paths {
 				changed = append(changed, i)
 			}
-		case c%250 == 0:
+		case c%largeEvery == 0:
 			var p string
 			if len(g.large) < 40 || g.r.IntN(2) == 0 {
 				p = fmt.Sprintf("testdata/fixtures/set%03d.jsonl", len(g.large))
