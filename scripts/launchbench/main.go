@@ -481,14 +481,21 @@ func report(shape string, sr *shapeRes) {
 	}
 	var ready, started, clone []float64
 	for _, l := range rest {
-		ready = append(ready, l.WorkspaceReady)
+		// A harness built before "workspace ready" was logged has none.
+		if l.WorkspaceReady > 0 {
+			ready = append(ready, l.WorkspaceReady)
+			clone = append(clone, l.WorkspaceReady-l.Harness)
+		}
 		started = append(started, l.AgentStarted)
-		clone = append(clone, l.WorkspaceReady-l.Harness)
 	}
 	for _, row := range []struct {
 		name string
 		v    []float64
 	}{{"launch → workspace ready", ready}, {"launch → agent started", started}, {"harness's Prepare alone", clone}} {
+		if len(row.v) == 0 {
+			fmt.Printf("%s, later launches: %-26s not logged by this harness\n", shape, row.name)
+			continue
+		}
 		p50, p95 := quantiles(row.v)
 		fmt.Printf("%s, later launches: %-26s p50 %6.1fs  p95 %6.1fs  (n=%d)\n", shape, row.name, p50, p95, len(row.v))
 	}
