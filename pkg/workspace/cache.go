@@ -92,10 +92,12 @@ func (e *cacheError) Unwrap() error { return e.err }
 // cloneCached clones repoURL into tmp (an empty folder in parent) through
 // the mirror of repoURL in the cache folder root, updating the mirror first.
 func cloneCached(ctx context.Context, root, parent, repoURL, branch, tmp string, cred []string, log *slog.Logger) error {
+	start := time.Now()
 	mirror, err := updateMirror(ctx, root, repoURL, cred, log)
 	if err != nil {
 		return &cacheError{err: err}
 	}
+	updated := time.Now()
 	// --no-local: a repository on a local path would otherwise be copied
 	// (or hard-linked) whole, ignoring the reference.
 	args := []string{"-c", "core.hooksPath=/dev/null", "clone", "--quiet", "--no-local", "--reference", mirror}
@@ -105,9 +107,12 @@ func cloneCached(ctx context.Context, root, parent, repoURL, branch, tmp string,
 	if _, err := (gitexec.Cmd{Dir: parent, Env: cred}).Run(ctx, append(args, "--", repoURL, tmp)...); err != nil {
 		return &cacheError{suspect: ctx.Err() == nil, err: fmt.Errorf("clone with the mirror as reference: %w", err)}
 	}
+	cloned := time.Now()
 	if err := dissociate(ctx, root, repoURL, mirror, filepath.Join(tmp, ".git")); err != nil {
 		return &cacheError{suspect: ctx.Err() == nil, err: err}
 	}
+	log.Info("cloned through the git object cache", "mirror", mirror, "update", updated.Sub(start),
+		"clone", cloned.Sub(updated), "copy", time.Since(cloned))
 	return nil
 }
 

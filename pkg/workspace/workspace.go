@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/githost"
@@ -114,10 +113,8 @@ func Prepare(ctx context.Context, repoURL, branch, dir string, opts ...Option) e
 // when there is one, and plainly when there is none or it fails.
 func (o options) clone(ctx context.Context, parent, repoURL, branch, tmp string, cred []string) error {
 	if o.cache != "" {
-		start := time.Now()
 		err := cloneCached(ctx, o.cache, parent, repoURL, branch, tmp, cred, o.logger())
 		if err == nil {
-			o.logger().Debug("cloned through the git object cache", "cache", o.cache, "took", time.Since(start))
 			return nil
 		}
 		if ctx.Err() != nil {
