@@ -121,8 +121,8 @@ func cloneCached(ctx context.Context, root, parent, repoURL, branch, tmp string,
 // index against its own trailing checksum as it copies (a truncated or
 // damaged file fails), then removes the clone's alternates file. This is
 // what `git clone --dissociate` achieves by repacking every object, at the
-// cost of a file copy instead. The copy runs under the mirror's lock, so
-// that no roll-up of its packs removes a file half-way; the copies are the
+// cost of a file copy instead. The copy holds the mirror's lock shared, so
+// that no update or roll-up of its packs removes a file half-way; the copies are the
 // clone's own files (never hard links: the agent's uid will own them).
 func dissociate(ctx context.Context, root, repoURL, mirror, gitDir string) error {
 	format, err := mirrorGit(ctx, mirror, nil, "rev-parse", "--show-object-format")
@@ -133,7 +133,9 @@ func dissociate(ctx context.Context, root, repoURL, mirror, gitDir string) error
 	if err != nil {
 		return err
 	}
-	unlock, err := lockFile(ctx, mirrorPath(root, repoURL)+lockSuffix, cacheLockWait)
+	// Shared: copies into several clones run at once; only an update or a
+	// roll-up (exclusive) waits for them.
+	unlock, err := lockFile(ctx, mirrorPath(root, repoURL)+lockSuffix, cacheLockWait, syscall.LOCK_SH)
 	if err != nil {
 		return fmt.Errorf("lock the mirror to copy its objects: %w", err)
 	}
@@ -239,7 +241,7 @@ func updateMirror(ctx context.Context, root, repoURL string, cred []string, log 
 		return "", err
 	}
 	mirror := mirrorPath(root, repoURL)
-	unlock, err := lockFile(ctx, mirror+lockSuffix, cacheLockWait)
+	unlock, err := lockFile(ctx, mirror+lockSuffix, cacheLockWait, syscall.LOCK_EX)
 	switch {
 	case errors.Is(err, errLockBusy):
 		if ownFolder(mirror, false) == nil {
@@ -334,7 +336,7 @@ func mirrorGit(ctx context.Context, dir string, env []string, args ...string) (s
 // concurrent clone is reading fails only that clone, which then falls back.
 func setAside(ctx context.Context, root, repoURL string) error {
 	mirror := mirrorPath(root, repoURL)
-	unlock, err := lockFile(ctx, mirror+lockSuffix, cacheLockWait)
+	unlock, err := lockFile(ctx, mirror+lockSuffix, cacheLockWait, syscall.LOCK_EX)
 	if err != nil {
 		return err
 	}
@@ -377,19 +379,19 @@ func ownFolder(dir string, create bool) error {
 
 var errLockBusy = errors.New("the lock is held by another process")
 
-// lockFile takes an exclusive flock(2) on path (made if missing), waiting
-// up to wait. On NFS (EFS) Linux turns flock into a whole-file POSIX lock,
+// lockFile takes a flock(2) on path (made if missing), exclusive
+// (syscall.LOCK_EX) or shared (LOCK_SH), waiting up to wait. On NFS (EFS) Linux turns flock into a whole-file POSIX lock,
 // which NFSv4.1 servers keep for the client that holds it and release when
 // its lease lapses, so a harness killed while updating blocks others for
 // at most a lease period.
-func lockFile(ctx context.Context, path string, wait time.Duration) (unlock func(), err error) {
+func lockFile(ctx context.Context, path string, wait time.Duration, how int) (unlock func(), err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open the cache lock: %w", err)
 	}
 	deadline := time.Now().Add(wait)
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 		if err == nil {
 			return func() { f.Close() }, nil // closing releases the lock
 		}
