@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -32,6 +33,13 @@ const (
 	EnvAgentBinDir = "GALLEY_AGENT_BIN_DIR"
 	// EnvHeartbeat overrides the heartbeat interval (Go duration).
 	EnvHeartbeat = "GALLEY_HEARTBEAT_INTERVAL"
+	// EnvGitCache names the folder of the shared git object cache the
+	// workspace is cloned through (workspace.WithCache): an absolute path,
+	// or "off" for none. Unset, it is .galley-git-cache beside the
+	// workspace (in its parent folder: the data directory's workspaces/
+	// on the local server, the EFS volume's root on ECS), so every
+	// worker of a machine or a file system shares one cache.
+	EnvGitCache = "GALLEY_GIT_CACHE"
 	// EnvProgress overrides the interval of the MCP progress notifications
 	// a blocking tool call sends (Go duration; tests shorten it).
 	EnvProgress = "GALLEY_MCP_PROGRESS_INTERVAL"
@@ -92,6 +100,10 @@ const DefaultHeartbeat = 30 * time.Second
 // (docs/agents.md).
 const DefaultProgress = 20 * time.Second
 
+// DefaultGitCacheName is the git object cache's folder, beside the
+// workspace, when EnvGitCache is unset.
+const DefaultGitCacheName = ".galley-git-cache"
+
 // maxTokenFile bounds the token file, as kitchn bounds its credentials.
 const maxTokenFile = 16 << 10
 
@@ -111,6 +123,9 @@ type Config struct {
 	Repository  string
 	Branch      string // empty: the branch galley names in Self
 	AgentBinDir string
+	// GitCache is the shared git object cache's folder; empty for none.
+	// ConfigFromEnv reads EnvGitCache.
+	GitCache string
 
 	// AnthropicKey and OpenAIKey are the model providers' keys; an agent
 	// gets its own family's only (see AgentNeeds). GitCredential (with
@@ -215,6 +230,17 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if cfg.Repository == "" {
 		return cfg, galleyerr.E(op, galleyerr.Invalid, EnvRepository+" is required")
 	}
+	switch cache := getenv(EnvGitCache); {
+	case cache == "off":
+	case cache == "":
+		if filepath.IsAbs(cfg.Workspace) {
+			cfg.GitCache = filepath.Join(filepath.Dir(filepath.Clean(cfg.Workspace)), DefaultGitCacheName)
+		}
+	case filepath.IsAbs(cache):
+		cfg.GitCache = filepath.Clean(cache)
+	default:
+		return cfg, galleyerr.E(op, galleyerr.Invalid, EnvGitCache+" must be an absolute path or off")
+	}
 	if s := getenv(EnvHeartbeat); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
@@ -280,7 +306,7 @@ func redact(s string) string {
 func (c Config) redactedCopy() configView {
 	return configView{
 		Endpoint: c.Endpoint, Token: redact(c.Token), Bootstrap: redact(c.Bootstrap), Handle: c.Handle,
-		Workspace: c.Workspace, Repository: c.Repository, Branch: c.Branch, AgentBinDir: c.AgentBinDir,
+		Workspace: c.Workspace, Repository: c.Repository, Branch: c.Branch, AgentBinDir: c.AgentBinDir, GitCache: c.GitCache,
 		AnthropicKey: redact(c.AnthropicKey), OpenAIKey: redact(c.OpenAIKey),
 		GitCredential: redact(c.GitCredential), GitUsername: c.GitUsername,
 		Heartbeat: c.Heartbeat, Progress: c.Progress, InboxWait: c.InboxWait, StopGrace: c.StopGrace,
@@ -289,9 +315,9 @@ func (c Config) redactedCopy() configView {
 
 // configView is what may be shown of a Config.
 type configView struct {
-	Endpoint, Token, Bootstrap, Handle, Workspace, Repository, Branch, AgentBinDir string
-	AnthropicKey, OpenAIKey, GitCredential, GitUsername                            string
-	Heartbeat, Progress, InboxWait, StopGrace                                      time.Duration
+	Endpoint, Token, Bootstrap, Handle, Workspace, Repository, Branch, AgentBinDir, GitCache string
+	AnthropicKey, OpenAIKey, GitCredential, GitUsername                                      string
+	Heartbeat, Progress, InboxWait, StopGrace                                                time.Duration
 }
 
 // String shows the configuration with its secrets redacted.
@@ -306,7 +332,7 @@ func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("endpoint", v.Endpoint), slog.String("token", v.Token), slog.String("bootstrap", v.Bootstrap),
 		slog.String("handle", v.Handle), slog.String("workspace", v.Workspace), slog.String("repository", v.Repository),
-		slog.String("branch", v.Branch), slog.String("agentBinDir", v.AgentBinDir),
+		slog.String("branch", v.Branch), slog.String("agentBinDir", v.AgentBinDir), slog.String("gitCache", v.GitCache),
 		slog.String("anthropicKey", v.AnthropicKey), slog.String("openaiKey", v.OpenAIKey),
 		slog.String("gitCredential", v.GitCredential), slog.String("gitUsername", v.GitUsername),
 		slog.Duration("heartbeat", v.Heartbeat), slog.Duration("progress", v.Progress), slog.Duration("inboxWait", v.InboxWait), slog.Duration("stopGrace", v.StopGrace),
@@ -343,13 +369,18 @@ func readTokenFile(path string) (string, error) {
 }
 
 // prepareWith is workspace.Prepare, presenting the git credential when one
-// is set (in git's environment only: never in the clone's config).
-func prepareWith(user, credential string) func(ctx context.Context, repoURL, branch, dir string) error {
+// is set (in git's environment only: never in the clone's config), and
+// cloning through the git object cache when there is one.
+func prepareWith(user, credential, cache string, log *slog.Logger) func(ctx context.Context, repoURL, branch, dir string) error {
+	var opts []workspace.Option
+	if credential != "" {
+		opts = append(opts, workspace.WithCredential(user, credential))
+	}
+	if cache != "" {
+		opts = append(opts, workspace.WithCache(cache, log))
+	}
 	return func(ctx context.Context, repoURL, branch, dir string) error {
-		if credential == "" {
-			return workspace.Prepare(ctx, repoURL, branch, dir)
-		}
-		return workspace.Prepare(ctx, repoURL, branch, dir, workspace.WithCredential(user, credential))
+		return workspace.Prepare(ctx, repoURL, branch, dir, opts...)
 	}
 }
 
@@ -375,13 +406,13 @@ func (c *Config) setDefaults() {
 	if c.GitCredential != "" && c.GitUsername == "" {
 		c.GitUsername = DefaultGitUsername
 	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
 	if c.Prepare == nil {
-		c.Prepare = prepareWith(c.GitUsername, c.GitCredential)
+		c.Prepare = prepareWith(c.GitUsername, c.GitCredential, c.GitCache, c.Logger)
 	}
 	if c.UseGate == nil {
 		c.UseGate = workspace.UseGate
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
 }

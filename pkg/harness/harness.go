@@ -129,9 +129,12 @@ func (h *harness) run(ctx context.Context) error {
 		return h.notStarted(ctx, "confining the agent failed", err)
 	}
 	h.log.Info("preparing the workspace", "dir", h.cfg.Workspace, "branch", branch)
+	prepStart := time.Now()
 	if err := h.cfg.Prepare(ctx, h.cfg.Repository, branch, h.cfg.Workspace); err != nil {
 		return h.notStarted(ctx, "preparing the workspace failed", err)
 	}
+	// scripts/launchbench reads this line's time (launch → workspace ready).
+	h.log.Info("workspace ready", "dir", h.cfg.Workspace, "took", time.Since(prepStart))
 
 	gate, err := h.startGate(h.cfg.Repository, branch)
 	if err != nil {

@@ -376,6 +376,9 @@ func TestConfigFromEnv(t *testing.T) {
 		{"no workspace", map[string]string{harness.EnvWorkspace: ""}, false},
 		{"no repository", map[string]string{harness.EnvRepository: ""}, false},
 		{"bad heartbeat", map[string]string{harness.EnvHeartbeat: "often"}, false},
+		{"git cache", map[string]string{harness.EnvGitCache: "/var/cache/git"}, true},
+		{"git cache off", map[string]string{harness.EnvGitCache: "off"}, true},
+		{"relative git cache", map[string]string{harness.EnvGitCache: "cache"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -401,6 +404,14 @@ func TestConfigFromEnv(t *testing.T) {
 			}
 			if cfg.Token != testToken {
 				t.Errorf("token not read")
+			}
+			// The cache is beside the workspace unless named or off.
+			wantCache := map[string]string{"/var/cache/git": "/var/cache/git", "off": ""}[tt.set[harness.EnvGitCache]]
+			if _, named := tt.set[harness.EnvGitCache]; !named {
+				wantCache = "/tmp/" + harness.DefaultGitCacheName
+			}
+			if cfg.GitCache != wantCache {
+				t.Errorf("GitCache = %q, want %q", cfg.GitCache, wantCache)
 			}
 		})
 	}

@@ -12,7 +12,10 @@
 // clone and push over every transport the deployment uses (local paths,
 // file://, https with a credential helper) behave as they will for the
 // agent. Each workspace is a full clone, not a worktree of a shared
-// repository, so that its config, hooks and refs are its own.
+// repository, so that its config, hooks and refs are its own. WithCache
+// makes that clone fetch only what is new, through a mirror that the
+// harness alone keeps; the clone borrows nothing from it once made
+// (cache.go).
 //
 // What limits a worker's pushes is its push gate (package gitserve): the
 // harness, under a user the agent cannot read, serves the agent's origin

@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"encoding/base64"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -15,6 +16,8 @@ type Option func(*options)
 
 type options struct {
 	user, token string
+	cache       string       // WithCache
+	log         *slog.Logger // WithCache
 }
 
 // WithCredential makes Prepare's git commands that reach the repository

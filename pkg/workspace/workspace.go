@@ -76,15 +76,8 @@ func Prepare(ctx context.Context, repoURL, branch, dir string, opts ...Option) e
 		return galleyerr.E(op, galleyerr.Other, "create temporary directory", err)
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed
-	clone := []string{"clone", "--quiet"}
-	if branch != "" {
-		clone = append(clone, "--branch", branch)
-	}
-	// No hook runs during the clone's checkout, even one a global
-	// init.templateDir would install.
-	clone = append([]string{"-c", "core.hooksPath=/dev/null"}, clone...)
-	if _, err := (gitexec.Cmd{Dir: parent, Env: cred}).Run(ctx, append(clone, "--", repoURL, tmp)...); err != nil {
-		return galleyerr.E(op, cloneError(ctx, parent, repoURL, branch, cred, err))
+	if err := o.clone(ctx, parent, repoURL, branch, tmp, cred); err != nil {
+		return galleyerr.E(op, err)
 	}
 	if branch == "" {
 		// A worker launched without a branch works on a detached checkout
@@ -112,6 +105,71 @@ func Prepare(ctx context.Context, repoURL, branch, dir string, opts ...Option) e
 			return nil // another Prepare placed the same clone
 		}
 		return galleyerr.E(op, galleyerr.Other, "move clone into place", err)
+	}
+	return nil
+}
+
+// clone clones repoURL into the empty folder tmp: through the object cache
+// when there is one, and plainly when there is none or it fails.
+func (o options) clone(ctx context.Context, parent, repoURL, branch, tmp string, cred []string) error {
+	if o.cache != "" {
+		err := cloneCached(ctx, o.cache, parent, repoURL, branch, tmp, cred, o.logger())
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return galleyerr.E(galleyerr.Unavailable, ctx.Err())
+		}
+		o.logger().Error("the git object cache failed; cloning without it", "cache", o.cache, "err", err)
+		if err := emptyDir(tmp); err != nil {
+			return galleyerr.E(galleyerr.Other, "clear the failed clone", err)
+		}
+		if perr := plainClone(ctx, parent, repoURL, branch, tmp, cred); perr != nil {
+			return perr
+		}
+		// The repository served a plain clone: if the clone from the
+		// mirror failed, the mirror is at fault.
+		var ce *cacheError
+		if errors.As(err, &ce) && ce.suspect {
+			if err := setAside(ctx, o.cache, repoURL); err != nil {
+				o.logger().Error("setting the suspect git object cache mirror aside failed", "cache", o.cache, "err", err)
+			} else {
+				o.logger().Warn("set the suspect git object cache mirror aside; the next clone makes a new one", "cache", o.cache)
+			}
+		}
+		return nil
+	}
+	return plainClone(ctx, parent, repoURL, branch, tmp, cred)
+}
+
+// plainClone clones repoURL into tmp from the repository alone.
+// --no-hardlinks: a clone of a repository on a local path would otherwise
+// share the repository's object files (the same inodes), which the
+// harness then gives to the agent's uid.
+func plainClone(ctx context.Context, parent, repoURL, branch, tmp string, cred []string) error {
+	clone := []string{"clone", "--quiet", "--no-hardlinks"}
+	if branch != "" {
+		clone = append(clone, "--branch", branch)
+	}
+	// No hook runs during the clone's checkout, even one a global
+	// init.templateDir would install.
+	clone = append([]string{"-c", "core.hooksPath=/dev/null"}, clone...)
+	if _, err := (gitexec.Cmd{Dir: parent, Env: cred}).Run(ctx, append(clone, "--", repoURL, tmp)...); err != nil {
+		return cloneError(ctx, parent, repoURL, branch, cred, err)
+	}
+	return nil
+}
+
+// emptyDir removes everything in dir, keeping dir.
+func emptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
 	}
 	return nil
 }
