@@ -177,6 +177,13 @@ func linApplied(t *testing.T, l *linSvc, client string, c protocol.EffectCall) {
 			t.Errorf("%s: refused: %v", c.Request.Key, err)
 			return
 		}
+		if st == protocol.StatusNotApplied {
+			// Definite, and "retry after": resent without a lookup, as
+			// kitchn does (a lookup would promise absence again, and a
+			// resend within the clocks' skew of it is refused again).
+			servicetest.RetryAfterSkew()
+			continue
+		}
 		if s, _ := l.lookup(ctx, client, c); s == protocol.StatusApplied {
 			return
 		}
