@@ -62,6 +62,8 @@ type wakeBell struct {
 	grant   workerapi.WakeGrant
 	sqs     sqsReceiver
 	failure time.Duration // the pause after the latest failure
+	// dial makes the SQS client of a grant (tests replace it).
+	dial func(workerapi.SQSWake) (sqsReceiver, error)
 }
 
 // sqsReceiver is the part of the SQS client a bell uses.
@@ -71,7 +73,9 @@ type sqsReceiver interface {
 }
 
 func newWakeBell(api wakeAPI, log *slog.Logger, inboxWait time.Duration, endpoint, caBundle string) *wakeBell {
-	return &wakeBell{api: api, log: log, inboxWait: inboxWait, endpoint: endpoint, caBundle: caBundle}
+	b := &wakeBell{api: api, log: log, inboxWait: inboxWait, endpoint: endpoint, caBundle: caBundle}
+	b.dial = b.dialSQS
+	return b
 }
 
 func (b *wakeBell) wait(ctx context.Context, after int64) bool {
@@ -120,26 +124,35 @@ func (b *wakeBell) use(ctx context.Context, g workerapi.WakeGrant) error {
 		if g.SQS == nil || g.SQS.QueueURL == "" || g.SQS.Region == "" {
 			return galleyerr.Errorf(galleyerr.Other, "the SQS wake grant names no queue or region")
 		}
-		opts := sqs.Options{Region: g.SQS.Region,
-			Credentials: credentials.NewStaticCredentialsProvider(g.SQS.AccessKeyID, g.SQS.SecretAccessKey, g.SQS.SessionToken)}
-		if b.endpoint != "" {
-			opts.BaseEndpoint = aws.String(b.endpoint)
-		}
-		if b.caBundle != "" {
-			client, err := caClient(b.caBundle)
-			if err != nil {
-				return err
-			}
-			opts.HTTPClient = client
+		client, err := b.dial(*g.SQS)
+		if err != nil {
+			return err
 		}
 		renewed := b.grant.Kind == workerapi.WakeSQS
-		b.grant, b.sqs = g, sqs.New(opts)
+		b.grant, b.sqs = g, client
 		if !renewed {
 			b.log.Info("waiting for wake-ups on the worker's queue", "queue", g.SQS.QueueURL, "expires", g.Expires)
 		}
 		return nil
 	}
 	return galleyerr.Errorf(galleyerr.Other, "unknown wake grant kind %q", g.Kind)
+}
+
+// dialSQS is an SQS client with the grant's credentials.
+func (b *wakeBell) dialSQS(g workerapi.SQSWake) (sqsReceiver, error) {
+	opts := sqs.Options{Region: g.Region,
+		Credentials: credentials.NewStaticCredentialsProvider(g.AccessKeyID, g.SecretAccessKey, g.SessionToken)}
+	if b.endpoint != "" {
+		opts.BaseEndpoint = aws.String(b.endpoint)
+	}
+	if b.caBundle != "" {
+		client, err := caClient(b.caBundle)
+		if err != nil {
+			return nil, err
+		}
+		opts.HTTPClient = client
+	}
+	return sqs.New(opts), nil
 }
 
 // caClient is an HTTP client trusting the system's CAs and those of the
