@@ -184,8 +184,9 @@ func requestID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
-// queryError is awsQuery's error answer.
-type queryError struct {
+// QueryError is awsQuery's error answer (STS's), as the gate and the STS
+// stand-in write it.
+type QueryError struct {
 	XMLName   xml.Name `xml:"ErrorResponse"`
 	Xmlns     string   `xml:"xmlns,attr"`
 	Type      string   `xml:"Error>Type"`
@@ -202,7 +203,7 @@ func writeQueryError(w http.ResponseWriter, e awsError) {
 		code = e.typ[strings.LastIndex(e.typ, "#")+1:]
 	}
 	id := requestID()
-	b, _ := xml.Marshal(queryError{Xmlns: STSNamespace, Type: "Sender", Code: code, Message: e.message, RequestID: id})
+	b, _ := xml.Marshal(QueryError{Xmlns: STSNamespace, Type: "Sender", Code: code, Message: e.message, RequestID: id})
 	w.Header().Set("Content-Type", "text/xml")
 	w.Header().Set("X-Amzn-RequestId", id)
 	w.WriteHeader(e.status)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/galley-run/galley/local/iamgate"
 )
 
 type assumeRoleResponse struct {
@@ -65,22 +67,13 @@ func constraintErrors(msgs []string) *apiError {
 	return &e
 }
 
-type errorResponse struct {
-	XMLName   xml.Name `xml:"ErrorResponse"`
-	Xmlns     string   `xml:"xmlns,attr"`
-	Type      string   `xml:"Error>Type"`
-	Code      string   `xml:"Error>Code"`
-	Message   string   `xml:"Error>Message"`
-	RequestID string   `xml:"RequestId"`
-}
-
 func writeError(w http.ResponseWriter, e apiError) {
 	id := requestID()
 	typ := "Sender"
 	if e.status >= 500 {
 		typ = "Receiver"
 	}
-	b, _ := xml.Marshal(errorResponse{Xmlns: Namespace, Type: typ, Code: e.code, Message: e.message, RequestID: id})
+	b, _ := xml.Marshal(iamgate.QueryError{Xmlns: Namespace, Type: typ, Code: e.code, Message: e.message, RequestID: id})
 	w.Header().Set("Content-Type", "text/xml")
 	w.Header().Set("X-Amzn-RequestId", id)
 	w.WriteHeader(e.status)
