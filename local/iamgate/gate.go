@@ -205,7 +205,18 @@ func Proxy(baseURL string) (http.Handler, error) {
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		return nil, fmt.Errorf("iamgate: upstream %q is not an absolute URL", baseURL)
 	}
-	return &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }}, nil
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) },
+		// A caller that gave up (a long poll's client cancelled) is not
+		// an upstream failure worth a line on stderr; anything else is
+		// answered 502 as the default does, and logged.
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() == nil {
+				slog.Warn("iamgate: upstream failed", "upstream", u.Host, "err", err)
+			}
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}, nil
 }
 
 // Decisions returns the decisions made so far, in order; a long-running
