@@ -8,8 +8,10 @@ import "github.com/galley-run/galley/pkg/lambdaapp"
 // routes, timeouts, memory, environment, role — comes from the template.
 type FunctionSpec struct {
 	// MaxInstances bounds the function's emulators, started on demand as
-	// concurrent requests need them. The worker API holds one long poll per
-	// running worker, and the mailbox one per waiting coordinator.
+	// concurrent requests need them. The mailbox holds one per waiting
+	// coordinator; the worker API holds none (harnesses wait on their own
+	// doorbell queues), but a burst of launches calls it from every new
+	// harness at once.
 	MaxInstances int
 }
 
