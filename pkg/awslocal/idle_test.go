@@ -121,7 +121,11 @@ func TestIdleWorkersHoldNoInvocationAWSLocal(t *testing.T) {
 		}
 	}
 
-	// A message still wakes its worker, through its queue.
+	// A message still wakes its worker, through its queue. (The minute of
+	// idling outlasted the gateway's keep-alive: a connection kept from
+	// before could be closed under the request, a POST the client does
+	// not resend.)
+	http.DefaultClient.CloseIdleConnections()
 	target := handles[3]
 	start := time.Now()
 	st, _ := k.effect("k-idle-message", fmt.Sprintf(`{"type":"message-worker","worker":%s,"body":"wake up"}`, k.worker(target)))
