@@ -108,6 +108,10 @@ type Server struct {
 	Service  *service.Service
 }
 
+// inheritedPoll is how often the server looks at the harnesses an earlier
+// (killed) server started, to notice one that ends.
+const inheritedPoll = 2 * time.Second
+
 // Start prepares the data directory and starts serving. It returns once the
 // listener is bound.
 func Start(ctx context.Context, o Options) (*Server, error) {
@@ -227,6 +231,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	s.Service = svc
+	// Harnesses a killed server started still run; one that ends without
+	// a report must settle its worker as if this server had started it.
+	rt.WatchInherited(inheritedPoll)
 	h := confined(o.Logger, rt.Confinement(), api.New(api.WithService(svc), api.WithAuthenticator(api.StaticToken(token)), api.WithLogger(o.Logger)))
 	s.http = newHTTPServer(h, o)
 	go func() {

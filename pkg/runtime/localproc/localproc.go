@@ -566,6 +566,62 @@ func (r *Runtime) resumeStops() {
 	}
 }
 
+// WatchInherited watches, every interval until Close, the harnesses an
+// earlier server of this data directory started: one that ends (or had
+// ended while no server ran) is noticed as if this runtime had started it,
+// so its WithOnExit callback settles a worker whose harness ended without
+// a report. Only workers whose token file is still there are watched: it
+// is deleted once an exit has been noticed, by this runtime or an earlier
+// one. Call it once the callback can act (the server's service exists).
+func (r *Runtime) WatchInherited(interval time.Duration) {
+	ents, err := os.ReadDir(r.workersDir())
+	if err != nil {
+		r.log.Error("cannot list workers", "err", err)
+		return
+	}
+	var watched []*worker
+	r.mu.Lock()
+	for _, e := range ents {
+		h := e.Name()
+		if !handleRE.MatchString(h) {
+			continue
+		}
+		if _, err := os.Stat(r.tokenFile(h)); err != nil {
+			continue
+		}
+		if w, err := r.lookupLocked(h); err == nil && w != nil && !w.child && !w.stopping {
+			watched = append(watched, w)
+		}
+	}
+	r.mu.Unlock()
+	if len(watched) == 0 {
+		return
+	}
+	r.log.Info("watching the harnesses an earlier server started", "workers", len(watched))
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for len(watched) > 0 {
+			r.mu.Lock()
+			live := watched[:0]
+			for _, w := range watched {
+				if r.runningLocked(w) {
+					live = append(live, w)
+				}
+			}
+			watched = live
+			r.mu.Unlock()
+			select {
+			case <-r.done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
 // lookupLocked returns what is known of handle: from memory, else from its
 // folder on disk; nil if this data directory never started it.
 func (r *Runtime) lookupLocked(h string) (*worker, error) {

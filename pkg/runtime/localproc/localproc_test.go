@@ -889,3 +889,39 @@ func TestConfinementChosen(t *testing.T) {
 		}
 	}
 }
+
+// A harness a killed server started, which ends later without a report, is
+// noticed by the next server's runtime (WatchInherited), once: its exit
+// callback fires, and a runtime after that one does not call it again.
+func TestInheritedHarnessExitIsNoticed(t *testing.T) {
+	dir := t.TempDir()
+	startKilledServer(t, dir, "start")
+	exits := make(chan string, 4)
+	r := newRuntime(t, dir, WithOnExit(func(h string) { exits <- h }))
+	rec := awaitRecord(t, filepath.Join(r.WorkspacesDir(), "w-orphan"))
+	r.WatchInherited(20 * time.Millisecond)
+	select {
+	case h := <-exits:
+		t.Fatalf("exit of %s noticed while its harness runs", h)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := syscall.Kill(-rec.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case h := <-exits:
+		if h != "w-orphan" {
+			t.Fatalf("exit noticed for %s", h)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the inherited harness's exit was never noticed")
+	}
+	r.Close()
+	again := newRuntime(t, dir, WithOnExit(func(h string) { exits <- h }))
+	again.WatchInherited(20 * time.Millisecond)
+	select {
+	case h := <-exits:
+		t.Fatalf("exit of %s noticed a second time", h)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
