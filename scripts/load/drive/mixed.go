@@ -523,10 +523,16 @@ func (co *coordinator) process(ctx context.Context, op history.Op, d *protocol.D
 			q := row.ID
 			reply := protocol.WorkerEffect{Type: protocol.OpReply, Worker: ptr(m.c.worker(w.handle)), Question: &q, Body: &body}
 			call := m.c.effect(co.run, "load-task", co.key("reply"), reply)
-			if out, err := m.c.apply(ctx, co.name, call, co.patience()); err == nil && out.applied {
-				co.applied = append(co.applied, call)
-			} else if err != nil {
+			switch out, err := m.c.apply(ctx, co.name, call, co.patience()); {
+			case err != nil:
 				m.tolerate("reply to %s: %v", w.handle, err)
+			case out.applied:
+				co.applied = append(co.applied, call)
+			default:
+				// The question is live and this is its only reply: galley
+				// must take it (refused, the asker would wait for ever),
+				// unless a fault run's kill settled the worker first.
+				m.tolerate("reply to %s's question %s: not applied (%s)", w.handle, q, out.reason)
 			}
 			if n == 1 {
 				// The script waits for a message next; its body says when
@@ -535,11 +541,14 @@ func (co *coordinator) process(ctx context.Context, op history.Op, d *protocol.D
 				w.msgBody = fmt.Sprintf("%s message t=%d", w.tag, w.msgAt.UnixNano())
 				msg := protocol.WorkerEffect{Type: protocol.OpMessage, Worker: ptr(m.c.worker(w.handle)), Body: &w.msgBody}
 				call := m.c.effect(co.run, "load-task", co.key("message"), msg)
-				if out, err := m.c.apply(ctx, co.name, call, co.patience()); err == nil && out.applied {
+				switch out, err := m.c.apply(ctx, co.name, call, co.patience()); {
+				case err != nil:
+					m.tolerate("message to %s: %v", w.handle, err)
+				case out.applied:
 					co.applied = append(co.applied, call)
 					w.msgAt = time.Now()
-				} else if err != nil {
-					m.tolerate("message to %s: %v", w.handle, err)
+				default:
+					m.tolerate("message to %s: not applied (%s)", w.handle, out.reason)
 				}
 			}
 		case protocol.MsgWorkerDone:
