@@ -2,7 +2,7 @@ package main
 
 // The prices the cost script multiplies its counts by: us-east-1 list
 // prices, on-demand, no free tier, as docs/cost.md's price table states
-// them. Keep the two in step; docs/cost.md says the script uses these.
+// them; TestPricesMatchTheDocument keeps the two in step.
 const pricesChecked = "2026-11-29"
 
 const (

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The price table of docs/cost.md and the prices the script multiplies by
+// are one table written twice: this keeps them in step.
+func TestPricesMatchTheDocument(t *testing.T) {
+	b, err := os.ReadFile("../../docs/cost.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	if !strings.Contains(doc, "checked on **"+pricesChecked+"**") {
+		t.Errorf("docs/cost.md does not say the prices were checked on %s", pricesChecked)
+	}
+	// The first price cell of each row of the table ("$0.20", or "$0.40 +
+	// $0.05" where the row has two), by the row's first cell.
+	cells := map[string][]string{}
+	for _, line := range strings.Split(doc, "\n") {
+		f := strings.Split(line, "|")
+		if len(f) < 4 || !strings.HasPrefix(strings.TrimSpace(f[2]), "$") {
+			continue
+		}
+		name := strings.TrimSpace(f[1])
+		if _, seen := cells[name]; seen {
+			continue // the price table comes first
+		}
+		for _, p := range strings.Split(f[2], "+") {
+			cells[name] = append(cells[name], strings.TrimPrefix(strings.TrimSpace(p), "$"))
+		}
+	}
+	for _, tc := range []struct {
+		row   string
+		index int
+		price float64
+	}{
+		{"Lambda duration, Arm", 0, priceLambdaGBSecondArm},
+		{"Lambda requests", 0, priceLambdaPerMillion},
+		{"API Gateway HTTP API", 0, priceAPIGatewayPerMillion},
+		{"DynamoDB on-demand writes", 0, priceDynamoWRUPerMillion},
+		{"DynamoDB on-demand reads", 0, priceDynamoRRUPerMillion},
+		{"SQS standard", 0, priceSQSPerMillion},
+		{"Fargate Linux/Arm vCPU", 0, priceFargateVCPUHourArm},
+		{"Fargate Linux/Arm memory", 0, priceFargateGBHourArm},
+		{"Public IPv4 address", 0, pricePublicIPv4Hour},
+		{"CloudWatch Logs ingestion", 0, priceLogsIngestPerGB},
+		{"Secrets Manager", 1, priceSecretsPer10k},
+	} {
+		c := cells[tc.row]
+		if len(c) <= tc.index {
+			t.Errorf("docs/cost.md has no price for %q", tc.row)
+			continue
+		}
+		v, err := strconv.ParseFloat(c[tc.index], 64)
+		if err != nil || v != tc.price {
+			t.Errorf("docs/cost.md prices %q at %q, the script at %v", tc.row, c[tc.index], tc.price)
+		}
+	}
+}
