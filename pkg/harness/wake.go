@@ -102,7 +102,7 @@ func (b *wakeBell) ensureGrant(ctx context.Context) error {
 	}
 	g, err := b.api.Wake(ctx)
 	if err == nil {
-		err = b.use(ctx, g)
+		err = b.use(g)
 	}
 	if err != nil && b.grant.Kind != "" && time.Until(b.grant.Expires) > 0 {
 		b.log.Warn("renewing the wake grant failed; the current one lasts a while", "err", err, "expires", b.grant.Expires)
@@ -114,7 +114,7 @@ func (b *wakeBell) ensureGrant(ctx context.Context) error {
 // use adopts a grant: for SQS, a client with the grant's credentials and
 // nothing else of the environment (the harness has removed its AWS_
 // variables; the endpoint and CA bundle were read before).
-func (b *wakeBell) use(ctx context.Context, g workerapi.WakeGrant) error {
+func (b *wakeBell) use(g workerapi.WakeGrant) error {
 	switch g.Kind {
 	case workerapi.WakeGalley:
 		b.grant, b.sqs = g, nil
