@@ -85,9 +85,11 @@ type Stack struct {
 	sm       *smstandin.Server
 	ecs      *ecsstandin.Server
 	sts      *stsstandin.Server
-	admin    *secretsmanager.Client
-	repo     string // the local bare repository
-	gitURL   string // where the git server serves it
+	// principals are the sessions of the template's roles.
+	principals *principals
+	admin      *secretsmanager.Client
+	repo       string // the local bare repository
+	gitURL     string // where the git server serves it
 
 	servers []*http.Server
 	pools   map[string]*gateway.Pool // by function logical id
@@ -183,6 +185,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	principals := newPrincipals()
+	s.principals = principals
 	// STS issues sessions of the template's roles (the worker API grants
 	// each harness one, scoped to its queue); every gate knows them.
 	s.sts, err = stsstandin.New(func(arn string) (stsstandin.Role, bool) {

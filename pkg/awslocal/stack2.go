@@ -453,19 +453,12 @@ func (s *Stack) FunctionEnv(fn lambdaapp.Function) map[string]string {
 // FunctionCredentials are the session credentials fn runs with (its role's),
 // for a test to act as the function does.
 func (s *Stack) FunctionCredentials(fn lambdaapp.Function) aws.Credentials {
-	var c aws.Credentials
-	for _, kv := range s.envs[s.kinds[fn]] {
-		k, v, _ := strings.Cut(kv, "=")
-		switch k {
-		case "AWS_ACCESS_KEY_ID":
-			c.AccessKeyID = v
-		case "AWS_SECRET_ACCESS_KEY":
-			c.SecretAccessKey = v
-		case "AWS_SESSION_TOKEN":
-			c.SessionToken = v
-		}
+	f, ok := s.model.functions[s.kinds[fn]]
+	if !ok {
+		return aws.Credentials{}
 	}
-	return c
+	p, _ := s.principals.role(f.Role)
+	return aws.Credentials{AccessKeyID: p.AccessKeyID, SecretAccessKey: p.SecretAccessKey, SessionToken: p.SessionToken}
 }
 
 // Region is the stack's region.
