@@ -60,11 +60,29 @@ func TestTakeoverShort(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
+	// A busy machine (another build beside this one) may apply too little
+	// in a short main phase to prove anything; a longer phase is tried
+	// then, rather than failing on load alone. Each run is bounded.
+	var applied map[string]int
+	for _, d := range []string{"5s", "20s"} {
+		applied = takeoverRun(t, bin, addr, d)
+		if applied["launch"] > 0 && applied["reply"] > 0 && applied["message"] > 0 {
+			return
+		}
+		t.Logf("a %s main phase applied too little (%v); trying a longer one", d, applied)
+	}
+	t.Fatalf("too little applied to prove anything: %v", applied)
+}
+
+// takeoverRun runs one takeover of the given main-phase duration and
+// checks every key's end; it returns how many of each effect applied.
+func takeoverRun(t *testing.T, bin, addr, duration string) map[string]int {
+	t.Helper()
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys.json")
 	var out, errb bytes.Buffer
 	code := run([]string{"--mode", "takeover", "--galley", filepath.Join(bin, "galley"), "--listen", addr,
-		"--data", filepath.Join(dir, "data"), "--duration", "5s", "--kills", "2", "--houses", "2", "--keys", keys}, &out, &errb)
+		"--data", filepath.Join(dir, "data"), "--duration", duration, "--kills", "2", "--houses", "2", "--keys", keys}, &out, &errb)
 	t.Logf("%s%s", out.String(), errb.String())
 	if code != 0 {
 		t.Fatalf("takeover run exited %d", code)
@@ -88,7 +106,5 @@ func TestTakeoverShort(t *testing.T) {
 			}
 		}
 	}
-	if applied["launch"] == 0 || applied["reply"] == 0 || applied["message"] == 0 {
-		t.Fatalf("too little applied to prove anything: %v", applied)
-	}
+	return applied
 }
