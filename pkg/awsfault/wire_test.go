@@ -51,7 +51,9 @@ func dynamo(t *testing.T, rt http.RoundTripper) (*dynamodb.Client, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { plain.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)}) })
+	t.Cleanup(func() {
+		plain.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+	})
 	return c, table
 }
 
