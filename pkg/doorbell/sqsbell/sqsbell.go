@@ -174,13 +174,14 @@ func New(client SQSAPI, prefix string, opts ...Option) (*Bell, error) {
 
 // NewClientFromEnv builds an SQS client from the standard variables:
 // AWS_REGION, the credential chain, and AWS_ENDPOINT_URL_SQS (or
-// AWS_ENDPOINT_URL) for a stand-in such as fauxqs or LocalStack.
-func NewClientFromEnv(ctx context.Context) (*sqs.Client, error) {
+// AWS_ENDPOINT_URL) for a stand-in such as fauxqs or LocalStack; opts apply
+// after (a fault run's HTTP transport).
+func NewClientFromEnv(ctx context.Context, opts ...func(*sqs.Options)) (*sqs.Client, error) {
 	cfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
 		return nil, galleyerr.E(galleyerr.Op("sqsbell.NewClientFromEnv"), galleyerr.Other, err)
 	}
-	return sqs.NewFromConfig(cfg), nil
+	return sqs.NewFromConfig(cfg, opts...), nil
 }
 
 // Open is the one call a server makes: a client from the environment and a
