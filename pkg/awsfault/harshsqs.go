@@ -20,7 +20,8 @@ import (
 //     probability MissRate it answers no message, whatever waits.
 //   - A receipt handle from a receive whose visibility timeout is 0 has
 //     expired when it comes back: deleting with it fails
-//     (ReceiptHandleIsInvalid), and the message stays.
+//     (InvalidParameterValue, "The receipt handle has expired"), and the
+//     message stays.
 //
 // It learns a queue's visibility timeout from the CreateQueue that passed
 // through it (30 s, SQS's default, for a queue it never saw created). Its
@@ -112,8 +113,10 @@ type batchFailure struct {
 var (
 	sqsDeletedRecently = WireError{400, "com.amazonaws.sqs#QueueDeletedRecently", "AWS.SimpleQueueService.QueueDeletedRecently;Sender",
 		"You must wait 60 seconds after deleting a queue before you can create another with the same name."}
-	sqsHandleInvalid = WireError{400, "com.amazonaws.sqs#ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid;Sender",
-		"The receipt handle has expired."}
+	// An expired receipt handle, in the words of AWS's knowledge center
+	// article on receipt handle errors.
+	sqsHandleExpired = WireError{400, "com.amazonaws.sqs#InvalidParameterValue", "InvalidParameterValue;Sender",
+		"Value for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired."}
 )
 
 // RoundTrip implements http.RoundTripper.
@@ -206,14 +209,14 @@ func (h *HarshSQS) RoundTrip(r *http.Request) (*http.Response, error) {
 		return h.noteExpired(resp)
 	case "DeleteMessage":
 		if h.isExpired(in.ReceiptHandle) {
-			return wireError(r, sqsHandleInvalid), nil
+			return wireError(r, sqsHandleExpired), nil
 		}
 	case "DeleteMessageBatch":
 		var keep []batchEntry
 		var failed []batchFailure
 		for _, e := range in.Entries {
 			if h.isExpired(e.ReceiptHandle) {
-				failed = append(failed, batchFailure{ID: e.ID, Code: "ReceiptHandleIsInvalid", Message: sqsHandleInvalid.Message, SenderFault: true})
+				failed = append(failed, batchFailure{ID: e.ID, Code: "InvalidParameterValue", Message: sqsHandleExpired.Message, SenderFault: true})
 			} else {
 				keep = append(keep, e)
 			}

@@ -212,7 +212,7 @@ func TestHarshSQSShortPollsAndHandles(t *testing.T) {
 	// The handle of a visibility-0 receive has expired.
 	del, err := c.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: q.QueueUrl, Entries: []sqstypes.DeleteMessageBatchRequestEntry{
 		{Id: aws.String("a"), ReceiptHandle: long.Messages[0].ReceiptHandle}}})
-	if err != nil || len(del.Failed) != 1 || aws.ToString(del.Failed[0].Code) != "ReceiptHandleIsInvalid" {
+	if err != nil || len(del.Failed) != 1 || aws.ToString(del.Failed[0].Code) != "InvalidParameterValue" {
 		t.Fatalf("delete with an expired handle: %+v, %v", del, err)
 	}
 	// With a real visibility timeout the handle deletes.
