@@ -32,6 +32,11 @@ type HarshSQS struct {
 	Now        func() time.Time  // nil: time.Now
 	DeletedFor time.Duration     // 0: no deleted-recently refusal
 	MissRate   float64           // 0: short polls never miss
+	// DeleteRate, injected (AWS has no such behaviour of its own), deletes
+	// a queue just before a SendMessage to it with this probability, as a
+	// sweep or an operator elsewhere would: the sender meets
+	// QueueDoesNotExist, and then QueueDeletedRecently for DeletedFor.
+	DeleteRate float64
 
 	mu         sync.Mutex
 	rng        *rand.Rand
@@ -46,6 +51,7 @@ type HarshCounts struct {
 	DeletedRecently int `json:"deletedRecently"` // CreateQueue refused
 	Misses          int `json:"shortPollMisses"` // short polls answered empty
 	ExpiredHandles  int `json:"expiredHandles"`  // deletes refused for an expired handle
+	Deleted         int `json:"queuesDeleted"`   // queues deleted by DeleteRate
 }
 
 // NewHarshSQS is a HarshSQS on base with AWS's behaviours on: a 60 s
@@ -181,6 +187,15 @@ func (h *HarshSQS) RoundTrip(r *http.Request) (*http.Response, error) {
 			h.mu.Unlock()
 		}
 		return resp, err
+	case "SendMessage":
+		h.mu.Lock()
+		del := h.DeleteRate > 0 && h.rng != nil && h.rng.Float64() < h.DeleteRate
+		h.mu.Unlock()
+		if del && h.deleteUnder(r, in.QueueURL, name) {
+			h.mu.Lock()
+			h.counts.Deleted++
+			h.mu.Unlock()
+		}
 	case "ReceiveMessage":
 		if in.WaitTimeSeconds == nil || *in.WaitTimeSeconds == 0 {
 			h.mu.Lock()
@@ -227,6 +242,35 @@ func (h *HarshSQS) RoundTrip(r *http.Request) (*http.Response, error) {
 		return h.partialBatch(r, forward, body, keep, failed)
 	}
 	return forward(body)
+}
+
+// deleteUnder deletes the queue at url through the stand-in, with r's
+// headers (the stand-in does not check signatures; a gate in front of this
+// layer already did), and remembers the deletion.
+func (h *HarshSQS) deleteUnder(r *http.Request, url, name string) bool {
+	b, _ := json.Marshal(map[string]string{"QueueUrl": url})
+	d := r.Clone(r.Context())
+	d.Header.Set("X-Amz-Target", wireSQS+"DeleteQueue")
+	d.Body = io.NopCloser(bytes.NewReader(b))
+	d.ContentLength = int64(len(b))
+	d.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	resp, err := h.base().RoundTrip(d)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false
+	}
+	h.mu.Lock()
+	if h.deleted == nil {
+		h.deleted = map[string]time.Time{}
+	}
+	h.deleted[name] = h.now()
+	delete(h.visibility, name)
+	h.mu.Unlock()
+	return true
 }
 
 func (h *HarshSQS) isExpired(handle string) bool {

@@ -229,3 +229,31 @@ func TestHarshSQSShortPollsAndHandles(t *testing.T) {
 		t.Errorf("counts %+v", n)
 	}
 }
+
+// DeleteRate deletes the queue under a sender, who then meets
+// QueueDoesNotExist, and the name stays refused for a minute.
+func TestHarshSQSDeleteRate(t *testing.T) {
+	h := awsfault.NewHarshSQS(nil, 1)
+	h.DeleteRate = 1
+	c := sqsVia(t, h)
+	ctx := t.Context()
+	name := randName("harsh")
+	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: q.QueueUrl}) })
+	_, err = c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("ring")})
+	var dne *sqstypes.QueueDoesNotExist
+	if !errors.As(err, &dne) {
+		t.Fatalf("a send to a queue deleted under it: %v, want QueueDoesNotExist", err)
+	}
+	_, err = c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+	var dr *sqstypes.QueueDeletedRecently
+	if !errors.As(err, &dr) {
+		t.Fatalf("CreateQueue after the deletion: %v, want QueueDeletedRecently", err)
+	}
+	if n := h.Counts(); n.Deleted != 1 || n.DeletedRecently != 1 {
+		t.Errorf("counts %+v", n)
+	}
+}

@@ -30,7 +30,8 @@ import (
 // resends an applied write), tx-conflict. The SQS client also goes through
 // awsfault.HarshSQS, with AWS's behaviours on: QueueDeletedRecently for
 // 60 s, expired receipt handles of visibility-0 receives, and short polls
-// that miss at short-poll-miss (default 0.5).
+// that miss at short-poll-miss (default 0.5); queue-deleted deletes queues
+// under their senders.
 type AWSFaults struct {
 	// Spec is the plan as given, e.g.
 	// "throttle=0.02,server-error=0.02,reset=0.01,tx-conflict=0.01,timeout=0.01,lost-response=0.02,seed=7".
@@ -45,6 +46,10 @@ type AWSFaults struct {
 	// ShortPollMiss is how often a short poll answers empty
 	// (short-poll-miss=0.5, the default; 0 turns it off).
 	ShortPollMiss float64
+	// QueueDeleted is how often a queue is deleted just before a
+	// SendMessage to it (queue-deleted=0.01; default 0), as a sweep
+	// elsewhere would: the ring meets QueueDeletedRecently for a minute.
+	QueueDeleted float64
 
 	inj   *awsfault.Injector // the decorators'
 	wire  *awsfault.Injector // the Transport's
@@ -67,7 +72,8 @@ var (
 // ParseAWSFaults reads a fault plan: comma-separated name=value pairs, one
 // rate (0 to 1, summing to at most 1) per fault kind (throttle, timeout,
 // lost-response, delayed, condition-failed, server-error, reset,
-// tx-conflict), seed=N, ops=Op1+Op2, delay=duration and short-poll-miss=p.
+// tx-conflict), seed=N, ops=Op1+Op2, delay=duration, short-poll-miss=p and
+// queue-deleted=p.
 // The plan's injectors are ready to use.
 func ParseAWSFaults(spec string) (*AWSFaults, error) {
 	bad := func(format string, args ...any) error {
@@ -100,12 +106,16 @@ func ParseAWSFaults(spec string) (*AWSFaults, error) {
 			}
 			f.Delay = d
 			continue
-		case "short-poll-miss":
+		case "short-poll-miss", "queue-deleted":
 			p, err := strconv.ParseFloat(val, 64)
 			if err != nil || p < 0 || p > 1 {
-				return nil, bad("short-poll-miss %q is not between 0 and 1", val)
+				return nil, bad("%s %q is not between 0 and 1", name, val)
 			}
-			f.ShortPollMiss = p
+			if name == "queue-deleted" {
+				f.QueueDeleted = p
+			} else {
+				f.ShortPollMiss = p
+			}
 			continue
 		case "ops":
 			for o := range strings.SplitSeq(val, "+") {
@@ -123,7 +133,7 @@ func ParseAWSFaults(spec string) (*AWSFaults, error) {
 			}
 		}
 		if !known {
-			return nil, bad("unknown fault %q (throttle, timeout, lost-response, delayed, condition-failed, server-error, reset, tx-conflict, seed, ops, delay, short-poll-miss)", name)
+			return nil, bad("unknown fault %q (throttle, timeout, lost-response, delayed, condition-failed, server-error, reset, tx-conflict, seed, ops, delay, short-poll-miss, queue-deleted)", name)
 		}
 		p, err := strconv.ParseFloat(val, 64)
 		if err != nil || p < 0 || p > 1 {
@@ -253,6 +263,7 @@ func OpenSQSBell(ctx context.Context, prefix string, faults *AWSFaults) (*sqsbel
 	}
 	faults.harsh = awsfault.NewHarshSQS(nil, faults.Seed)
 	faults.harsh.MissRate = faults.ShortPollMiss
+	faults.harsh.DeleteRate = faults.QueueDeleted
 	c, err := sqsbell.NewClientFromEnv(ctx, func(o *sqs.Options) {
 		o.HTTPClient = &http.Client{Transport: faults.Transport(faults.harsh)}
 	})

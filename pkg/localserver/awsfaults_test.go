@@ -42,7 +42,7 @@ func TestParseAWSFaults(t *testing.T) {
 		{spec: "throttle=0.1,seed=x"},
 		{spec: "throttle=0.1,ops=Scan"},
 		{spec: "throttle=0.1,delay=soon"},
-		{spec: "server-error=0.05,reset=0.05,tx-conflict=0.05,short-poll-miss=0.9", ok: true, seed: 1,
+		{spec: "server-error=0.05,reset=0.05,tx-conflict=0.05,short-poll-miss=0.9,queue-deleted=0.01", ok: true, seed: 1,
 			rates: map[awsfault.Fault]float64{awsfault.ServerError: 0.05, awsfault.Reset: 0.05, awsfault.TxConflict: 0.05}},
 		{spec: "reset=0.1,short-poll-miss=2"},
 	} {
