@@ -26,10 +26,12 @@
 // Each topic (a run's mailbox, a worker's inbox) has one standard queue,
 // named <prefix>-<32 hex digits of the SHA-256 of "v2:" and the topic>,
 // created on the first Listen or Ring, holding rings for 60 seconds (SQS's
-// minimum). A listener touches its queue's galley-last-listen tag at most
-// once an hour per process, and Sweep deletes the queues of the prefix
-// idle for longer than a given age. docs/storage.md gives the costs, the
-// limits and the permissions each role needs.
+// minimum), tagged with its last use and its topic from its creation. A
+// listener touches its queue's galley-last-listen tag at most once an hour
+// per process, every wake grant touches it, and Sweep deletes the queues of
+// the prefix idle for longer than a given age, except those whose topic's
+// owner lives (KeepTopics). docs/storage.md gives the costs, the limits and
+// the permissions each role needs.
 package sqsbell
 
 import (
