@@ -59,6 +59,11 @@ func TestResendsAfterAppliedWrites(t *testing.T) {
 	e.apply(t, call("run-1", "k-msg", `{"type":"message-worker","worker":`+workerRef(w)+`,"body":"hello"}`))
 	// The same copies again answer what was stored.
 	e.apply(t, call("run-1", "k-msg", `{"type":"message-worker","worker":`+workerRef(w)+`,"body":"hello"}`))
+	// A cancel settles the worker through the read-modify-write loop.
+	e.apply(t, call("run-1", "k-cancel", `{"type":"cancel-worker","worker":`+workerRef(w)+`}`))
+	if o := e.observe(t, w); o.State != "settled" {
+		t.Errorf("the cancelled worker is %q", o.State)
+	}
 	if n := inj.Injected("", awsfault.ServerError) + inj.Injected("", awsfault.Reset); n < 4 {
 		t.Fatalf("only %d faults fired", n)
 	}
