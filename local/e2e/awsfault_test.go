@@ -44,10 +44,9 @@ import (
 )
 
 // awsFaultPlan is the fault mix of the load test: each kind at 1 or 2 %
-// of the calls to DynamoDB and SQS; a forced condition failure at 3 %, as
-// it applies to conditional writes only (a few hundred in a run).
-// awsFaultPlan's tx-conflict applies to plain writes only (a fraction of
-// the calls), hence its higher rate, as condition-failed's.
+// of the calls to DynamoDB and SQS; a forced condition failure and a
+// transaction conflict at 3 %, as they apply to conditional and plain
+// writes only (a few hundred in a run).
 const awsFaultPlan = "throttle=0.02,server-error=0.02,reset=0.01,tx-conflict=0.03,timeout=0.01,lost-response=0.02,delayed=0.01,condition-failed=0.03"
 
 // awsStack is a fresh DynamoDB table and SQS queue prefix on the
