@@ -27,7 +27,11 @@ import (
 type Transport struct {
 	Base   http.RoundTripper // nil: http.DefaultTransport
 	Faults *Injector
-	n      atomic.Int64 // throttles answered, to alternate DynamoDB's two codes
+	// Between, when set, runs after a ServerError's or Reset's request was
+	// applied and before its failure is answered (and so before the SDK's
+	// resend): another client's write landing in that gap.
+	Between func(op string)
+	n       atomic.Int64 // throttles answered, to alternate DynamoDB's two codes
 }
 
 // Services by X-Amz-Target prefix.
@@ -90,6 +94,9 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		if t.Between != nil {
+			t.Between(op)
+		}
 		if f == Reset {
 			return nil, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
 		}

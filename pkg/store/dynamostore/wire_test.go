@@ -1,6 +1,7 @@
 package dynamostore_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"testing"
@@ -22,6 +23,11 @@ import (
 // retryer resends), on a fresh table made without faults.
 func wired(t *testing.T, inj *awsfault.Injector) *dynamostore.Store {
 	t.Helper()
+	return wiredVia(t, &awsfault.Transport{Faults: inj})
+}
+
+func wiredVia(t *testing.T, tr *awsfault.Transport) *dynamostore.Store {
+	t.Helper()
 	standins.Require(t, standins.DynamoDB)
 	cfg, err := config.LoadDefaultConfig(t.Context())
 	if err != nil {
@@ -29,7 +35,7 @@ func wired(t *testing.T, inj *awsfault.Injector) *dynamostore.Store {
 	}
 	c := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
 		o.DisableValidateResponseChecksum = true
-		o.HTTPClient = &http.Client{Transport: &awsfault.Transport{Faults: inj}}
+		o.HTTPClient = &http.Client{Transport: tr}
 	})
 	s := newTable(t, client(t))
 	return dynamostore.New(c, s.Table(), dynamostore.WithRetries(3, time.Millisecond))
@@ -118,5 +124,30 @@ func TestTransactionConflictRetried(t *testing.T) {
 	}
 	if inj.Injected("UpdateItem", awsfault.TxConflict) != 3 {
 		t.Errorf("conflicts injected: %d", inj.Injected("UpdateItem", awsfault.TxConflict))
+	}
+}
+
+// The SDK resent a write whose first attempt was applied, and another
+// writer's write landed in between: the resend's failed condition shows
+// the other writer's record beyond ours. Ours did happen, so the answer is
+// Unavailable (no telling), never Conflict (which says it never will).
+func TestResendAfterOverwrite(t *testing.T) {
+	inj := awsfault.New()
+	tr := &awsfault.Transport{Faults: inj}
+	s := wiredVia(t, tr)
+	ctx := t.Context()
+	other := dynamostore.New(client(t), s.Table())
+	tr.Between = func(op string) {
+		if _, err := other.PutEffect(context.WithoutCancel(ctx), effect("k", "other"), 1); err != nil {
+			t.Errorf("the other writer: %v", err)
+		}
+	}
+	inj.Script(awsfault.Step{Op: "UpdateItem", Fault: awsfault.ServerError})
+	_, err := s.PutEffect(ctx, effect("k", "mine"), store.NoVersion)
+	wantKind(t, "a resent put overwritten in between", err, galleyerr.Unavailable)
+	got, v, err := s.GetEffect(ctx, "k")
+	mustOK(t, "get", err)
+	if v != 2 || got.Fingerprint != "other" {
+		t.Errorf("stored %q at %d, want the other writer's at 2", got.Fingerprint, v)
 	}
 }
