@@ -2,9 +2,11 @@ package e2e
 
 // Faults of DynamoDB and SQS under load: `galley serve --store dynamodb
 // --doorbell sqs` as a real process against DynamoDB Local and fauxqs, its
-// clients injecting seeded faults (--inject-aws-faults: throttling,
-// timeouts, responses lost after the call ran, calls run late, forced
-// condition failures) under the load driver's mixed load. The whole
+// clients injecting seeded faults (--inject-aws-faults: throttling, 500s
+// and resets after the request was applied and transaction conflicts below
+// the SDK; timeouts, responses lost after the call ran, calls run late,
+// forced condition failures above it; SQS through awsfault.HarshSQS) under
+// the load driver's mixed load. The whole
 // history keeps every invariant, and nothing acknowledged is lost: every
 // effect answered applied looks up applied with the same receipt, under
 // faults and after a restart without them, and no acknowledged batch is
@@ -42,9 +44,10 @@ import (
 )
 
 // awsFaultPlan is the fault mix of the load test: each kind at 1 or 2 %
-// of the calls to DynamoDB and SQS; a forced condition failure at 3 %, as
-// it applies to conditional writes only (a few hundred in a run).
-const awsFaultPlan = "throttle=0.02,timeout=0.01,lost-response=0.02,delayed=0.01,condition-failed=0.03"
+// of the calls to DynamoDB and SQS; a forced condition failure and a
+// transaction conflict at 3 %, as they apply to conditional and plain
+// writes only (a few hundred in a run).
+const awsFaultPlan = "throttle=0.02,server-error=0.02,reset=0.01,tx-conflict=0.03,timeout=0.01,lost-response=0.02,delayed=0.01,condition-failed=0.03"
 
 // awsStack is a fresh DynamoDB table and SQS queue prefix on the
 // stand-ins, removed after the test.
@@ -514,7 +517,7 @@ func TestAWSFaultsUnderLoad(t *testing.T) {
 	t.Logf("under faults: %d applied effects looked up, %d acknowledged batches not delivered again", effects, batches)
 	counts := stopCounts(t, srv)
 	t.Logf("%d faults injected %v; calls that reached AWS %v; by operation %v", counts.Total(), counts.Injected, counts.Calls, counts.ByOperation)
-	for _, kind := range []string{"throttle", "timeout", "lost-response", "delayed", "condition-failed"} {
+	for _, kind := range []string{"throttle", "timeout", "lost-response", "delayed", "condition-failed", "server-error", "reset", "tx-conflict"} {
 		if counts.Injected[kind] == 0 {
 			t.Errorf("no %s fault was injected: the run proves nothing about it", kind)
 		}

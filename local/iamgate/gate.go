@@ -200,13 +200,19 @@ func New(service Service, upstream http.Handler, principals Principals, opts ...
 
 // Proxy is an upstream that forwards to a stand-in at baseURL (DynamoDB
 // Local, fauxqs, ...), keeping the path and the body.
-func Proxy(baseURL string) (http.Handler, error) {
+func Proxy(baseURL string) (http.Handler, error) { return ProxyVia(baseURL, nil) }
+
+// ProxyVia is Proxy sending its requests through rt (nil: the default
+// transport), such as a layer that makes the stand-in behave as AWS does
+// where it is kinder (awsfault.HarshSQS).
+func ProxyVia(baseURL string, rt http.RoundTripper) (http.Handler, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		return nil, fmt.Errorf("iamgate: upstream %q is not an absolute URL", baseURL)
 	}
 	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) },
+		Transport: rt,
+		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(u) },
 		// A caller that gave up (a long poll's client cancelled) is not
 		// an upstream failure worth a line on stderr; anything else is
 		// answered 502 as the default does, and logged.

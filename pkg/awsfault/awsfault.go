@@ -8,7 +8,11 @@
 // test can assert both the invariant and that the fault really fired.
 //
 // The decorators sit outside the SDK's own retries, as a lost response does
-// from the caller's point of view.
+// from the caller's point of view. Transport sits below them, as the
+// network does: its faults (500s and resets after the request was applied,
+// throttling, transaction conflicts) reach the SDK's retryer, which sends
+// an applied write again. HarshSQS, also below the SDK, gives a stand-in
+// SQS the limits AWS's has (docs/aws-local.md lists them).
 package awsfault
 
 import (
@@ -45,9 +49,25 @@ const (
 	// service, as if its condition had failed (DynamoDB only; other calls
 	// pass through untouched).
 	ConditionFailed
+	// ServerError (Transport only) forwards the request, then answers
+	// HTTP 500 InternalServerError: the call happened, and the SDK's own
+	// retryer sends it again.
+	ServerError
+	// Reset (Transport only) forwards the request, then fails as a
+	// connection reset by the peer: the call happened, and the SDK's own
+	// retryer sends it again.
+	Reset
+	// TxConflict (Transport only, DynamoDB's PutItem, UpdateItem and
+	// DeleteItem) refuses a plain write with TransactionConflictException,
+	// as DynamoDB does while a transaction holds the item.
+	TxConflict
 )
 
-var faultNames = [...]string{None: "none", Throttle: "throttle", Timeout: "timeout", LostResponse: "lost-response", Delayed: "delayed", ConditionFailed: "condition-failed"}
+var faultNames = [...]string{None: "none", Throttle: "throttle", Timeout: "timeout", LostResponse: "lost-response", Delayed: "delayed", ConditionFailed: "condition-failed",
+	ServerError: "server-error", Reset: "reset", TxConflict: "tx-conflict"}
+
+// allFaults is the order in which a rate draw picks a fault.
+var allFaults = []Fault{Throttle, Timeout, LostResponse, Delayed, ConditionFailed, ServerError, Reset, TxConflict}
 
 func (f Fault) String() string {
 	if int(f) < len(faultNames) {
@@ -163,9 +183,9 @@ func (i *Injector) Calls(op string) int {
 // Wait waits until every Delayed call has run.
 func (i *Injector) Wait() { i.bg.Wait() }
 
-// decide picks the fault for one call of op. conditional says whether
-// ConditionFailed applies to op.
-func (i *Injector) decide(op string, conditional bool) Fault {
+// decide picks the fault for one call of op; a fault that does not apply
+// to the call (applies false) lets it pass.
+func (i *Injector) decide(op string, applies func(Fault) bool) Fault {
 	if i == nil {
 		return None
 	}
@@ -177,7 +197,7 @@ func (i *Injector) decide(op string, conditional bool) Fault {
 		i.script = i.script[1:]
 	} else if i.rng != nil && len(i.rates) > 0 && (i.rateOps == nil || i.rateOps[op]) {
 		x := i.rng.Float64()
-		for _, cand := range []Fault{Throttle, Timeout, LostResponse, Delayed, ConditionFailed} {
+		for _, cand := range allFaults {
 			if p := i.rates[cand]; x < p {
 				f = cand
 				break
@@ -186,7 +206,7 @@ func (i *Injector) decide(op string, conditional bool) Fault {
 			}
 		}
 	}
-	if f == ConditionFailed && !conditional {
+	if f != None && !applies(f) {
 		f = None
 	}
 	if f != None {
@@ -228,7 +248,15 @@ func call[O any](i *Injector, ctx context.Context, service, op string, condition
 	if conditional != nil {
 		cond = conditional()
 	}
-	f := i.decide(op, cond != nil)
+	f := i.decide(op, func(f Fault) bool {
+		switch f {
+		case Throttle, Timeout, LostResponse, Delayed:
+			return true
+		case ConditionFailed:
+			return cond != nil
+		}
+		return false // a wire fault: Transport's
+	})
 	wrap := func(err error) error {
 		return &smithy.OperationError{ServiceID: service, OperationName: op, Err: err}
 	}

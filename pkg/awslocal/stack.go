@@ -27,6 +27,7 @@ import (
 	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/local/smstandin"
 	"github.com/galley-run/galley/local/stsstandin"
+	"github.com/galley-run/galley/pkg/awsfault"
 	"github.com/galley-run/galley/pkg/cfntemplate"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/lambdaapp"
@@ -82,6 +83,8 @@ type Stack struct {
 	gates  map[iamgate.Service]*iamgate.Gate
 	// gateURLs are the IAM gates' endpoints, by service.
 	gateURLs map[iamgate.Service]string
+	// harshSQS stands between the SQS gate and fauxqs.
+	harshSQS *awsfault.HarshSQS
 	sm       *smstandin.Server
 	ecs      *ecsstandin.Server
 	sts      *stsstandin.Server
@@ -258,7 +261,11 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	sqsUp, err := iamgate.Proxy(awsEnv["AWS_ENDPOINT_URL_SQS"])
+	// fauxqs as AWS's SQS behaves where fauxqs is kinder: a deleted name
+	// refused for 60 s, short polls that miss, expired receipt handles
+	// (docs/aws-local.md).
+	s.harshSQS = awsfault.NewHarshSQS(nil, 1)
+	sqsUp, err := iamgate.ProxyVia(awsEnv["AWS_ENDPOINT_URL_SQS"], s.harshSQS)
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,8 @@ type bell interface {
 const (
 	// sqsWaitSeconds is one receive's long poll: SQS's maximum.
 	sqsWaitSeconds = 20
+	// ringVisibility hides a received ring (seconds) until it is deleted.
+	ringVisibility = 30
 	// renewBefore: a grant is renewed this long before it expires.
 	renewBefore = 10 * time.Minute
 	// bellRetry bounds the pause after a bell failed before the harness
@@ -175,12 +177,17 @@ func caClient(file string) (*http.Client, error) {
 }
 
 // receive long-polls the worker's queue once. Any message is a ring: the
-// rings received are deleted (best effort: one left behind only wakes the
-// harness once more) and the inbox is read.
+// rings received are deleted and the inbox is read. The receive hides what
+// it takes for ringVisibility, so its receipt handles still delete (the
+// queue's own visibility is 0, for the service's listeners, and a handle of
+// a receive whose visibility has lapsed may not delete). A ring that would
+// not delete, even once more, comes back after ringVisibility and wakes the
+// harness once more: one inbox read, not a receive that answers at once.
 func (b *wakeBell) receive(ctx context.Context) bool {
 	url := b.grant.SQS.QueueURL
 	out, err := b.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl: aws.String(url), WaitTimeSeconds: sqsWaitSeconds, MaxNumberOfMessages: 10,
+		VisibilityTimeout: ringVisibility,
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -198,10 +205,39 @@ func (b *wakeBell) receive(ctx context.Context) bool {
 	for i, m := range out.Messages {
 		entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(string(rune('a' + i))), ReceiptHandle: m.ReceiptHandle})
 	}
-	if _, err := b.sqs.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: entries}); err != nil && ctx.Err() == nil {
-		b.log.Warn("deleting rings failed; they will wake the harness again", "err", err)
+	for try := 0; len(entries) > 0 && ctx.Err() == nil; try++ {
+		var failed []string
+		entries, failed, err = b.deleteRings(ctx, url, entries)
+		if len(entries) == 0 {
+			break
+		}
+		if try == 1 {
+			b.log.Warn("deleting rings failed; they wake the harness once more when their visibility ends",
+				"rings", len(entries), "codes", failed, "err", err, "visibility", time.Duration(ringVisibility)*time.Second)
+			break
+		}
 	}
 	return true
+}
+
+// deleteRings deletes entries and returns those that did not delete (all
+// of them when the call failed) with the codes SQS gave.
+func (b *wakeBell) deleteRings(ctx context.Context, url string, entries []types.DeleteMessageBatchRequestEntry) ([]types.DeleteMessageBatchRequestEntry, []string, error) {
+	out, err := b.sqs.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
+	if err != nil {
+		return entries, nil, err
+	}
+	var left []types.DeleteMessageBatchRequestEntry
+	var codes []string
+	for _, f := range out.Failed {
+		for _, e := range entries {
+			if aws.ToString(e.Id) == aws.ToString(f.Id) {
+				left = append(left, e)
+				codes = append(codes, aws.ToString(f.Code))
+			}
+		}
+	}
+	return left, codes, nil
 }
 
 // failed logs err, pauses (1 s doubling to bellRetry) and answers "read

@@ -3,10 +3,14 @@ package localserver
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/galley-run/galley/pkg/awsfault"
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
@@ -18,9 +22,19 @@ import (
 // SQS doorbell's clients, for fault runs under load (galley serve
 // --inject-aws-faults). It is a testing aid: a server running under it
 // answers slowly and often uncertainly, by design.
+//
+// Faults act at two layers. Above the SDK (awsfault's decorators): timeout,
+// lost-response, delayed, condition-failed. Below it, on the wire
+// (awsfault.Transport), where the SDK's own retryer sees them: throttle,
+// server-error and reset (both after the request was applied, so the SDK
+// resends an applied write), tx-conflict. The SQS client also goes through
+// awsfault.HarshSQS, with AWS's behaviours on: QueueDeletedRecently for
+// 60 s, expired receipt handles of visibility-0 receives, and short polls
+// that miss at short-poll-miss (default 0.5); queue-deleted deletes queues
+// under their senders.
 type AWSFaults struct {
 	// Spec is the plan as given, e.g.
-	// "throttle=0.02,timeout=0.01,lost-response=0.02,delayed=0.01,condition-failed=0.01,seed=7".
+	// "throttle=0.02,server-error=0.02,reset=0.01,tx-conflict=0.01,timeout=0.01,lost-response=0.02,seed=7".
 	Spec  string
 	Seed  uint64
 	Rates map[awsfault.Fault]float64
@@ -29,8 +43,17 @@ type AWSFaults struct {
 	Ops []string
 	// Delay is how late a delayed call really runs (delay=200ms; default 50ms).
 	Delay time.Duration
+	// ShortPollMiss is how often a short poll answers empty
+	// (short-poll-miss=0.5, the default; 0 turns it off).
+	ShortPollMiss float64
+	// QueueDeleted is how often a queue is deleted just before a
+	// SendMessage to it (queue-deleted=0.01; default 0), as a sweep
+	// elsewhere would: the ring meets QueueDeletedRecently for a minute.
+	QueueDeleted float64
 
-	inj *awsfault.Injector
+	inj   *awsfault.Injector // the decorators'
+	wire  *awsfault.Injector // the Transport's
+	harsh *awsfault.HarshSQS // the SQS client's, once opened
 }
 
 // Operations the decorators count, by service: the ones a fault plan may
@@ -40,18 +63,23 @@ var (
 		"DescribeTable", "CreateTable", "DeleteTable", "DescribeTimeToLive", "UpdateTimeToLive"}
 	sqsOps = []string{"CreateQueue", "GetQueueUrl", "DeleteQueue", "ListQueues", "ListQueueTags", "TagQueue",
 		"SendMessage", "ReceiveMessage", "DeleteMessageBatch"}
-	faultKinds = []awsfault.Fault{awsfault.Throttle, awsfault.Timeout, awsfault.LostResponse, awsfault.Delayed, awsfault.ConditionFailed}
+	faultKinds = []awsfault.Fault{awsfault.Throttle, awsfault.Timeout, awsfault.LostResponse, awsfault.Delayed, awsfault.ConditionFailed,
+		awsfault.ServerError, awsfault.Reset, awsfault.TxConflict}
+	// wireKinds act below the SDK.
+	wireKinds = []awsfault.Fault{awsfault.Throttle, awsfault.ServerError, awsfault.Reset, awsfault.TxConflict}
 )
 
 // ParseAWSFaults reads a fault plan: comma-separated name=value pairs, one
 // rate (0 to 1, summing to at most 1) per fault kind (throttle, timeout,
-// lost-response, delayed, condition-failed), seed=N, ops=Op1+Op2 and
-// delay=duration. The plan's injector is ready to use.
+// lost-response, delayed, condition-failed, server-error, reset,
+// tx-conflict), seed=N, ops=Op1+Op2, delay=duration, short-poll-miss=p and
+// queue-deleted=p.
+// The plan's injectors are ready to use.
 func ParseAWSFaults(spec string) (*AWSFaults, error) {
 	bad := func(format string, args ...any) error {
 		return galleyerr.Errorf(galleyerr.Invalid, "aws fault plan: "+format, args...)
 	}
-	f := &AWSFaults{Spec: spec, Seed: 1, Rates: map[awsfault.Fault]float64{}}
+	f := &AWSFaults{Spec: spec, Seed: 1, Rates: map[awsfault.Fault]float64{}, ShortPollMiss: 0.5}
 	sum := 0.0
 	for _, part := range strings.Split(spec, ",") {
 		part = strings.TrimSpace(part)
@@ -78,6 +106,17 @@ func ParseAWSFaults(spec string) (*AWSFaults, error) {
 			}
 			f.Delay = d
 			continue
+		case "short-poll-miss", "queue-deleted":
+			p, err := strconv.ParseFloat(val, 64)
+			if err != nil || p < 0 || p > 1 {
+				return nil, bad("%s %q is not between 0 and 1", name, val)
+			}
+			if name == "queue-deleted" {
+				f.QueueDeleted = p
+			} else {
+				f.ShortPollMiss = p
+			}
+			continue
 		case "ops":
 			for o := range strings.SplitSeq(val, "+") {
 				if !slices.Contains(dynamoOps, o) && !slices.Contains(sqsOps, o) {
@@ -94,7 +133,7 @@ func ParseAWSFaults(spec string) (*AWSFaults, error) {
 			}
 		}
 		if !known {
-			return nil, bad("unknown fault %q (throttle, timeout, lost-response, delayed, condition-failed, seed, ops, delay)", name)
+			return nil, bad("unknown fault %q (throttle, timeout, lost-response, delayed, condition-failed, server-error, reset, tx-conflict, seed, ops, delay, short-poll-miss, queue-deleted)", name)
 		}
 		p, err := strconv.ParseFloat(val, 64)
 		if err != nil || p < 0 || p > 1 {
@@ -109,16 +148,31 @@ func ParseAWSFaults(spec string) (*AWSFaults, error) {
 	if sum == 0 {
 		return nil, bad("%q injects nothing", spec)
 	}
-	f.inj = awsfault.New()
-	f.inj.SetRates(f.Seed, f.Rates, f.Ops...)
+	above, below := map[awsfault.Fault]float64{}, map[awsfault.Fault]float64{}
+	for k, p := range f.Rates {
+		if slices.Contains(wireKinds, k) {
+			below[k] = p
+		} else {
+			above[k] = p
+		}
+	}
+	f.inj, f.wire = awsfault.New(), awsfault.New()
+	f.inj.SetRates(f.Seed, above, f.Ops...)
+	f.wire.SetRates(f.Seed+1, below, f.Ops...)
 	if f.Delay > 0 {
 		f.inj.SetDelay(f.Delay)
 	}
 	return f, nil
 }
 
-// Injector is the plan's injector, shared by both clients.
+// Injector is the plan's injector above the SDK, shared by both clients.
 func (f *AWSFaults) Injector() *awsfault.Injector { return f.inj }
+
+// Transport is the plan's wire layer on base (nil: the default transport),
+// shared by both clients.
+func (f *AWSFaults) Transport(base http.RoundTripper) http.RoundTripper {
+	return &awsfault.Transport{Base: base, Faults: f.wire}
+}
 
 // FaultCounts is what a plan injected so far and how many calls reached
 // DynamoDB and SQS.
@@ -128,9 +182,12 @@ type FaultCounts struct {
 	// ByOperation counts each operation's faults: "UpdateItem" →
 	// "lost-response" → n.
 	ByOperation map[string]map[string]int `json:"byOperation"`
-	// Calls counts the calls that reached DynamoDB and SQS (a lost
-	// response's and a delayed call's included).
+	// Calls counts the requests that reached DynamoDB and SQS (a lost
+	// response's, a delayed call's and the SDK's resends included).
 	Calls map[string]int `json:"calls"`
+	// SQS is what HarshSQS did: creations refused as deleted recently,
+	// short polls that missed, deletes with expired receipt handles.
+	SQS awsfault.HarshCounts `json:"sqs"`
 }
 
 // Total is the number of faults injected.
@@ -146,11 +203,11 @@ func (c FaultCounts) Total() int {
 func (f *AWSFaults) Counts() FaultCounts {
 	c := FaultCounts{Injected: map[string]int{}, ByOperation: map[string]map[string]int{}, Calls: map[string]int{}}
 	for _, kind := range faultKinds {
-		c.Injected[kind.String()] = f.inj.Injected("", kind)
+		c.Injected[kind.String()] = f.inj.Injected("", kind) + f.wire.Injected("", kind)
 	}
 	for _, o := range append(slices.Clone(dynamoOps), sqsOps...) {
 		for _, kind := range faultKinds {
-			if n := f.inj.Injected(o, kind); n > 0 {
+			if n := f.inj.Injected(o, kind) + f.wire.Injected(o, kind); n > 0 {
 				if c.ByOperation[o] == nil {
 					c.ByOperation[o] = map[string]int{}
 				}
@@ -160,8 +217,11 @@ func (f *AWSFaults) Counts() FaultCounts {
 	}
 	for name, ops := range map[string][]string{"DynamoDB": dynamoOps, "SQS": sqsOps} {
 		for _, o := range ops {
-			c.Calls[name] += f.inj.Calls(o)
+			c.Calls[name] += f.wire.Calls(o)
 		}
+	}
+	if f.harsh != nil {
+		c.SQS = f.harsh.Counts()
 	}
 	return c
 }
@@ -169,7 +229,7 @@ func (f *AWSFaults) Counts() FaultCounts {
 // logCounts writes the counters as one log line (also at shutdown).
 func (f *AWSFaults) logCounts(log *slog.Logger, msg string) {
 	c := f.Counts()
-	log.Warn(msg, "faults", f.Spec, "total", c.Total(), "injected", c.Injected, "byOperation", c.ByOperation, "calls", c.Calls)
+	log.Warn(msg, "faults", f.Spec, "total", c.Total(), "injected", c.Injected, "byOperation", c.ByOperation, "calls", c.Calls, "sqs", c.SQS)
 }
 
 // OpenDynamoStore opens the DynamoDB store on table from the AWS SDK's
@@ -186,7 +246,13 @@ func OpenDynamoStore(ctx context.Context, table string, faults *AWSFaults) (*dyn
 	if err := dynamostore.New(c, table).EnsureTable(ctx); err != nil {
 		return nil, err
 	}
-	return dynamostore.New(&awsfault.DynamoDB{Client: c, Faults: faults.inj}, table), nil
+	wired, err := dynamostore.NewClientFromEnv(ctx, func(o *dynamodb.Options) {
+		o.HTTPClient = &http.Client{Transport: faults.Transport(nil)}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return dynamostore.New(&awsfault.DynamoDB{Client: wired, Faults: faults.inj}, table), nil
 }
 
 // OpenSQSBell opens the SQS doorbell on queues named prefix-... from the
@@ -195,7 +261,12 @@ func OpenSQSBell(ctx context.Context, prefix string, faults *AWSFaults) (*sqsbel
 	if faults == nil {
 		return sqsbell.Open(ctx, prefix)
 	}
-	c, err := sqsbell.NewClientFromEnv(ctx)
+	faults.harsh = awsfault.NewHarshSQS(nil, faults.Seed)
+	faults.harsh.MissRate = faults.ShortPollMiss
+	faults.harsh.DeleteRate = faults.QueueDeleted
+	c, err := sqsbell.NewClientFromEnv(ctx, func(o *sqs.Options) {
+		o.HTTPClient = &http.Client{Transport: faults.Transport(faults.harsh)}
+	})
 	if err != nil {
 		return nil, err
 	}

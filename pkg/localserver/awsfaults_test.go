@@ -1,11 +1,15 @@
 package localserver
 
 import (
-	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/galley-run/galley/pkg/awsfault"
@@ -38,6 +42,9 @@ func TestParseAWSFaults(t *testing.T) {
 		{spec: "throttle=0.1,seed=x"},
 		{spec: "throttle=0.1,ops=Scan"},
 		{spec: "throttle=0.1,delay=soon"},
+		{spec: "server-error=0.05,reset=0.05,tx-conflict=0.05,short-poll-miss=0.9,queue-deleted=0.01", ok: true, seed: 1,
+			rates: map[awsfault.Fault]float64{awsfault.ServerError: 0.05, awsfault.Reset: 0.05, awsfault.TxConflict: 0.05}},
+		{spec: "reset=0.1,short-poll-miss=2"},
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
 			f, err := ParseAWSFaults(tc.spec)
@@ -65,33 +72,44 @@ func TestParseAWSFaults(t *testing.T) {
 	}
 }
 
-// nopSQS answers every receive with nothing.
-type nopSQS struct{ awsfault.SQSAPI }
-
-func (nopSQS) ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
-	return &sqs.ReceiveMessageOutput{}, nil
-}
-
-// The plan's injector limits faults to its operations and counts them by
-// kind and operation; calls that reached the client are counted by
-// service.
+// The plan's injectors limit faults to its operations, the decorators'
+// above the SDK and the Transport's on the wire, and count them by kind and
+// operation; the requests that reached the service are counted by service.
 func TestAWSFaultsCounts(t *testing.T) {
-	f, err := ParseAWSFaults("timeout=0.5,throttle=0.5,ops=ReceiveMessage,seed=3")
+	f, err := ParseAWSFaults("timeout=0.4,throttle=0.4,ops=ReceiveMessage,seed=3")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &awsfault.SQS{Client: nopSQS{}, Faults: f.Injector()}
+	var reached atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		_, _ = w.Write([]byte("{}"))
+	}))
+	defer srv.Close()
+	client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL), RetryMaxAttempts: 1,
+		Credentials: credentials.NewStaticCredentialsProvider("a", "s", ""),
+		HTTPClient:  &http.Client{Transport: f.Transport(nil)}})
+	c := &awsfault.SQS{Client: client, Faults: f.Injector()}
+	failed := 0
 	for range 40 {
-		_, err := c.ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{})
+		_, err := c.ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(srv.URL + "/q")})
 		var timeout *awsfault.TimeoutError
-		if err == nil || !errors.As(err, &timeout) && !isThrottle(err) {
-			t.Fatalf("a receive under a plan that fails every one: %v", err)
+		switch {
+		case err == nil:
+		case errors.As(err, &timeout) || isThrottle(err):
+			failed++
+		default:
+			t.Fatalf("a receive: %v", err)
 		}
 	}
 	got := f.Counts()
-	if got.Total() != 40 || got.Injected["timeout"] == 0 || got.Injected["throttle"] == 0 ||
-		got.ByOperation["ReceiveMessage"]["timeout"]+got.ByOperation["ReceiveMessage"]["throttle"] != 40 || got.Calls["SQS"] != 0 {
-		t.Fatalf("counts %+v", got)
+	if got.Total() != failed || got.Injected["timeout"] == 0 || got.Injected["throttle"] == 0 ||
+		got.ByOperation["ReceiveMessage"]["timeout"]+got.ByOperation["ReceiveMessage"]["throttle"] != failed {
+		t.Fatalf("counts %+v, %d failed", got, failed)
+	}
+	if got.Calls["SQS"] != int(reached.Load()) || reached.Load() != int64(40-failed) {
+		t.Fatalf("calls %v, %d reached the service, %d failed", got.Calls, reached.Load(), failed)
 	}
 }
 

@@ -172,8 +172,17 @@ const claimAttempts = 16
 // claim claims key for the request with fingerprint fp, or answers by what
 // is stored: a receipt when applied, or an error.
 func (s *Service) claim(ctx context.Context, key, fp, operation string, arrived time.Time) (*claim, json.RawMessage, error) {
+	// tried is the claim the last write answered Conflict would have made.
+	// Its lease is new and random, so finding it stored means that write
+	// was applied (a store whose resent write failed its own condition):
+	// the claim is this copy's, never another copy's in flight.
+	var tried *claim
 	for range claimAttempts {
 		rec, ver, err := s.store.GetEffect(ctx, key)
+		if err == nil && tried != nil && rec.State == store.EffectInFlight && rec.Lease == tried.rec.Lease {
+			tried.version = ver
+			return tried, nil, nil
+		}
 		now := s.clock.Now()
 		resumed := false
 		switch {
@@ -205,14 +214,17 @@ func (s *Service) claim(ctx context.Context, key, fp, operation string, arrived 
 		rec.Lease = s.newLease()
 		rec.LeaseExpires = now.Add(s.cfg.Lease)
 		rec.Updated = now
+		c := &claim{rec: rec, resumed: resumed, acted: resumed && !rec.NotActed}
 		nv, err := s.store.PutEffect(ctx, rec, ver)
 		if galleyerr.Is(galleyerr.Conflict, err) {
+			tried = c
 			continue
 		}
 		if err != nil {
 			return nil, nil, err
 		}
-		return &claim{rec: rec, version: nv, resumed: resumed, acted: resumed && !rec.NotActed}, nil, nil
+		c.version = nv
+		return c, nil, nil
 	}
 	return nil, nil, galleyerr.Errorf(galleyerr.InFlight, "the key is contended")
 }

@@ -1,11 +1,14 @@
 package service
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 )
 
@@ -159,7 +162,36 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 	case cfg.House == "" || cfg.Backend == "":
 		return nil, errors.New("service: house and backend are required")
 	}
+	if k, ok := s.bell.(topicKeeper); ok {
+		k.KeepTopics(s.topicLive)
+	}
 	return s, nil
+}
+
+// topicKeeper is a doorbell whose idle queues are swept (the SQS doorbell):
+// it asks the service whether a topic's owner still lives before it
+// deletes the topic's queue.
+type topicKeeper interface {
+	KeepTopics(func(ctx context.Context, topic string) (bool, error))
+}
+
+// topicLive reports whether topic belongs to a worker that still lives (it
+// exists, is not released and has not settled): its harness may be
+// waiting on the topic's queue, however long since it was last used. Other
+// topics (runs) are judged by their age.
+func (s *Service) topicLive(ctx context.Context, topic string) (bool, error) {
+	handle, ok := strings.CutPrefix(topic, "inbox:")
+	if !ok {
+		return false, nil
+	}
+	_, _, err := s.liveWorker(ctx, handle)
+	switch {
+	case err == nil:
+		return true, nil
+	case galleyerr.Is(galleyerr.Invalid, err):
+		return false, nil
+	}
+	return false, err
 }
 
 // Config returns the service's configuration.

@@ -204,7 +204,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	err = srv.Shutdown(sctx)
 	if f := o.AWSFaults; f != nil {
 		c := f.Counts()
-		fmt.Fprintf(stdout, "galley: %d AWS faults injected %v; calls that reached AWS %v\n", c.Total(), c.Injected, c.Calls)
+		fmt.Fprintf(stdout, "galley: %d AWS faults injected %v; calls that reached AWS %v; SQS as AWS %+v\n", c.Total(), c.Injected, c.Calls, c.SQS)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "galley serve: shutdown: %v\n", err)

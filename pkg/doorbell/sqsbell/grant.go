@@ -65,8 +65,23 @@ func NewGranter(b *Bell, client STSAPI, roleARN, region string) (*Granter, error
 func (g *Granter) GrantWake(ctx context.Context, topic, session string) (workerapi.WakeGrant, error) {
 	const op = galleyerr.Op("sqsbell.GrantWake")
 	url, err := g.bell.queue(ctx, topic)
+	if err == nil {
+		// Every grant touches the queue, from this process's cache too: a
+		// worker asks for one about hourly while it lives, so its queue's
+		// last use never ages towards the sweep; and a queue swept under a
+		// cached URL is found missing and made again.
+		if err = g.bell.touch(ctx, url, true); isMissing(err) {
+			url, err = g.bell.queue(ctx, topic)
+		} else {
+			err = nil // tagged at its next grant or listen
+		}
+	}
 	if err != nil {
-		return workerapi.WakeGrant{}, galleyerr.E(op, galleyerr.Unavailable, "the wake queue could not be created", err)
+		msg := "the wake queue could not be created"
+		if isDeletedRecently(err) {
+			msg = "the wake queue was deleted less than a minute ago; SQS allows its name again after 60 seconds"
+		}
+		return workerapi.WakeGrant{}, galleyerr.E(op, galleyerr.Unavailable, msg, err)
 	}
 	policy, err := g.sessionPolicy(g.bell.QueueName(topic))
 	if err != nil {

@@ -26,10 +26,12 @@
 // Each topic (a run's mailbox, a worker's inbox) has one standard queue,
 // named <prefix>-<32 hex digits of the SHA-256 of "v2:" and the topic>,
 // created on the first Listen or Ring, holding rings for 60 seconds (SQS's
-// minimum). A listener touches its queue's galley-last-listen tag at most
-// once an hour per process, and Sweep deletes the queues of the prefix
-// idle for longer than a given age. docs/storage.md gives the costs, the
-// limits and the permissions each role needs.
+// minimum), tagged with its last use and its topic from its creation. A
+// listener touches its queue's galley-last-listen tag at most once an hour
+// per process, every wake grant touches it, and Sweep deletes the queues of
+// the prefix idle for longer than a given age, except those whose topic's
+// owner lives (KeepTopics). docs/storage.md gives the costs, the limits and
+// the permissions each role needs.
 package sqsbell
 
 import (
@@ -105,8 +107,17 @@ const (
 	TagLastListen = "galley-last-listen"
 	// TagTopicPrefix marks the queue as a doorbell of this prefix.
 	TagPrefix = "galley-doorbell"
+	// TagTopic names the queue's topic, so that Sweep can ask whether its
+	// owner still lives (KeepTopics).
+	TagTopic  = "galley-topic"
 	maxCached = 10000
+	// tagTries bounds the TagQueue attempts of one touch beyond the SDK's
+	// own retries: TagQueue is throttled on AWS.
+	tagTries = 3
 )
+
+// tagValueRE is what an SQS tag value may hold.
+var tagValueRE = regexp.MustCompile(`^[\p{L}\p{Z}\p{N}_.:/=+\-@]{0,256}$`)
 
 var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,46}$`)
 
@@ -122,6 +133,7 @@ type Bell struct {
 	mu      sync.Mutex
 	urls    map[string]string    // topic → queue URL
 	touched map[string]time.Time // queue URL → when this process last tagged it
+	keep    func(ctx context.Context, topic string) (bool, error)
 }
 
 var _ service.Doorbell = (*Bell)(nil)
@@ -164,13 +176,14 @@ func New(client SQSAPI, prefix string, opts ...Option) (*Bell, error) {
 
 // NewClientFromEnv builds an SQS client from the standard variables:
 // AWS_REGION, the credential chain, and AWS_ENDPOINT_URL_SQS (or
-// AWS_ENDPOINT_URL) for a stand-in such as fauxqs or LocalStack.
-func NewClientFromEnv(ctx context.Context) (*sqs.Client, error) {
+// AWS_ENDPOINT_URL) for a stand-in such as fauxqs or LocalStack; opts apply
+// after (a fault run's HTTP transport).
+func NewClientFromEnv(ctx context.Context, opts ...func(*sqs.Options)) (*sqs.Client, error) {
 	cfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
 		return nil, galleyerr.E(galleyerr.Op("sqsbell.NewClientFromEnv"), galleyerr.Other, err)
 	}
-	return sqs.NewFromConfig(cfg), nil
+	return sqs.NewFromConfig(cfg, opts...), nil
 }
 
 // Open is the one call a server makes: a client from the environment and a
@@ -183,6 +196,15 @@ func Open(ctx context.Context, prefix string, opts ...Option) (*Bell, error) {
 	return New(c, prefix, opts...)
 }
 
+// KeepTopics has Sweep keep, whatever its age, a queue whose topic keep
+// says is still live (a living worker's inbox), and touch it. The service
+// sets it from the store's records (service.New).
+func (b *Bell) KeepTopics(keep func(ctx context.Context, topic string) (bool, error)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.keep = keep
+}
+
 // QueueName is the queue of topic.
 func (b *Bell) QueueName(topic string) string {
 	h := sha256.Sum256([]byte(nameVersion + topic))
@@ -190,7 +212,11 @@ func (b *Bell) QueueName(topic string) string {
 }
 
 // queue returns topic's queue URL, creating the queue when this process
-// has not seen it. CreateQueue is idempotent for identical attributes.
+// has not seen it. CreateQueue is idempotent for identical attributes (tags
+// are not compared, and apply only when the queue is made), so a new queue
+// is tagged with its last use from its first moment: no failed TagQueue can
+// leave it deletable. Within a minute of the name's deletion SQS refuses
+// it (QueueDeletedRecently): the caller fails, and its next use tries again.
 func (b *Bell) queue(ctx context.Context, topic string) (string, error) {
 	b.mu.Lock()
 	url, ok := b.urls[topic]
@@ -198,15 +224,18 @@ func (b *Bell) queue(ctx context.Context, topic string) (string, error) {
 	if ok {
 		return url, nil
 	}
+	now := b.now()
+	tags := map[string]string{TagPrefix: b.prefix, TagLastListen: strconv.FormatInt(now.Unix(), 10)}
+	if tagValueRE.MatchString(topic) {
+		tags[TagTopic] = topic
+	}
 	out, err := b.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{
 		QueueName: aws.String(b.QueueName(topic)),
 		Attributes: map[string]string{
 			string(types.QueueAttributeNameMessageRetentionPeriod): retentionSeconds,
 			string(types.QueueAttributeNameVisibilityTimeout):      visibilitySeconds,
 		},
-		// A constant tag only: CreateQueue of an existing queue must repeat
-		// the same request to be idempotent.
-		Tags: map[string]string{TagPrefix: b.prefix},
+		Tags: tags,
 	})
 	if err != nil {
 		return "", err
@@ -218,7 +247,9 @@ func (b *Bell) queue(ctx context.Context, topic string) (string, error) {
 	}
 	b.urls[topic] = url
 	b.mu.Unlock()
-	b.touch(ctx, url) // a queue this process just made or met counts as used now
+	// A queue this process met (made earlier, elsewhere) counts as used
+	// now; a failure is tried again at the next use.
+	_ = b.touch(ctx, url, false)
 	return url, nil
 }
 
@@ -232,22 +263,80 @@ func (b *Bell) forget(topic, url string) {
 }
 
 // touch refreshes the queue's last-listen tag when this process has not
-// done so for touchEvery. Failing is harmless: at worst Sweep removes a
-// queue in use, and the next Listen or Ring creates it again.
-func (b *Bell) touch(ctx context.Context, url string) {
+// done so for touchEvery (always when force is set), trying again while
+// SQS throttles. The touch counts only once TagQueue succeeded, so a
+// failed one is tried again at the next use. A queue that no longer exists
+// (swept) is forgotten, and its error returned.
+func (b *Bell) touch(ctx context.Context, url string, force bool) error {
 	now := b.now()
 	b.mu.Lock()
 	last, ok := b.touched[url]
-	if ok && now.Sub(last) < b.touchEvery {
-		b.mu.Unlock()
-		return
-	}
-	if len(b.touched) >= maxCached {
-		clear(b.touched)
-	}
-	b.touched[url] = now
 	b.mu.Unlock()
-	b.sqs.TagQueue(ctx, &sqs.TagQueueInput{QueueUrl: aws.String(url), Tags: map[string]string{TagLastListen: strconv.FormatInt(now.Unix(), 10)}})
+	if !force && ok && now.Sub(last) < b.touchEvery {
+		return nil
+	}
+	var err error
+	for try := 0; try < tagTries; try++ {
+		_, err = b.sqs.TagQueue(ctx, &sqs.TagQueueInput{QueueUrl: aws.String(url), Tags: map[string]string{TagLastListen: strconv.FormatInt(now.Unix(), 10)}})
+		if err == nil {
+			b.mu.Lock()
+			if len(b.touched) >= maxCached {
+				clear(b.touched)
+			}
+			b.touched[url] = now
+			b.mu.Unlock()
+			return nil
+		}
+		if isMissing(err) {
+			b.forgetURL(url)
+			return err
+		}
+		if !isThrottled(err) {
+			return err
+		}
+		select {
+		case <-time.After(100 * time.Millisecond << try):
+		case <-ctx.Done():
+			return err
+		}
+	}
+	return err
+}
+
+// forgetURL drops a queue URL from the caches, whatever its topic.
+func (b *Bell) forgetURL(url string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for topic, u := range b.urls {
+		if u == url {
+			delete(b.urls, topic)
+		}
+	}
+	delete(b.touched, url)
+}
+
+func isThrottled(err error) bool {
+	var rt *types.RequestThrottled
+	var api smithy.APIError
+	if errors.As(err, &rt) {
+		return true
+	}
+	if !errors.As(err, &api) {
+		return false
+	}
+	switch api.ErrorCode() {
+	case "RequestThrottled", "ThrottlingException", "Throttling", "OverLimit":
+		return true
+	}
+	return false
+}
+
+// isDeletedRecently: SQS refuses a queue name for 60 seconds after its
+// deletion.
+func isDeletedRecently(err error) bool {
+	var dr *types.QueueDeletedRecently
+	var api smithy.APIError
+	return errors.As(err, &dr) || errors.As(err, &api) && strings.HasSuffix(api.ErrorCode(), "QueueDeletedRecently")
 }
 
 // Ring sends one ring to topic's queue. An error means the ring may be
@@ -262,7 +351,9 @@ func (b *Bell) Ring(ctx context.Context, topic string) error {
 				return nil
 			}
 			// Swept (create it again), or created less than a second ago
-			// (SQS needs that long before a new queue takes messages).
+			// (SQS needs that long before a new queue takes messages). A
+			// name deleted within the minute fails at once (queue): the
+			// ring is lost, and the waiters read the store meanwhile.
 			if isMissing(err) && try < 3 {
 				b.forget(topic, url)
 				select {
@@ -289,7 +380,7 @@ func (b *Bell) Listen(ctx context.Context, topic string) (service.Listener, erro
 	since := b.now()
 	url, err := b.queue(ctx, topic)
 	if err == nil {
-		b.touch(ctx, url) // when due: a long-lived topic's queue stays
+		_ = b.touch(ctx, url, false) // when due: a long-lived topic's queue stays
 	} else if cerr := ctx.Err(); cerr != nil {
 		return nil, galleyerr.E(op, galleyerr.Unavailable, cerr)
 	}
@@ -380,8 +471,19 @@ func (l *listener) Wait(ctx context.Context) error {
 			return nil
 		}
 		switch {
+		case len(out.Messages) == 0 && collected:
+			// A short poll samples some of SQS's servers, and may miss
+			// what waits: pause as below rather than long-poll at once,
+			// which would answer the same old rings again at once.
+			select {
+			case <-b.after(Recheck):
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-l.closed.Done():
+				return errClosed
+			}
 		case len(out.Messages) == 0:
-			b.touch(wctx, l.url)
+			_ = b.touch(wctx, l.url, false)
 		case !collected && len(old) > 0:
 			collect = true
 		case collected && len(old) == len(out.Messages):
@@ -515,17 +617,19 @@ func (b *Bell) Sweep(ctx context.Context, idle time.Duration) (int, error) {
 			if err == nil && last >= cut {
 				continue
 			}
+			if live, err := b.live(ctx, tags.Tags[TagTopic]); err != nil || live {
+				// Its owner lives (a worker waiting on its inbox, however
+				// long): touched, not deleted. Unknown: kept till the
+				// next sweep.
+				if live {
+					_ = b.touch(ctx, url, true)
+				}
+				continue
+			}
 			if _, err := b.sqs.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(url)}); err != nil && !isMissing(err) {
 				return deleted, galleyerr.E(op, galleyerr.Unavailable, err)
 			}
-			b.mu.Lock()
-			for topic, u := range b.urls {
-				if u == url {
-					delete(b.urls, topic)
-				}
-			}
-			delete(b.touched, url)
-			b.mu.Unlock()
+			b.forgetURL(url)
 			deleted++
 		}
 		if out.NextToken == nil {
@@ -533,6 +637,18 @@ func (b *Bell) Sweep(ctx context.Context, idle time.Duration) (int, error) {
 		}
 		in.NextToken = out.NextToken
 	}
+}
+
+// live asks KeepTopics' function whether topic's owner lives; a queue
+// with no topic tag (made before the tag) is judged by its age alone.
+func (b *Bell) live(ctx context.Context, topic string) (bool, error) {
+	b.mu.Lock()
+	keep := b.keep
+	b.mu.Unlock()
+	if keep == nil || topic == "" {
+		return false, nil
+	}
+	return keep(ctx, topic)
 }
 
 func isMissing(err error) bool {

@@ -15,18 +15,19 @@ import (
 // AWS_ENDPOINT_URL_DYNAMODB (or AWS_ENDPOINT_URL) for a stand-in such as
 // DynamoDB Local or LocalStack. With an endpoint set, response checksum
 // validation is off: DynamoDB Local answers errors without the checksum the
-// SDK expects and the SDK would log a warning for each.
-func NewClientFromEnv(ctx context.Context) (*dynamodb.Client, error) {
+// SDK expects and the SDK would log a warning for each. opts apply after
+// (a test's or a fault run's HTTP transport).
+func NewClientFromEnv(ctx context.Context, opts ...func(*dynamodb.Options)) (*dynamodb.Client, error) {
 	cfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
 		return nil, galleyerr.E(galleyerr.Op("dynamostore.NewClientFromEnv"), galleyerr.Other, err)
 	}
 	local := os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" || os.Getenv("AWS_ENDPOINT_URL") != ""
-	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+	return dynamodb.NewFromConfig(cfg, append([]func(*dynamodb.Options){func(o *dynamodb.Options) {
 		if local {
 			o.DisableValidateResponseChecksum = true
 		}
-	}), nil
+	}}, opts...)...), nil
 }
 
 // Open is the one call a server makes: a client from the environment, the

@@ -34,6 +34,7 @@ func (s *Store) NextCount(ctx context.Context, name string) (int64, error) {
 		ExpressionAttributeValues: map[string]types.AttributeValue{":one": num(1), ":t": str(typeCounter)},
 		ReturnValues:              types.ReturnValueUpdatedNew,
 	}
+	conflicts := 0
 	for attempt := 0; ; attempt++ {
 		out, err := s.db.UpdateItem(ctx, in)
 		if err == nil {
@@ -42,6 +43,12 @@ func (s *Store) NextCount(ctx context.Context, name string) (int64, error) {
 				return 0, galleyerr.E(op, galleyerr.Other, "DynamoDB answered the counter's update without its new value")
 			}
 			return n, nil
+		}
+		if isTxConflict(err) && conflicts < maxConflictRetries && ctx.Err() == nil {
+			conflicts++
+			attempt--
+			s.sleep(ctx, conflicts)
+			continue
 		}
 		// Resending is safe whatever became of the try (it only skips),
 		// so a lost answer is resent rather than resolved.

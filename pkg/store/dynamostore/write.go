@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/store"
@@ -115,18 +116,28 @@ func (s *Store) putVersioned(ctx context.Context, op galleyerr.Op, key map[strin
 	}
 	in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.namesOrNil(), e.valuesOrNil()
 
+	// uncertain: a try of this write may have been applied (a lost answer,
+	// or the SDK sent a request again after a 500 or a reset).
 	uncertain := false
+	conflicts := 0
 	for attempt := 0; ; attempt++ {
-		_, err := s.db.UpdateItem(ctx, in)
+		var sent attempts
+		_, err := s.db.UpdateItem(ctx, in, sent.option())
 		if err == nil {
 			return next, nil
 		}
+		uncertain = uncertain || sent.resent()
 		var ccf *types.ConditionalCheckFailedException
 		if errors.As(err, &ccf) {
-			if !uncertain {
-				return 0, galleyerr.E(op, galleyerr.Conflict, "the record changed since it was read", err)
-			}
-			return s.resolveVersioned(ctx, op, key, ccf.Item, w, next)
+			// Always compared: the failure may be our own applied try's.
+			return s.resolveVersioned(ctx, op, key, ccf.Item, w, next, uncertain)
+		}
+		if isTxConflict(err) && conflicts < maxConflictRetries && ctx.Err() == nil {
+			// A transaction holds the item: refused, nothing applied.
+			conflicts++
+			attempt--
+			s.sleep(ctx, conflicts)
+			continue
 		}
 		if classify(err) == unknown {
 			uncertain = true
@@ -138,10 +149,25 @@ func (s *Store) putVersioned(ctx context.Context, op galleyerr.Op, key map[strin
 	}
 }
 
-// resolveVersioned decides a versioned write that was resent after a lost
-// answer and then failed its condition: was the first try applied?
-func (s *Store) resolveVersioned(ctx context.Context, op galleyerr.Op, key, item map[string]types.AttributeValue, w string, next store.Version) (store.Version, error) {
-	if item == nil {
+// maxConflictRetries bounds the resends of a plain write refused because a
+// transaction held its item (TransactionConflictException), which DynamoDB
+// answers while an append's transaction is in progress on the same item.
+const maxConflictRetries = 8
+
+func isTxConflict(err error) bool {
+	var tce *types.TransactionConflictException
+	var api smithy.APIError
+	return errors.As(err, &tce) || errors.As(err, &api) && api.ErrorCode() == "TransactionConflictException"
+}
+
+// resolveVersioned decides a versioned write whose condition failed, from
+// the item the failure returned (ALL_OLD) or, when it returned none after
+// an uncertain try, from a read: the item this very write made (its
+// version and write id) means a try was applied; anything else, a
+// conflict, unless a try of ours may have been applied and overwritten
+// since (uncertain), which nobody can tell.
+func (s *Store) resolveVersioned(ctx context.Context, op galleyerr.Op, key, item map[string]types.AttributeValue, w string, next store.Version, uncertain bool) (store.Version, error) {
+	if item == nil && uncertain {
 		out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: key, ConsistentRead: aws.Bool(true)})
 		if err != nil {
 			return 0, mapErr(op, err, true)
@@ -150,9 +176,9 @@ func (s *Store) resolveVersioned(ctx context.Context, op galleyerr.Op, key, item
 	}
 	v, _ := getN(item, attrVersion)
 	switch {
-	case store.Version(v) == next && getS(item, attrWriter) == w:
-		return next, nil // our first try was applied
-	case store.Version(v) > next:
+	case item != nil && store.Version(v) == next && getS(item, attrWriter) == w:
+		return next, nil // our (first) try was applied
+	case uncertain && store.Version(v) > next:
 		// Ours may have been applied and then overwritten: no telling.
 		return 0, galleyerr.E(op, galleyerr.Unavailable, "DynamoDB did not answer and the record moved on; the write may or may not have happened")
 	}
@@ -237,7 +263,14 @@ func (s *Store) allocateLocked(ctx context.Context, sw seqWrite, w string, obs i
 			return 0, false, err
 		}
 		for try := 0; ; try++ {
-			_, err = s.db.TransactWriteItems(ctx, in)
+			var sent attempts
+			_, err = s.db.TransactWriteItems(ctx, in, sent.option())
+			if sent.resent() {
+				// The SDK sent it again after a 500 or a reset: the
+				// first may have been applied, and its resend may answer
+				// a cancellation for the counter it moved.
+				pending = n
+			}
 			if err == nil || classify(err) != unknown {
 				break
 			}
@@ -251,6 +284,10 @@ func (s *Store) allocateLocked(ctx context.Context, sw seqWrite, w string, obs i
 			return n, false, nil
 		}
 		tce, codes := reasonCodes(err)
+		if tce == nil && isTxConflict(err) {
+			s.sleep(ctx, min(attempt, 4))
+			continue
+		}
 		if tce == nil || len(codes) != len(in.TransactItems) {
 			return 0, false, mapErr(sw.op, err, pending >= 0)
 		}
