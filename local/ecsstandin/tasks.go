@@ -330,7 +330,19 @@ func (s *Server) describeTasks(in describeTasksInput) (any, *apiError) {
 	return map[string]any{"tasks": tasks, "failures": fails}, nil
 }
 
+// ErrStartedByAlone is the message of a ListTasks refused for naming
+// startedBy with another filter. The ECS API reference (ListTasks,
+// startedBy) says: "When you specify startedBy as the filter, it must be
+// the only filter that you use." The stand-in reads it strictly: cluster
+// and paging aside, desiredStatus counts as a filter too (the operation's
+// description lists "the desired status of the task" among its filters).
+const ErrStartedByAlone = "When you specify startedBy as the filter, it must be the only filter that you use."
+
 func (s *Server) listTasks(in listTasksInput) (any, *apiError) {
+	if in.StartedBy != "" && (in.DesiredStatus != "" || in.Family != "" || in.LaunchType != "" ||
+		in.ServiceName != "" || in.Container != "") {
+		return nil, invalid("%s", ErrStartedByAlone)
+	}
 	desired := in.DesiredStatus
 	switch desired {
 	case "":
