@@ -512,6 +512,7 @@ func TestVisibilityDelay(t *testing.T) {
 
 func TestListTasks(t *testing.T) {
 	h := newHarness(t)
+	h.srv.SetListLag(0)
 	a1 := h.run(t, "tok-a1", "galley-w-a", "run")
 	a2 := h.run(t, "tok-a2", "galley-w-a", "exit")
 	b := h.run(t, "tok-b", "galley-w-b", "run")

@@ -201,6 +201,7 @@ func readExit(name string) *int {
 // changedLocked counts a change of t and emits its event.
 func (s *Server) changedLocked(t *task, now time.Time) {
 	t.version++
+	s.lagLocked(t, now)
 	t.updatedAt = now
 	ev := eventEnvelope{
 		Version: "0", ID: newUUID(), DetailType: "ECS Task State Change", Source: "aws.ecs",
@@ -377,11 +378,11 @@ func (s *Server) listTasks(in listTasksInput) (any, *apiError) {
 	var arns []string
 	for _, t := range s.order {
 		switch {
-		case t.clusterArn != cluster, now.Before(t.visibleAt):
+		case t.clusterArn != cluster, now.Before(t.visibleAt), now.Before(s.listFrom[t.id]):
 		case in.StartedBy != "" && t.startedBy != in.StartedBy:
 		case in.Family != "" && t.family != in.Family:
 		case desired == statusPending && t.lastStatus != statusPending && t.lastStatus != statusProvisioning:
-		case desired != statusPending && t.desiredStatus != desired:
+		case desired != statusPending && s.listedDesiredLocked(t, now) != desired:
 		default:
 			arns = append(arns, t.arn)
 		}

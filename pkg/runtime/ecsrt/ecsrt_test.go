@@ -511,6 +511,7 @@ func TestNotYetVisibleIsUnknown(t *testing.T) {
 
 func TestAnotherProcessFindsTheTask(t *testing.T) {
 	e := newEnv(t)
+	e.srv.SetListLag(0) // ListTasks shows the stop at once
 	s := spec("w-stateless", "run")
 	if err := e.runtime(t).Start(context.Background(), s); err != nil {
 		t.Fatal(err)
