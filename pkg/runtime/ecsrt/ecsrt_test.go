@@ -168,10 +168,14 @@ func (e *env) starts(handle string) int {
 func TestSuite(t *testing.T) {
 	runtimetest.Run(t, func(t *testing.T) runtimetest.Subject {
 		e := newEnv(t)
+		// Production wires the store's task index (lambdaapp): a cold
+		// function finds a task ListTasks does not show yet (the
+		// stand-in's list lag is on).
+		idx := &mapIndex{m: map[string]string{}}
 		return runtimetest.Subject{
-			Runtime: e.runtime(t),
+			Runtime: e.runtime(t, ecsrt.WithTaskIndex(idx)),
 			// A fresh runtime remembers no task, as a cold function.
-			Restart: func() service.Runtime { return e.runtime(t) },
+			Restart: func() service.Runtime { return e.runtime(t, ecsrt.WithTaskIndex(idx)) },
 			Calls:   func() int { return len(e.srv.Requests(ecsstandin.OpDescribeTasks, ecsstandin.OpListTasks)) },
 			Spec: func(handle string, b runtimetest.Behavior) service.WorkerSpec {
 				if b == runtimetest.ExitsByItself {
