@@ -303,13 +303,16 @@ func (r *Runtime) runTask(ctx context.Context, in *ecs.RunTaskInput, secret stri
 			f := out.Failures[0]
 			reason, detail := aws.ToString(f.Reason), aws.ToString(f.Detail)
 			msg := scrub("RunTask failed: "+reason+" "+detail, secret)
-			if capacityFailure(reason) || capacityMessage(detail) {
-				if uncertain {
-					return "", galleyerr.E(galleyerr.Unavailable, msg+" (after an attempt of unknown outcome)")
-				}
+			switch {
+			case uncertain:
+				return "", galleyerr.E(galleyerr.Unavailable, msg+" (after an attempt of unknown outcome)")
+			case quotaMessage(reason) || quotaMessage(detail):
+				return "", rateLimited(msg, quotaRetryAfter)
+			case capacityFailure(reason) || capacityMessage(detail):
 				return "", galleyerr.E(galleyerr.RateLimited, msg)
 			}
-			return "", galleyerr.E(galleyerr.Other, msg)
+			// ECS placed nothing and says why: a definite refusal.
+			return "", galleyerr.E(galleyerr.Other, msg, service.ErrStartRefused)
 		}
 		c := classify(err)
 		msg := scrub(c.msg, secret)
@@ -323,6 +326,9 @@ func (r *Runtime) runTask(ctx context.Context, in *ecs.RunTaskInput, secret stri
 			if uncertain {
 				return "", galleyerr.E(galleyerr.Unavailable, msg+" (after an attempt of unknown outcome)")
 			}
+			if ra := c.retryAfter; quotaMessage(msg) && ra == 0 {
+				return "", rateLimited(msg, quotaRetryAfter)
+			}
 			return "", rateLimited(msg, c.retryAfter)
 		case classThrottled:
 			last = rateLimited(msg, c.retryAfter)
@@ -330,7 +336,10 @@ func (r *Runtime) runTask(ctx context.Context, in *ecs.RunTaskInput, secret stri
 			uncertain = true
 			last = galleyerr.E(galleyerr.Unavailable, "RunTask: "+msg)
 		default:
-			return "", galleyerr.E(galleyerr.Other, "RunTask: "+msg)
+			if uncertain {
+				return "", galleyerr.E(galleyerr.Unavailable, "RunTask: "+msg+" (after an attempt of unknown outcome)")
+			}
+			return "", galleyerr.E(galleyerr.Other, "RunTask: "+msg, service.ErrStartRefused)
 		}
 		if attempt >= r.attempts || !r.pause(ctx, attempt, c.retryAfter) {
 			break
