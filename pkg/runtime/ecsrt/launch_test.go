@@ -5,6 +5,7 @@ package ecsrt_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/galley-run/galley/local/ecsstandin"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/reconcile"
 	"github.com/galley-run/galley/pkg/runtime/ecsrt"
 	"github.com/galley-run/galley/pkg/service"
 	"github.com/galley-run/galley/pkg/service/servicetest"
@@ -204,4 +206,59 @@ func TestLaunchRetriedAfterTheTokenWindow(t *testing.T) {
 		t.Fatalf("observe = %+v, %v; want settled failed", obs, err)
 	}
 	e.awaitStopped(t, r.Created[0].Handle)
+}
+
+// Issue 20, item 12: a worker whose task stopped while its STOPPED event
+// was lost is settled failed by the next housekeeping tick, its
+// coordinator told, with no redrive by hand.
+func TestHousekeepingSettlesAWorkerWhoseStoppedEventWasLost(t *testing.T) {
+	e := newEnv(t)
+	st := memstore.New()
+	le := newLaunchEnv(t, e.runtime(t, ecsrt.WithTaskIndex(service.NewTaskIndex(st))), st, newClock(), nil)
+	call := launchCall("k-lost")
+	// The fake harness exits by itself at once (its branch says so).
+	call.Request.Effect.Effect = json.RawMessage(
+		`{"type":"launch-worker","role":"station-cook","workspace":{"type":"isolated"},"brief":"b","branch":"galley/test/exit"}`)
+	raw, err := le.svc.Apply(context.Background(), call, le.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r protocol.Receipt
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	worker := r.Created[0]
+	e.awaitStopped(t, worker.Handle) // its events go nowhere: lost
+	if obs, _ := le.svc.Observe(context.Background(), worker); obs.State != protocol.StateStarting {
+		t.Fatalf("before housekeeping the worker is %+v", obs)
+	}
+	rec := reconcile.New(le.svc, st, reconcile.WithLostSettler(le.svc), reconcile.WithMetrics(io.Discard))
+	tick := `{"id":"tick-1","source":"aws.events","detail-type":"Scheduled Event","time":"2027-01-15T10:05:00Z","detail":{}}`
+	if err := rec.HandleEvent(context.Background(), json.RawMessage(tick)); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := le.svc.Observe(context.Background(), worker)
+	if err != nil || obs.State != protocol.StateSettled || obs.Outcome != protocol.OutcomeFailed {
+		t.Fatalf("after housekeeping: %+v, %v; want settled failed", obs, err)
+	}
+	msgs, err := st.ListMessages(context.Background(), "run-1", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := 0
+	for _, m := range msgs {
+		if m.Row.Kind == protocol.MsgWorkerDone {
+			done++
+		}
+	}
+	if done != 1 {
+		t.Errorf("%d worker-done rows, want 1", done)
+	}
+	// A second tick finds nothing to settle and posts nothing more.
+	if err := rec.HandleEvent(context.Background(), json.RawMessage(strings.Replace(tick, "tick-1", "tick-2", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := st.ListMessages(context.Background(), "run-1", 0, 100); len(again) != len(msgs) {
+		t.Errorf("the second tick posted %d rows", len(again)-len(msgs))
+	}
 }
