@@ -86,7 +86,9 @@ func (e *launchEnv) live(t *testing.T) int {
 	return live
 }
 
-func newClock() *servicetest.ManualClock { return servicetest.NewManualClock(time.Unix(1_800_000_000, 0)) }
+func newClock() *servicetest.ManualClock {
+	return servicetest.NewManualClock(time.Unix(1_800_000_000, 0))
+}
 
 // A fresh account whose Fargate vCPU quota is zero: the launch answers a
 // definite not-applied rate-limited (with a long retry hint), its worker
