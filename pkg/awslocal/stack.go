@@ -386,6 +386,11 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		sort.Strings(kv)
 		s.envs[id] = kv
 		pool := gateway.NewPool(Functions[lambdaapp.Function(functionKind(tpl, id))].MaxInstances, s.spawner(f, kv, out))
+		if f.Reserved != nil {
+			// Lambda refuses an invoke beyond the reserved concurrency at
+			// once (API Gateway answers 500), where the pool would queue.
+			pool = gateway.NewReservedPool(*f.Reserved, s.spawner(f, kv, out))
+		}
 		s.mu.Lock()
 		s.pools[id] = pool
 		s.mu.Unlock()
