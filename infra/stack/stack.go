@@ -884,6 +884,7 @@ func (g *Galley) grantFunctions() {
 	// The reconciler settles workers; a settled worker's report rings the
 	// coordinator's doorbell so a waiting await wakes at once. It also
 	// stops a task that outlives its settled worker (found by startedBy),
+	// settles a worker whose task is gone,
 	// and at most hourly deletes the doorbell queues nobody listened on for
 	// queueIdleHours (sqsbell's Sweep). ListQueues names no queue, so AWS
 	// requires Resource "*" (it only lists names); reading tags and
@@ -893,7 +894,9 @@ func (g *Galley) grantFunctions() {
 	stmt(reconciler, "RingDoorbells", ring, queues, tls)
 	stmt(reconciler, "ListDoorbellQueues", []string{"sqs:ListQueues"}, []*string{jsii.String("*")}, tls)
 	stmt(reconciler, "SweepIdleDoorbells", []string{"sqs:ListQueueTags", "sqs:DeleteQueue"}, queues, tls)
-	stmt(reconciler, "StopStrayWorkerTasks", []string{"ecs:StopTask"}, tasks, inCluster)
+	// Housekeeping reads the tasks of unsettled workers (DescribeTasks) to
+	// settle those whose task is gone, a lost STOPPED event.
+	stmt(reconciler, "StopAndDescribeWorkerTasks", []string{"ecs:StopTask", "ecs:DescribeTasks"}, tasks, inCluster)
 	listTasks(reconciler)
 }
 

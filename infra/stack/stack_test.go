@@ -449,7 +449,7 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 		{stack.FnWorkerAPI, join(logs, dynamoWrite, ring, secret, []string{"sts:AssumeRole"})},
 		// The sweep of idle doorbell queues: exactly these three; and
 		// what the on-failure destination needs of its queue.
-		{stack.FnReconciler, join(logs, dynamoWrite, ring, failures, []string{"ecs:StopTask", "ecs:ListTasks",
+		{stack.FnReconciler, join(logs, dynamoWrite, ring, failures, []string{"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks",
 			"sqs:ListQueues", "sqs:ListQueueTags", "sqs:DeleteQueue"})},
 	}
 	table := s.id(s.g.Table)

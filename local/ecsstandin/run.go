@@ -219,7 +219,7 @@ func (s *Server) runTask(in runTaskInput, body []byte) (any, *apiError) {
 	}
 	tokenKey := cl.name + "\x00" + in.ClientToken
 	if in.ClientToken != "" {
-		if rec, ok := s.tokens[tokenKey]; ok {
+		if rec, ok := s.tokenLocked(tokenKey); ok {
 			t := s.tasks[rec.taskID]
 			if rec.fingerprint != fp {
 				return nil, &apiError{status: 400, code: "ConflictException", resourceIDs: []string{t.arn},
@@ -283,7 +283,7 @@ func (s *Server) runTask(in runTaskInput, body []byte) (any, *apiError) {
 	s.tasks[id] = t
 	s.order = append(s.order, t)
 	if in.ClientToken != "" {
-		s.tokens[tokenKey] = tokenRecord{fingerprint: fp, taskID: id}
+		s.tokens[tokenKey] = tokenRecord{fingerprint: fp, taskID: id, at: s.clock()}
 	}
 	s.changedLocked(t, now)
 	s.launches.Add(1)
@@ -404,6 +404,7 @@ func (s *Server) prepare(t *task) (map[string]string, Image, string) {
 // launch starts t's process, unless t was stopped first or cannot start.
 func (s *Server) launch(t *task) {
 	defer s.launches.Done()
+	failed := s.holdProvisioning(t)
 	s.mu.Lock()
 	if t.desiredStatus == statusStopped || s.closed {
 		s.stoppedLocked(t, "TaskFailedToStart", nil)
@@ -416,6 +417,9 @@ func (s *Server) launch(t *task) {
 	s.mu.Unlock()
 
 	env, img, reason := s.prepare(t)
+	if failed != "" {
+		reason = failed
+	}
 
 	s.mu.Lock()
 	if reason != "" {

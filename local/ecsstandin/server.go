@@ -96,6 +96,13 @@ type Server struct {
 	visibility time.Duration
 	events     [][]byte
 
+	clock         func() time.Time // ages client tokens
+	vcpuQuota     float64          // negative: none
+	listLag       time.Duration
+	startFailures []*StartFailure
+	listFrom      map[string]time.Time // task id: when ListTasks first shows it
+	runningUntil  map[string]time.Time // task id: until when ListTasks shows it desired RUNNING
+
 	launches  sync.WaitGroup
 	stopWatch chan struct{}
 	watchDone chan struct{}
@@ -108,6 +115,7 @@ type Server struct {
 type tokenRecord struct {
 	fingerprint string
 	taskID      string
+	at          time.Time // when RunTask made it, by the stand-in's clock
 }
 
 // Request is one request the stand-in received, as it arrived.
@@ -175,6 +183,8 @@ func New(opts ...Option) (*Server, error) {
 		taskDefs: map[string][]*taskDef{}, clusters: map[string]*cluster{},
 		tasks: map[string]*task{}, tokens: map[string]tokenRecord{},
 		stopWatch: make(chan struct{}), watchDone: make(chan struct{}),
+		clock: time.Now, vcpuQuota: -1, listLag: DefaultListLag,
+		listFrom: map[string]time.Time{}, runningUntil: map[string]time.Time{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -182,7 +192,7 @@ func New(opts ...Option) (*Server, error) {
 	if s.dir == "" {
 		return nil, fmt.Errorf("ecsstandin: a folder is required")
 	}
-	if s.grace <= 0 || s.log == nil {
+	if s.grace <= 0 || s.log == nil || s.clock == nil {
 		return nil, fmt.Errorf("ecsstandin: the grace must be positive and the logger set")
 	}
 	var err error
@@ -317,6 +327,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		fail(&apiError{status: status, code: f.Code, message: f.Message, retryAfter: f.RetryAfter})
 		return
+	}
+	if op == OpRunTask {
+		if fails := s.quotaFailure(body); fails != nil {
+			answer(200, map[string]any{"tasks": []any{}, "failures": fails})
+			return
+		}
 	}
 	var (
 		out  any

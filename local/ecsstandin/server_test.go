@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -511,6 +512,7 @@ func TestVisibilityDelay(t *testing.T) {
 
 func TestListTasks(t *testing.T) {
 	h := newHarness(t)
+	h.srv.SetListLag(0)
 	a1 := h.run(t, "tok-a1", "galley-w-a", "run")
 	a2 := h.run(t, "tok-a2", "galley-w-a", "exit")
 	b := h.run(t, "tok-b", "galley-w-b", "run")
@@ -532,8 +534,18 @@ func TestListTasks(t *testing.T) {
 	if got, _ := list(map[string]any{"cluster": "galley", "startedBy": "galley-w-a"}); !slices.Equal(got, []string{a1}) {
 		t.Errorf("running of w-a = %v, want %v", got, []string{a1})
 	}
-	if got, _ := list(map[string]any{"cluster": "galley", "startedBy": "galley-w-a", "desiredStatus": "STOPPED"}); !slices.Equal(got, []string{a2}) {
-		t.Errorf("stopped of w-a = %v, want %v", got, []string{a2})
+	// startedBy must be ListTasks' only filter (the ECS API reference).
+	for _, other := range []map[string]any{{"desiredStatus": "STOPPED"}, {"desiredStatus": "RUNNING"},
+		{"family": "galley-worker"}, {"launchType": "FARGATE"}, {"serviceName": "svc"}} {
+		body := map[string]any{"cluster": "galley", "startedBy": "galley-w-a"}
+		maps.Copy(body, other)
+		if status, out := h.call(t, OpListTasks, body); status != 400 || out["__type"] != "InvalidParameterException" ||
+			out["message"] != ErrStartedByAlone {
+			t.Errorf("ListTasks(%v) = %d %v, want InvalidParameterException", body, status, out)
+		}
+	}
+	if got, _ := list(map[string]any{"cluster": "galley", "family": "galley-worker", "desiredStatus": "STOPPED"}); !slices.Equal(got, []string{a2}) {
+		t.Errorf("stopped of the family = %v, want %v", got, []string{a2})
 	}
 	if got, _ := list(map[string]any{"cluster": "other"}); len(got) != 0 {
 		t.Errorf("another cluster lists %v", got)

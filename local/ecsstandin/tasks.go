@@ -201,6 +201,7 @@ func readExit(name string) *int {
 // changedLocked counts a change of t and emits its event.
 func (s *Server) changedLocked(t *task, now time.Time) {
 	t.version++
+	s.lagLocked(t, now)
 	t.updatedAt = now
 	ev := eventEnvelope{
 		Version: "0", ID: newUUID(), DetailType: "ECS Task State Change", Source: "aws.ecs",
@@ -330,7 +331,19 @@ func (s *Server) describeTasks(in describeTasksInput) (any, *apiError) {
 	return map[string]any{"tasks": tasks, "failures": fails}, nil
 }
 
+// ErrStartedByAlone is the message of a ListTasks refused for naming
+// startedBy with another filter. The ECS API reference (ListTasks,
+// startedBy) says: "When you specify startedBy as the filter, it must be
+// the only filter that you use." The stand-in reads it strictly: cluster
+// and paging aside, desiredStatus counts as a filter too (the operation's
+// description lists "the desired status of the task" among its filters).
+const ErrStartedByAlone = "When you specify startedBy as the filter, it must be the only filter that you use."
+
 func (s *Server) listTasks(in listTasksInput) (any, *apiError) {
+	if in.StartedBy != "" && (in.DesiredStatus != "" || in.Family != "" || in.LaunchType != "" ||
+		in.ServiceName != "" || in.Container != "") {
+		return nil, invalid("%s", ErrStartedByAlone)
+	}
 	desired := in.DesiredStatus
 	switch desired {
 	case "":
@@ -365,11 +378,11 @@ func (s *Server) listTasks(in listTasksInput) (any, *apiError) {
 	var arns []string
 	for _, t := range s.order {
 		switch {
-		case t.clusterArn != cluster, now.Before(t.visibleAt):
+		case t.clusterArn != cluster, now.Before(t.visibleAt), now.Before(s.listFrom[t.id]):
 		case in.StartedBy != "" && t.startedBy != in.StartedBy:
 		case in.Family != "" && t.family != in.Family:
 		case desired == statusPending && t.lastStatus != statusPending && t.lastStatus != statusProvisioning:
-		case desired != statusPending && t.desiredStatus != desired:
+		case desired != statusPending && s.listedDesiredLocked(t, now) != desired:
 		default:
 			arns = append(arns, t.arn)
 		}

@@ -90,6 +90,8 @@ type listTasksInput struct {
 	DesiredStatus string `json:"desiredStatus"`
 	Family        string `json:"family"`
 	LaunchType    string `json:"launchType"`
+	ServiceName   string `json:"serviceName"`
+	Container     string `json:"containerInstance"`
 	MaxResults    *int   `json:"maxResults"`
 	NextToken     string `json:"nextToken"`
 }

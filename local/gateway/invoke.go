@@ -32,6 +32,10 @@ const (
 	Unreachable
 	// TooLarge: Lambda refused the request or the response payload size.
 	TooLarge
+	// Throttled: Lambda refused the invoke (TooManyRequestsException) because
+	// the function already runs its reserved concurrency; API Gateway
+	// answers it 500 {"message":"Internal Server Error"}.
+	Throttled
 )
 
 // InvokeError is a failed invocation.
@@ -168,6 +172,10 @@ func classify(status int, h http.Header, body []byte) ([]byte, error) {
 type Pool struct {
 	spawn func(ctx context.Context) (Invoker, error)
 	max   int
+	// reserved: max is the function's reserved concurrency, and an invoke
+	// that finds every instance busy is refused at once, as Lambda refuses
+	// it, rather than queued.
+	reserved bool
 
 	free chan Invoker
 	slot chan struct{} // a place freed by an emulator that ended
@@ -184,6 +192,18 @@ func NewPool(max int, spawn func(ctx context.Context) (Invoker, error)) *Pool {
 		max = 1
 	}
 	return &Pool{spawn: spawn, max: max, free: make(chan Invoker, max), slot: make(chan struct{}, 1)}
+}
+
+// NewReservedPool returns a pool for a function with reserved concurrency
+// n (ReservedConcurrentExecutions): at most n invocations at once, and one
+// beyond them fails at once with Throttled, as Lambda answers
+// TooManyRequestsException (reason
+// ReservedFunctionConcurrentInvocationLimitExceeded) to a synchronous
+// invoke. A reserved concurrency of 0 throttles every invoke.
+func NewReservedPool(n int, spawn func(ctx context.Context) (Invoker, error)) *Pool {
+	p := NewPool(max(n, 1), spawn)
+	p.max, p.reserved = n, true
+	return p
 }
 
 // Size is how many emulators the pool started.
@@ -281,6 +301,9 @@ func (p *Pool) acquire(ctx context.Context) (Invoker, error) {
 			return inv, nil
 		}
 		p.mu.Unlock()
+		if p.reserved {
+			return nil, &InvokeError{Kind: Throttled, Type: "TooManyRequestsException", Message: "Rate Exceeded."}
+		}
 		select {
 		case inv := <-p.free:
 			return inv, nil

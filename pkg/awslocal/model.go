@@ -24,6 +24,9 @@ type function struct {
 	Memory  int
 	Role    string // role ARN
 	Arch    string // x86_64 or arm64
+	// Reserved is the function's ReservedConcurrentExecutions; nil when
+	// the template reserves none.
+	Reserved *int
 	// Bootstrap is the function's executable: <asset folder>/bootstrap.
 	Bootstrap string
 }
@@ -168,6 +171,10 @@ func readModel(d *deployment, dir string) (*model, error) {
 		}
 		if v, ok := p["MemorySize"].(float64); ok {
 			f.Memory = int(v)
+		}
+		if v, ok := p["ReservedConcurrentExecutions"].(float64); ok {
+			n := int(v)
+			f.Reserved = &n
 		}
 		if archs := asList(p["Architectures"]); len(archs) == 1 {
 			f.Arch, _ = archs[0].(string)

@@ -68,6 +68,10 @@ type Config struct {
 	// WorkerGrace is how long a stopped worker task gets before SIGKILL
 	// (default 10 s).
 	WorkerGrace time.Duration
+	// ECS are more options of the ECS stand-in, after the stack's own: a
+	// test's account limits (ecsstandin.WithVCPUQuota: a fresh account) or
+	// clock.
+	ECS []ecsstandin.Option
 }
 
 // Stack is a running aws-local galley.
@@ -228,7 +232,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}
 		fileSystems = append(fileSystems, ecsstandin.WithFileSystem(efsID(id), dir))
 	}
-	s.ecs, err = ecsstandin.New(append(fileSystems,
+	s.ecs, err = ecsstandin.New(append(append(fileSystems,
 		ecsstandin.WithDir(filepath.Join(s.dir, "ecs")),
 		ecsstandin.WithEntrypoint(mustAbs(cfg.Bin.ECS)),
 		ecsstandin.WithGrace(cfg.WorkerGrace),
@@ -253,7 +257,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			return aws.Credentials{AccessKeyID: p.AccessKeyID, SecretAccessKey: p.SecretAccessKey,
 				SessionToken: p.SessionToken, CanExpire: true, Expires: time.Now().Add(6 * time.Hour)}, nil
 		}),
-	)...)
+	), cfg.ECS...)...)
 	if err != nil {
 		return nil, fmt.Errorf("ECS stand-in: %w", err)
 	}
@@ -393,6 +397,11 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		sort.Strings(kv)
 		s.envs[id] = kv
 		pool := gateway.NewPool(Functions[lambdaapp.Function(functionKind(tpl, id))].MaxInstances, s.spawner(f, kv, out))
+		if f.Reserved != nil {
+			// Lambda refuses an invoke beyond the reserved concurrency at
+			// once (API Gateway answers 500), where the pool would queue.
+			pool = gateway.NewReservedPool(*f.Reserved, s.spawner(f, kv, out))
+		}
 		s.mu.Lock()
 		s.pools[id] = pool
 		s.mu.Unlock()

@@ -162,7 +162,10 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 				Subnets: cfg.Subnets, SecurityGroups: cfg.SecurityGroups, AssignPublicIP: cfg.AssignPublicIP,
 				Endpoint: cfg.WorkerEndpoint, Repository: cfg.Repository, House: cfg.House,
 				WorkspaceRoot: cfg.SharedWorkspaceRoot,
-			}, ecsrt.WithLogger(d.Log))
+			}, ecsrt.WithLogger(d.Log),
+				// Every function finds a worker's task by its record, where
+				// ListTasks lags behind the launch (docs/runtime-ecs.md).
+				ecsrt.WithTaskIndex(service.NewTaskIndex(d.Store)))
 			if err != nil {
 				return nil, err
 			}

@@ -14,13 +14,17 @@ import (
 // them (with the function's JSON log format a JSON object line is kept as
 // it is). The tick in each hour's first five minutes also sweeps the
 // doorbell queues unused for Config.QueueIdle when the doorbell can sweep
-// (the SQS doorbell; localbell keeps no queues). opts apply after these,
+// (the SQS doorbell; localbell keeps no queues). Each tick also settles
+// the workers whose task is gone without a settle (service.SettleLost).
+// opts apply after these,
 // so a test can send the metrics elsewhere.
 func (a *App) NewReconciler(opts ...reconcile.Option) *reconcile.Reconciler {
 	all := []reconcile.Option{reconcile.WithLogger(a.Log), reconcile.WithContainer(a.Config.WorkerContainer),
 		reconcile.WithGauges(a.Service, a.Config.House), reconcile.WithMetrics(os.Stdout)}
 	if s, ok := a.Runtime.(reconcile.Stopper); ok {
-		all = append(all, reconcile.WithStopper(s))
+		// A runtime that can stop tasks can read them: housekeeping
+		// settles the workers whose task is gone (a lost STOPPED event).
+		all = append(all, reconcile.WithStopper(s), reconcile.WithLostSettler(a.Service))
 	}
 	if s, ok := a.Doorbell.(reconcile.Sweeper); ok {
 		all = append(all, reconcile.WithSweeper(s, a.Config.QueueIdle))

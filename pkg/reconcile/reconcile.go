@@ -68,6 +68,12 @@ type Sweeper interface {
 	Sweep(ctx context.Context, idle time.Duration) (int, error)
 }
 
+// LostSettler settles the workers whose compute is gone without a
+// settle (a lost STOPPED event). *service.Service implements it.
+type LostSettler interface {
+	SettleLost(ctx context.Context) (int, error)
+}
+
 // Gauger counts the workers for the gauges: live, what the launch cap
 // counts, and stuck, the live ones without a sign of life in time.
 // *service.Service implements it.
@@ -113,6 +119,7 @@ type Reconciler struct {
 	idle      time.Duration
 	tick      time.Duration
 	gauger    Gauger
+	lost      LostSettler
 	house     string
 	out       io.Writer
 	gauges    *metrics.Writer
@@ -148,6 +155,11 @@ func WithTick(d time.Duration) Option { return func(r *Reconciler) { r.tick = d 
 func WithGauges(g Gauger, house string) Option {
 	return func(r *Reconciler) { r.gauger, r.house = g, house }
 }
+
+// WithLostSettler has every housekeeping tick settle the workers whose
+// compute is gone without a settle, so a lost STOPPED event needs no
+// manual redrive.
+func WithLostSettler(l LostSettler) Option { return func(r *Reconciler) { r.lost = l } }
 
 // WithMetrics sets where the gauges' embedded metric format lines go
 // (default os.Stdout, where Lambda hands them to CloudWatch Logs).
@@ -217,6 +229,9 @@ func (r *Reconciler) housekeeping(ctx context.Context, eventID, at string) error
 			"event", eventID, "time", at)
 	}
 	var errs []error
+	if err := r.settleLost(ctx, eventID); err != nil {
+		errs = append(errs, err)
+	}
 	if err := r.emitGauges(ctx, eventID); err != nil {
 		errs = append(errs, err)
 	}
@@ -228,6 +243,23 @@ func (r *Reconciler) housekeeping(ctx context.Context, eventID, at string) error
 		r.log.Debug("doorbell sweep not due", "event", eventID, "scheduled", scheduled.UTC().Format(time.RFC3339))
 	}
 	return errors.Join(errs...)
+}
+
+// settleLost settles the workers whose compute is gone: before the gauges,
+// so they count what remains.
+func (r *Reconciler) settleLost(ctx context.Context, eventID string) error {
+	if r.lost == nil {
+		return nil
+	}
+	n, err := r.lost.SettleLost(ctx)
+	if err != nil {
+		r.log.Error("housekeeping could not settle every lost worker", "event", eventID, "settled", n, "err", err.Error())
+		return err
+	}
+	if n > 0 {
+		r.log.Info("housekeeping settled lost workers", "event", eventID, "settled", n)
+	}
+	return nil
 }
 
 // sweepDue reports whether the tick scheduled at t sweeps: the one tick of

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/galley-run/galley/pkg/store"
@@ -18,11 +19,19 @@ type Store interface {
 	store.Counters
 }
 
+// ErrStartRefused marks a Start error that is a definite refusal: this
+// call started nothing and no retry of it would (a configuration the
+// platform rejects, a quota). galleyerr.RateLimited from Start is definite
+// for the call too, but a later retry may succeed.
+var ErrStartRefused = errors.New("the runtime refused to start the worker")
+
 // Runtime starts and stops workers: local processes, or ECS tasks.
 type Runtime interface {
 	// Start starts the worker described by spec. It must be idempotent per
 	// spec.Handle: a retried Start converges on the same process or task. It
 	// returns once the start is requested, never waiting for the agent.
+	// An error is uncertain (a task may exist) unless it is RateLimited or
+	// wraps ErrStartRefused.
 	Start(ctx context.Context, spec WorkerSpec) error
 	// Stop stops the worker's compute; stopping a stopped or unknown worker
 	// succeeds.

@@ -169,6 +169,14 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 	case made.Worker.State != protocol.StateStarting:
 		// Its harness has reported: an earlier attempt started it.
 		return receipt()
+	case !fresh && s.startExpired(made.Created, made.Worker.CredentialClaim):
+		// A retry long after the first attempt (kitchn's, after a lost
+		// answer): a task started now could never get its credential, and
+		// past ECS's clientToken window would be a second task.
+		if err := s.failStart(ctx, plan.Worker, "its launch was retried after its start window had passed"); err != nil {
+			return nil, err
+		}
+		return receipt()
 	}
 	spec := WorkerSpec{
 		Handle: plan.Worker, Token: s.workerToken(plan.Worker, made.Worker.CredentialNonce), IdempotencyToken: s.derive("t-", req.Key),
@@ -177,10 +185,19 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 	}
 	if err := s.runtime.Start(ctx, spec); err != nil {
 		if galleyerr.Is(galleyerr.RateLimited, err) && fresh {
-			// No compute could be had (ECS capacity, throttling) and no
-			// earlier attempt may have started any: undo what this launch
-			// made, so that its not-applied answer is true.
+			// No compute could be had (ECS capacity, a quota, throttling)
+			// and no earlier attempt may have started any: undo what this
+			// launch made, so that its not-applied answer is true.
 			return nil, s.undoLaunch(ctx, c, plan, branch, created, err)
+		}
+		if definiteStart(err) {
+			// Refused for good, or rate-limited after an earlier attempt
+			// that may have acted: the launch happened and its worker
+			// failed, rather than a worker left starting for ever.
+			if ferr := s.failStart(ctx, plan.Worker, err.Error()); ferr != nil {
+				return nil, ferr
+			}
+			return receipt()
 		}
 		return nil, err
 	}

@@ -168,7 +168,11 @@ type Worker struct {
 	// harness falls back to a hash of the handle.
 	AgentUID uint32 `json:"agentUid,omitempty"`
 	// Exited is set once the runtime saw the process or task end.
-	Exited  bool      `json:"exited,omitempty"`
+	Exited bool `json:"exited,omitempty"`
+	// TaskARN is the ECS task that runs the worker, once RunTask named it
+	// (ecsrt's task index): any function finds the task by it, where
+	// ListTasks lags behind a launch.
+	TaskARN string    `json:"taskArn,omitempty"`
 	Updated time.Time `json:"updated"`
 }
 

@@ -303,13 +303,16 @@ func (r *Runtime) runTask(ctx context.Context, in *ecs.RunTaskInput, secret stri
 			f := out.Failures[0]
 			reason, detail := aws.ToString(f.Reason), aws.ToString(f.Detail)
 			msg := scrub("RunTask failed: "+reason+" "+detail, secret)
-			if capacityFailure(reason) || capacityMessage(detail) {
-				if uncertain {
-					return "", galleyerr.E(galleyerr.Unavailable, msg+" (after an attempt of unknown outcome)")
-				}
+			switch {
+			case uncertain:
+				return "", galleyerr.E(galleyerr.Unavailable, msg+" (after an attempt of unknown outcome)")
+			case quotaMessage(reason) || quotaMessage(detail):
+				return "", rateLimited(msg, quotaRetryAfter)
+			case capacityFailure(reason) || capacityMessage(detail):
 				return "", galleyerr.E(galleyerr.RateLimited, msg)
 			}
-			return "", galleyerr.E(galleyerr.Other, msg)
+			// ECS placed nothing and says why: a definite refusal.
+			return "", galleyerr.E(galleyerr.Other, msg, service.ErrStartRefused)
 		}
 		c := classify(err)
 		msg := scrub(c.msg, secret)
@@ -323,6 +326,9 @@ func (r *Runtime) runTask(ctx context.Context, in *ecs.RunTaskInput, secret stri
 			if uncertain {
 				return "", galleyerr.E(galleyerr.Unavailable, msg+" (after an attempt of unknown outcome)")
 			}
+			if ra := c.retryAfter; quotaMessage(msg) && ra == 0 {
+				return "", rateLimited(msg, quotaRetryAfter)
+			}
 			return "", rateLimited(msg, c.retryAfter)
 		case classThrottled:
 			last = rateLimited(msg, c.retryAfter)
@@ -330,7 +336,10 @@ func (r *Runtime) runTask(ctx context.Context, in *ecs.RunTaskInput, secret stri
 			uncertain = true
 			last = galleyerr.E(galleyerr.Unavailable, "RunTask: "+msg)
 		default:
-			return "", galleyerr.E(galleyerr.Other, "RunTask: "+msg)
+			if uncertain {
+				return "", galleyerr.E(galleyerr.Unavailable, "RunTask: "+msg+" (after an attempt of unknown outcome)")
+			}
+			return "", galleyerr.E(galleyerr.Other, "RunTask: "+msg, service.ErrStartRefused)
 		}
 		if attempt >= r.attempts || !r.pause(ctx, attempt, c.retryAfter) {
 			break
@@ -397,7 +406,7 @@ func (r *Runtime) Stop(ctx context.Context, handle string) error {
 	if handle == "" {
 		return galleyerr.E(op, galleyerr.Invalid, "no worker handle")
 	}
-	arns, err := r.tasksOf(ctx, handle, []types.DesiredStatus{types.DesiredStatusRunning})
+	arns, err := r.tasksOf(ctx, handle)
 	if err != nil {
 		return wrap(op, err)
 	}
@@ -433,7 +442,7 @@ func (r *Runtime) Liveness(ctx context.Context, handle string) (service.Liveness
 	if handle == "" {
 		return service.LivenessUnknown, galleyerr.E(op, galleyerr.Invalid, "no worker handle")
 	}
-	arns, err := r.tasksOf(ctx, handle, []types.DesiredStatus{types.DesiredStatusRunning, types.DesiredStatusStopped})
+	arns, err := r.tasksOf(ctx, handle)
 	if err != nil || len(arns) == 0 {
 		return service.LivenessUnknown, wrapNil(op, err)
 	}
@@ -546,37 +555,26 @@ func (r *Runtime) checkWorkspace(dir string) error {
 }
 
 // tasksOf returns handle's task: the one this runtime or the index
-// remembers, else those ListTasks finds by startedBy with each desired
-// status in turn, stopping at the first that lists any.
-func (r *Runtime) tasksOf(ctx context.Context, handle string, desired []types.DesiredStatus) ([]string, error) {
-	if arn, ok := r.memoGet(handle); ok {
+// remembers, else those ListTasks finds by startedBy. ECS takes startedBy
+// only as the one filter of a ListTasks (the API reference: "it must be the
+// only filter that you use"), so the listing is of the tasks whose desired
+// status is RUNNING, ECS's default: a stopped task is found only through
+// the memo or the index, and callers read what DescribeTasks says of the
+// tasks listed.
+func (r *Runtime) tasksOf(ctx context.Context, handle string) ([]string, error) {
+	if arn, ok := r.remembered(ctx, handle); ok {
 		return []string{arn}, nil
 	}
-	if r.index != nil {
-		arn, ok, err := r.index.TaskARN(ctx, handle)
-		switch {
-		case err != nil:
-			r.log.Warn("task index unreadable; listing tasks", "handle", handle, "err", err)
-		case ok && arn != "":
-			r.memoPut(handle, arn)
-			return []string{arn}, nil
-		}
+	out, err := r.ecs.ListTasks(ctx, &ecs.ListTasksInput{
+		Cluster: aws.String(r.cfg.Cluster), StartedBy: aws.String(StartedBy(handle)),
+	})
+	if err != nil {
+		return nil, apiError("ListTasks", err)
 	}
-	for _, d := range desired {
-		out, err := r.ecs.ListTasks(ctx, &ecs.ListTasksInput{
-			Cluster: aws.String(r.cfg.Cluster), StartedBy: aws.String(StartedBy(handle)), DesiredStatus: d,
-		})
-		if err != nil {
-			return nil, apiError("ListTasks", err)
-		}
-		if len(out.TaskArns) > 0 {
-			if len(out.TaskArns) == 1 {
-				r.memoPut(handle, out.TaskArns[0])
-			}
-			return out.TaskArns, nil
-		}
+	if len(out.TaskArns) == 1 {
+		r.memoPut(handle, out.TaskArns[0])
 	}
-	return nil, nil
+	return out.TaskArns, nil
 }
 
 // describe returns the tasks ECS shows among arns; a task it reports

@@ -69,6 +69,12 @@ func classify(err error) classified {
 		c.class = classThrottled
 	case code == "LimitExceededException" || capacityMessage(msg):
 		c.class = classCapacity
+	case throttledMessage(msg):
+		// EC2 throttling ECS met while it set the task's network up,
+		// passed on inside another code: "InvalidParameterException: Error
+		// retrieving security group information for [sg-…]: Request limit
+		// exceeded. (ErrorCode: RequestLimitExceeded)".
+		c.class = classThrottled
 	case code == "ServerException" || ae.ErrorFault() == smithy.FaultServer || status >= 500:
 		c.class = classUncertain
 	default:
@@ -83,12 +89,42 @@ func capacityFailure(reason string) bool {
 	return strings.HasPrefix(reason, "RESOURCE:") || reason == "AGENT" || capacityMessage(reason)
 }
 
-// capacityPhrases are how ECS words a shortage of Fargate capacity, in a
-// failure reason or an error message.
+// capacityPhrases are how ECS words a shortage of Fargate capacity, or an
+// account quota reached, in a failure reason or an error message: "You've
+// reached the limit on the number of vCPUs you can run concurrently" (the
+// Fargate vCPU quota, which a fresh account meets first), "The requested
+// CPU configuration is above your limit".
 var capacityPhrases = []string{
 	"capacity is unavailable", "capacity unavailable", "insufficient capacity",
 	"not enough capacity", "no capacity", "out of capacity",
+	"reached the limit on the number of", "above your limit",
 }
+
+// throttlePhrases are how a throttled call is worded inside an error of
+// another code.
+var throttlePhrases = []string{
+	"request limit exceeded", "requestlimitexceeded", "rate exceeded", "throttl", "too many requests",
+}
+
+func throttledMessage(s string) bool {
+	s = strings.ToLower(s)
+	for _, p := range throttlePhrases {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// quotaMessage reports a capacity answer that is the account's quota: it
+// lasts until the quota is raised, so the hint is to wait long.
+func quotaMessage(s string) bool {
+	s = strings.ToLower(s)
+	return strings.Contains(s, "reached the limit on the number of") || strings.Contains(s, "above your limit")
+}
+
+// quotaRetryAfter is the retry hint of a quota refusal, in seconds.
+const quotaRetryAfter = 300
 
 func capacityMessage(s string) bool {
 	s = strings.ToLower(s)

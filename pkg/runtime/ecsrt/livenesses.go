@@ -51,7 +51,7 @@ func (r *Runtime) Livenesses(ctx context.Context, handles []string) (map[string]
 	byStartedBy := map[string]string{} // startedBy -> an unknown handle
 	if len(unknown) <= listEach {
 		for _, h := range unknown {
-			arns, err := r.tasksOf(ctx, h, []types.DesiredStatus{types.DesiredStatusRunning, types.DesiredStatusStopped})
+			arns, err := r.tasksOf(ctx, h)
 			switch {
 			case err != nil:
 				failed.add(1, err)

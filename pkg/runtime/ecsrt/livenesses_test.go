@@ -96,6 +96,7 @@ func TestLivenessesDescribeInChunks(t *testing.T) {
 // listing of the task definition's tasks, then remembered.
 func TestLivenessesListTheFamilyOnce(t *testing.T) {
 	e := newEnv(t)
+	e.srv.SetListLag(0) // the tasks are listed at once
 	hs := []string{"w-cold-0", "w-cold-1", "w-cold-2", "w-cold-3"}
 	startAll(t, e.runtime(t), hs...)
 	cold := e.runtime(t)

@@ -81,6 +81,7 @@ func fullResource(kind, handle string) store.Resource {
 			FinalReportUntil: t2.Add(2 * time.Minute),
 			AgentUID:         1<<29 + 42,
 			Exited:           true,
+			TaskARN:          "arn:aws:ecs:us-east-1:000000000000:task/galley/0123456789abcdef",
 			Updated:          t2,
 		},
 	}
