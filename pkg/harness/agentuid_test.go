@@ -51,6 +51,13 @@ func confinedByUID(t *testing.T, self workerapi.Self) (string, error) {
 	if ok, why := harness.CanSwitchUser(); !ok {
 		t.Skip("the uid confinement needs root here: " + why)
 	}
+	return confinedAs(t, self, harness.ConfineUser)
+}
+
+// confinedAs is confinedByUID under the confinement mode, whatever this
+// process may do.
+func confinedAs(t *testing.T, self workerapi.Self, mode harness.Confinement) (string, error) {
+	t.Helper()
 	open, err := os.MkdirTemp("", "galley-agent-uid-")
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +82,7 @@ func confinedByUID(t *testing.T, self workerapi.Self) (string, error) {
 		out string
 	)
 	p := runInProcess(t, ctx, f, "id", idDriver{mu: &mu, out: &out}, func(c *harness.Config) {
-		c.Confine, c.ConfineExe, c.Workspace = harness.ConfineUser, exe, filepath.Join(open, "ws")
+		c.Confine, c.ConfineExe, c.Workspace = mode, exe, filepath.Join(open, "ws")
 	})
 	err = p.wait(t, ctx)
 	mu.Lock()

@@ -13,56 +13,39 @@ import (
 	"unsafe"
 )
 
-// Capabilities the user-switching confinement needs (linux/capability.h):
-// CAP_CHOWN to give the worktree, home and tmp to the agent's uid (and the
-// worktree back to the harness before galley's git runs there),
-// CAP_DAC_READ_SEARCH or CAP_DAC_OVERRIDE to walk a worktree the agent made
-// unreadable (Fargate can keep only Docker's default capabilities, which
-// hold DAC_OVERRIDE and not DAC_READ_SEARCH), CAP_KILL to stop an agent of
-// another uid, CAP_SETGID and CAP_SETUID to become it.
-const (
-	capChown         = 0
-	capDacOverride   = 1
-	capDacReadSearch = 2
-	capKill          = 5
-	capSetgid        = 6
-	capSetuid        = 7
-)
-
-// canSwitchUser reports whether this process holds every capability
-// ConfineUser needs in its effective set.
+// canSwitchUser reports whether this process holds, in its effective
+// set, every capability of UIDCapabilities; if not, which it lacks and
+// the operation each would have allowed.
 func canSwitchUser() (bool, string) {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
+	caps, ok := effectiveCaps()
+	if !ok {
 		return false, "cannot read this process's capabilities"
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		v, ok := strings.CutPrefix(line, "CapEff:")
-		if !ok {
-			continue
+	var missing []string
+	for _, c := range UIDCapabilities {
+		if caps&(1<<c.Bit) == 0 {
+			missing = append(missing, "CAP_"+c.Name+" (to "+c.Why+")")
 		}
-		caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-		if err != nil {
-			break
-		}
-		var missing []string
-		for _, c := range []struct {
-			bit  uint
-			name string
-		}{{capChown, "CHOWN"}, {capKill, "KILL"}, {capSetgid, "SETGID"}, {capSetuid, "SETUID"}} {
-			if caps&(1<<c.bit) == 0 {
-				missing = append(missing, "CAP_"+c.name)
-			}
-		}
-		if caps&(1<<capDacReadSearch|1<<capDacOverride) == 0 {
-			missing = append(missing, "CAP_DAC_READ_SEARCH or CAP_DAC_OVERRIDE")
-		}
-		if len(missing) > 0 {
-			return false, "the harness may not switch users (it lacks " + strings.Join(missing, ", ") + ")"
-		}
-		return true, ""
 	}
-	return false, "cannot read this process's capabilities"
+	if len(missing) > 0 {
+		return false, "the harness may not switch users: it lacks " + strings.Join(missing, ", ")
+	}
+	return true, ""
+}
+
+// effectiveCaps is this process's effective capability set.
+func effectiveCaps() (uint64, bool) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return caps, err == nil
+		}
+	}
+	return 0, false
 }
 
 // Landlock's system calls (the same numbers on every architecture) and

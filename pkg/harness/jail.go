@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -96,13 +97,16 @@ func (j *jail) enter(workspace string, agentEnv []string, binDir string) error {
 	case ConfineUser:
 		for _, d := range []string{base, j.home, j.tmp} {
 			if err := os.Lchown(d, j.uid, j.gid); err != nil {
-				return err
+				return needs("CHOWN", "giving the agent its home and tmp", err)
 			}
 		}
 		if err := chownTree(workspace, j.uid, j.gid); err != nil {
-			return err
+			return needs("CHOWN", "giving the worktree to the agent's uid", err)
 		}
-		return os.Chmod(workspace, 0o700)
+		if err := os.Chmod(workspace, 0o700); err != nil {
+			return needs("FOWNER", "closing the agent's worktree to others (chmod 0700 of a folder the agent owns)", err)
+		}
+		return nil
 	case ConfineLandlock:
 		j.rw = []string{workspace, j.home, j.tmp}
 		j.ro = landlockReadOnly(workspace, j.exe, binDir, agentEnv)
@@ -202,6 +206,15 @@ func (j *jail) leave(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// needs names the capability an operation of the uid confinement needed
+// when it was not permitted.
+func needs(capName, op string, err error) error {
+	if errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("%s needs CAP_%s, which this harness lacks: %w", op, capName, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
 }
 
 // chownTree gives dir and everything beneath it to uid:gid, never
