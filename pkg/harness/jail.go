@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/galley-run/galley/pkg/safepath"
 )
 
 // jail is one agent's confinement: the mode applied, the agent's uid
@@ -100,10 +102,15 @@ func (j *jail) enter(workspace string, agentEnv []string, binDir string) error {
 				return needs("CHOWN", "giving the agent its home and tmp", err)
 			}
 		}
-		if err := chownTree(workspace, j.uid, j.gid); err != nil {
+		ws, err := safepath.Open(workspace)
+		if err != nil {
+			return err
+		}
+		defer ws.Close()
+		if err := ws.ChownTree(".", j.uid, j.gid); err != nil {
 			return needs("CHOWN", "giving the worktree to the agent's uid", err)
 		}
-		if err := os.Chmod(workspace, 0o700); err != nil {
+		if err := ws.Chmod(".", 0o700); err != nil {
 			return needs("FOWNER", "closing the agent's worktree to others (chmod 0700 of a folder the agent owns)", err)
 		}
 		return nil
@@ -217,13 +224,15 @@ func needs(capName, op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// chownTree gives dir and everything beneath it to uid:gid, never
-// following a symbolic link (the link itself changes owner).
+// chownTree gives dir and everything beneath it to uid:gid through
+// package safepath: never following a symbolic link at any component (the
+// link itself changes owner), and refusing a hard link to a file uid does
+// not own.
 func chownTree(dir string, uid, gid int) error {
-	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(path, uid, gid)
-	})
+	d, err := safepath.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.ChownTree(".", uid, gid)
 }

@@ -468,3 +468,21 @@ func TestPrepareWithoutBranch(t *testing.T) {
 		t.Fatal("a branchless workspace created a branch")
 	}
 }
+
+// CommitAndPush refuses a path through a symbolic link, one that stays in
+// the workspace (a folder linked to .git) too, and writes nothing there.
+func TestCommitAndPushFollowsNoLink(t *testing.T) {
+	h := newHouse(t, "w1")
+	dir := prepared(t, h, "w1")
+	if err := os.Symlink(".git", filepath.Join(dir, "docs")); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, ".git", "config"))
+	err := workspace.CommitAndPush(context.Background(), dir, "docs/config", "[core]\n\tfsmonitor = /bin/true\n", "m")
+	if err == nil {
+		t.Fatal("CommitAndPush through a link to .git succeeded")
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, ".git", "config")); string(after) != string(before) {
+		t.Fatalf(".git/config changed through the link:\n%s", after)
+	}
+}
