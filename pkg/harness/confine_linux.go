@@ -187,8 +187,10 @@ func landlockRestrict(rw, ro []string) error {
 // back what it lost), enters the Landlock domain the flags describe, and
 // executes the agent. Arguments:
 //
-//	[--rw <dir>]... [--ro <dir>]... -- <program> <argv0> <args>...
-//	--kill-all   kill every other process of this uid (the agent's leftovers)
+//	[--nproc <n>] [--rw <dir>]... [--ro <dir>]... -- <program> <argv0> <args>...
+//
+// --nproc sets RLIMIT_NPROC (soft and hard) to n: the agent's uid may then
+// run at most n processes (threads) at once, which bounds a fork flood.
 //
 // It returns only on failure, with an exit code.
 func RunAgentExec(args []string) int {
@@ -196,17 +198,8 @@ func RunAgentExec(args []string) int {
 		fmt.Fprintf(os.Stderr, "galley agent-exec: "+format+"\n", a...)
 		return 126
 	}
-	if len(args) == 1 && args[0] == "--kill-all" {
-		if os.Geteuid() == 0 {
-			return fail("refusing to kill every process as root")
-		}
-		// kill(-1) reaches every process this uid may signal but this one.
-		if err := syscall.Kill(-1, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fail("kill: %v", err)
-		}
-		return 0
-	}
 	var rw, ro []string
+	var nproc uint64
 	i := 0
 	for ; i < len(args) && args[i] != "--"; i += 2 {
 		if i+1 >= len(args) {
@@ -217,12 +210,23 @@ func RunAgentExec(args []string) int {
 			rw = append(rw, args[i+1])
 		case "--ro":
 			ro = append(ro, args[i+1])
+		case "--nproc":
+			n, err := strconv.ParseUint(args[i+1], 10, 32)
+			if err != nil || n == 0 {
+				return fail("--nproc needs a positive number")
+			}
+			nproc = n
 		default:
 			return fail("unknown flag %q", args[i])
 		}
 	}
 	if i+2 >= len(args) {
 		return fail("no program and argv[0] after --")
+	}
+	if nproc > 0 {
+		if err := setNproc(nproc); err != nil {
+			return fail("setrlimit(RLIMIT_NPROC): %v", err)
+		}
 	}
 	prog, argv := args[i+1], args[i+2:]
 	// no_new_privs and the Landlock domain are per thread: both must be on

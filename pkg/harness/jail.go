@@ -9,11 +9,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/galley-run/galley/pkg/safepath"
+	"github.com/galley-run/galley/pkg/workspace"
 )
 
 // jail is one agent's confinement: the mode applied, the agent's uid
@@ -27,6 +29,32 @@ type jail struct {
 	home     string
 	tmp      string
 	rw, ro   []string
+	nproc    uint64 // the agent's RLIMIT_NPROC, 0 for none
+	ended    bool   // endJail ran
+	endErr   error
+}
+
+// EnvAgentMaxProcs sets how many processes (threads, as the kernel counts
+// them) a confined agent may run at once: its RLIMIT_NPROC. Default
+// DefaultAgentMaxProcs.
+const EnvAgentMaxProcs = "GALLEY_AGENT_MAX_PROCS"
+
+// DefaultAgentMaxProcs is the agent's process budget when EnvAgentMaxProcs
+// is unset: room for a CLI on Node (a dozen threads), its git and a test
+// run with workers, far below the machine's pid_max.
+const DefaultAgentMaxProcs = 1024
+
+// agentMaxProcs is the process budget EnvAgentMaxProcs sets.
+func agentMaxProcs() (uint64, error) {
+	v := os.Getenv(EnvAgentMaxProcs)
+	if v == "" {
+		return DefaultAgentMaxProcs, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 32)
+	if err != nil || n < 16 {
+		return 0, fmt.Errorf("%s must be a number of processes, at least 16", EnvAgentMaxProcs)
+	}
+	return n, nil
 }
 
 // chooseJail decides the confinement of this run's agent: Config.Confine,
@@ -66,10 +94,35 @@ func (h *harness) chooseJail() (*jail, error) {
 		// A worktree an earlier agent owned goes back to the harness
 		// before galley's git runs there: git refuses (safe.directory) a
 		// repository another uid owns, and galley never waives that.
-		if _, err := os.Lstat(h.cfg.Workspace); err == nil {
-			if err := chownTree(h.cfg.Workspace, os.Geteuid(), os.Getegid()); err != nil {
-				return nil, err
+		// Whatever of that agent still runs on this machine (its harness
+		// was killed before it could end it) is ended first, so that
+		// nothing changes the worktree while galley works in it.
+		if fi, err := os.Lstat(h.cfg.Workspace); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) >= AgentUIDBase && int(st.Uid) != j.uid {
+				ctx, cancel := context.WithTimeout(h.ctx, endPatience)
+				err := endUID(ctx, int(st.Uid))
+				cancel()
+				if err != nil {
+					_ = workspace.MarkNotReusable(h.cfg.Workspace, err.Error())
+					return nil, fmt.Errorf("ending the worktree's previous agent: %w", err)
+				}
 			}
+			if err := chownTree(h.cfg.Workspace, os.Geteuid(), os.Getegid()); err != nil {
+				return nil, needs("CHOWN", "taking the worktree back from its previous agent", err)
+			}
+		}
+	}
+	if j.mode == ConfineUser || j.mode == ConfineLandlock {
+		n, err := agentMaxProcs()
+		if err != nil {
+			return nil, err
+		}
+		j.nproc = n
+		if j.mode == ConfineLandlock {
+			// The agent shares the harness's uid, whose threads (galley
+			// serve's, every harness's) RLIMIT_NPROC counts too: the
+			// budget comes on top of what runs now.
+			j.nproc += uint64(threadsOf(os.Getuid()))
 		}
 	}
 	if j.mode == ConfineLandlock && landlockABI() == 0 {
@@ -176,6 +229,9 @@ func (j *jail) wrap(cmd *exec.Cmd) {
 	// exec.Cmd keeps the last of duplicate variables.
 	cmd.Env = append(cmd.Env, "HOME="+j.home, "TMPDIR="+j.tmp)
 	args := []string{j.exe, AgentExecCommand}
+	if j.nproc > 0 {
+		args = append(args, "--nproc", strconv.FormatUint(j.nproc, 10))
+	}
 	for _, d := range j.rw {
 		args = append(args, "--rw", d)
 	}
@@ -192,27 +248,37 @@ func (j *jail) wrap(cmd *exec.Cmd) {
 	}
 }
 
-// leave ends what the agent left behind: under ConfineUser every process
-// of its uid (one that left the process group too), then its home and tmp.
-func (j *jail) leave(ctx context.Context) error {
+// endPatience bounds how long ending an agent's processes may take.
+const endPatience = 30 * time.Second
+
+// end ends what of the agent still runs, under ConfineUser every process
+// of its uid (one that left the process group, forked anew or fights
+// back), from the harness: outside the agent's uid, so nothing the agent
+// runs can stop it. It checks that none remains, and answers an error if
+// some does.
+func (j *jail) end(ctx context.Context) error {
+	if j.mode != ConfineUser || j.uid == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endPatience)
+	defer cancel()
+	return endUID(ctx, j.uid)
+}
+
+// leave removes the agent's home and tmp once it has ended.
+func (j *jail) leave() error {
 	if j.mode == ConfineNone || j.base == "" {
 		return nil
 	}
-	var errs []error
-	if j.mode == ConfineUser {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		kill := exec.CommandContext(ctx, j.exe, AgentExecCommand, "--kill-all")
-		kill.Env = []string{}
-		kill.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(j.uid), Gid: uint32(j.gid), Groups: []uint32{}}}
-		if out, err := kill.CombinedOutput(); err != nil {
-			errs = append(errs, errors.New("killing the agent's processes: "+err.Error()+": "+strings.TrimSpace(string(out))))
-		}
+	parent, err := safepath.Open(filepath.Dir(j.base))
+	if err != nil {
+		return err
 	}
-	if err := os.RemoveAll(j.base); err != nil {
-		errs = append(errs, err)
+	defer parent.Close()
+	if err := parent.RemoveAll(filepath.Base(j.base)); err != nil {
+		return needs("FOWNER", "removing the agent's home and tmp", err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // needs names the capability an operation of the uid confinement needed

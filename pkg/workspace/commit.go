@@ -142,7 +142,8 @@ func checkPath(path string) error {
 
 // Remove deletes a workspace's files (never a branch: the branch lives in
 // the house's repository, and whatever was pushed stays there), along with
-// any temporary clone an interrupted Prepare left beside it. Removing a
+// any temporary clone an interrupted Prepare left beside it and its mark
+// of MarkNotReusable. Removing a
 // missing workspace succeeds. It refuses (Invalid) a directory that is
 // neither empty nor a clone, so a wrong path cannot wipe unrelated files.
 func Remove(dir string) error {
@@ -176,6 +177,7 @@ func Remove(dir string) error {
 	for _, l := range leftovers {
 		errs = append(errs, parent.RemoveAll(filepath.Base(l)))
 	}
+	errs = append(errs, parent.RemoveAll(notReusableName(dir)))
 	if err := errors.Join(errs...); err != nil {
 		return galleyerr.E(op, galleyerr.Other, "remove temporary clone", err)
 	}

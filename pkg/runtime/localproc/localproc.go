@@ -23,6 +23,7 @@ import (
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/safepath"
 	"github.com/galley-run/galley/pkg/service"
+	"github.com/galley-run/galley/pkg/workspace"
 )
 
 // DefaultGrace is how long Stop lets a harness end after SIGTERM before it
@@ -825,6 +826,9 @@ func (r *Runtime) RemoveWorkspace(ctx context.Context, handle, path string) erro
 	}
 	defer rt.Close()
 	if err := rt.RemoveAll(filepath.ToSlash(rel)); err != nil {
+		return galleyerr.E(op, err)
+	}
+	if err := rt.RemoveAll(filepath.ToSlash(workspace.NotReusableMark(rel))); err != nil {
 		return galleyerr.E(op, err)
 	}
 	r.log.Info("workspace removed", "handle", handle, "path", path)
