@@ -20,12 +20,16 @@ var dockerDefaults = []string{
 }
 
 // harnessCapabilities are what the harness needs to run the agent under a
-// uid of its own (pkg/harness, canSwitchUser; docs/security.md).
-var harnessCapabilities = []string{"CHOWN", "DAC_OVERRIDE", "KILL", "SETGID", "SETUID"}
+// uid of its own (harness.UIDCapabilities; pkg/harness's
+// TestUIDConfinementWithTheContainersCapabilities reads stack.go's
+// WorkerCapabilities, checks they are the harness's and runs the uid
+// confinement with exactly those; docs/security.md).
+var harnessCapabilities = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"}
 
 // TestWorkerKeepsOnlyTheHarnessCapabilities: the worker container drops
-// every one of Docker's defaults but CHOWN, DAC_OVERRIDE, KILL, SETUID and
-// SETGID, by name, and adds none (Fargate could add only SYS_PTRACE).
+// every one of Docker's defaults but CHOWN, DAC_OVERRIDE, FOWNER, KILL,
+// SETUID and SETGID, by name, and adds none (Fargate could add only
+// SYS_PTRACE).
 func TestWorkerKeepsOnlyTheHarnessCapabilities(t *testing.T) {
 	s := deployment(t)
 	var wantDrop []any

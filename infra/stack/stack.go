@@ -533,14 +533,17 @@ const workspacesVolume = "workspaces"
 
 // WorkerCapabilities are the capabilities the worker container keeps, of
 // Docker's defaults: the harness starts as root and runs the agent under a
-// uid of its own (docs/security.md). CHOWN gives the worktree, home and tmp
-// to the agent's uid and back; DAC_OVERRIDE walks a worktree the agent has
-// closed (DAC_READ_SEARCH would do with less, but it is no Docker default
-// and Fargate cannot add it); KILL stops an agent of another uid; SETUID
+// uid of its own, and keeps exactly what that calls for
+// (harness.UIDCapabilities says which call needs each; docs/security.md).
+// CHOWN gives the worktree, home and tmp to the agent's uid and back;
+// DAC_OVERRIDE walks and removes what the agent has closed; FOWNER sets the
+// mode of the worktree once the agent owns it and removes the agent's
+// files from sticky folders; KILL stops an agent of another uid; SETUID
 // and SETGID become it.
 var WorkerCapabilities = []awsecs.Capability{
 	awsecs.Capability_CHOWN,
 	awsecs.Capability_DAC_OVERRIDE,
+	awsecs.Capability_FOWNER,
 	awsecs.Capability_KILL,
 	awsecs.Capability_SETGID,
 	awsecs.Capability_SETUID,

@@ -4,12 +4,16 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/galley-run/galley/local/standin-cli/standin"
 	"github.com/galley-run/galley/pkg/harness"
@@ -105,6 +109,25 @@ func adversarial(t *testing.T, want harness.Confinement) {
 		OtherBranch:    "adv/victim",
 		SecretNames:    []string{"CODEX_API_KEY", "OPENAI_API_KEY", "GALLEY_GIT_CREDENTIAL", "GALLEY_WORKER_TOKEN", "GALLEY_WORKER_BOOTSTRAP"},
 	}
+	// The links attack points the attacker's .git/info at a root-only
+	// folder and its .git/objects/info at another repository's, whose
+	// alternates file it needs: neither may change when galley scrubs,
+	// reuses or releases the worktree.
+	rootOnly := filepath.Join(t.TempDir(), "root-only")
+	other := filepath.Join(t.TempDir(), "other")
+	if out, err := exec.Command("git", "clone", "--quiet", "--shared", repo, other).CombinedOutput(); err != nil {
+		t.Fatalf("clone another repository: %v %s", err, out)
+	}
+	if err := os.MkdirAll(filepath.Join(rootOnly, "info"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootOnly, "info", "attributes"), []byte("root only\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	targets.LinkInfo = filepath.Join(rootOnly, "info")
+	targets.LinkObjectsInfo = filepath.Join(other, ".git", "objects", "info")
+	outsideBefore := snapshotFiles(t, rootOnly, filepath.Join(other, ".git", "objects", "info"))
+	pidsBefore := countPids()
 	// Planted code writes its marker inside the worktree's git directory
 	// (relative to the worktree): the worktree's next agent can write
 	// there in every confinement.
@@ -165,6 +188,11 @@ func adversarial(t *testing.T, want harness.Confinement) {
 				// same uid reading /proc/<harness>/environ.
 				t.Skip("known gap of the Landlock confinement: " + v)
 			}
+			if name == "fork-flood" && want == harness.ConfineLandlock && os.Geteuid() == 0 && strings.Contains(v, "SUCCEEDED") {
+				// docs/security.md: under Landlock a root harness's agent
+				// is root, which RLIMIT_NPROC does not bind.
+				t.Skip("known gap of the Landlock confinement as root: " + v)
+			}
 			if !strings.Contains(v, ": blocked (") {
 				t.Errorf("attack not blocked: %s", v)
 			}
@@ -200,9 +228,41 @@ func adversarial(t *testing.T, want harness.Confinement) {
 	// The worktree is reused: the next agent runs plain git there (status
 	// consults core.fsmonitor, commit runs hooks, push runs pre-push and
 	// may ask the credential helper). Nothing the attacker planted runs.
+	attackerUID := agentUIDIn(t, s, attacker)
+	// The harness ends the agent after its worker-done; the runtime
+	// records the harness's exit once it has returned.
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		if _, err := os.Stat(filepath.Join(s.Data, "workers", attacker, "exit")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the attacker's harness did not exit")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Run("nothing of the attacker runs", func(t *testing.T) {
+		if want != harness.ConfineUser {
+			t.Skip("under Landlock the agent shares the harness's uid: its processes cannot be told apart by uid (docs/security.md)")
+		}
+		// The harness reported the attacker's exit only after ending
+		// every process of its uid, the fighters included.
+		if left := processesOf(attackerUID); len(left) > 0 {
+			t.Errorf("%d processes of the attacker's uid %d run after its worker ended: %v", len(left), attackerUID, left)
+		}
+	})
+	t.Run("pids back within bounds", func(t *testing.T) {
+		after := countPids()
+		t.Logf("processes on the machine: %d before the attacker, %d after", pidsBefore, after)
+		if after >= pidsBefore+1000 {
+			t.Errorf("the fork flood's processes remain: %d processes before, %d after", pidsBefore, after)
+		}
+	})
+	linksAgain, _ := json.Marshal(standin.Attack{Kind: "links", Path: targets.LinkInfo, Target: targets.LinkObjectsInfo})
 	reuse := strings.Join([]string{"#!standin",
 		"git status", "git add -A", "git commit --allow-empty -m reuse", "git push origin HEAD",
 		`tool post_status {"body":"reused: $LAST"}`,
+		// Links planted again, for the worktree's release.
+		"attack plant-links " + string(linksAgain),
 		`tool finish {"outcome":"succeeded","body":"reused"}`}, "\n")
 	second, _ := launch("k-reuse", wt, reuse)
 	if second == "" {
@@ -225,6 +285,127 @@ func adversarial(t *testing.T, want harness.Confinement) {
 			}
 		}
 	})
+	t.Run("links not followed on reuse", func(t *testing.T) {
+		if got := snapshotFiles(t, rootOnly, filepath.Join(other, ".git", "objects", "info")); got != outsideBefore {
+			t.Errorf("the folders the attacker's links named changed when its worktree was reused:\nbefore\n%s\nafter\n%s", outsideBefore, got)
+		}
+	})
+	// The worktree, with links planted again, is released.
+	rel := fmt.Sprintf(`{"type":"release-resource","resource":{"kind":"worktree","backend":"galley","handle":%q}}`, wt)
+	if st, out := s.call(t, "POST", "/v1/effects", effectBody(run, "k-release", rel), "Idempotency-Key", "k-release"); st != 200 {
+		t.Fatalf("release: %d %s", st, out)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		if _, err := os.Lstat(attackerWS); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the released worktree was not removed")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Run("links not followed on release", func(t *testing.T) {
+		if got := snapshotFiles(t, rootOnly, filepath.Join(other, ".git", "objects", "info")); got != outsideBefore {
+			t.Errorf("the folders the attacker's links named changed when its worktree was released:\nbefore\n%s\nafter\n%s", outsideBefore, got)
+		}
+		if out, err := exec.Command("git", "-C", other, "log", "--oneline", "-1").CombinedOutput(); err != nil {
+			t.Errorf("the other repository cannot read its objects: %v %s", err, out)
+		}
+	})
+}
+
+// snapshotFiles lists every file beneath dirs with its mode and content.
+func snapshotFiles(t *testing.T, dirs ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, dir := range dirs {
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, "%s %v", p, fi.Mode())
+			if fi.Mode().IsRegular() {
+				c, _ := os.ReadFile(p)
+				fmt.Fprintf(&b, " %q", c)
+			}
+			b.WriteString("\n")
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
+}
+
+// countPids is the number of processes on the machine.
+func countPids() int {
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// processesOf lists the live (not zombie) processes whose real uid is uid.
+func processesOf(uid int) []string {
+	ents, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		var state, name string
+		mine := false
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "State:"); ok {
+				state = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(line, "Name:"); ok {
+				name = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+				if f := strings.Fields(v); len(f) > 0 && f[0] == strconv.Itoa(uid) {
+					mine = true
+				}
+			}
+		}
+		if mine && !strings.HasPrefix(state, "Z") {
+			out = append(out, e.Name()+" "+name)
+		}
+	}
+	return out
+}
+
+// agentUIDIn reads the agent uid the worker's harness logged (0 when not
+// confined by uid).
+func agentUIDIn(t *testing.T, s *server, handle string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.Data, "workers", handle, "harness.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var l struct {
+			Msg string
+			UID int
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "agent confined" {
+			return l.UID
+		}
+	}
+	return 0
 }
 
 // workspaceOf is the worktree path the runtime gave a worker.

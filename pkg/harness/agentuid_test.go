@@ -51,6 +51,27 @@ func confinedByUID(t *testing.T, self workerapi.Self) (string, error) {
 	if ok, why := harness.CanSwitchUser(); !ok {
 		t.Skip("the uid confinement needs root here: " + why)
 	}
+	return confinedAs(t, self, harness.ConfineUser)
+}
+
+// confinedAs is confinedByUID under the confinement mode, whatever this
+// process may do.
+func confinedAs(t *testing.T, self workerapi.Self, mode harness.Confinement) (string, error) {
+	t.Helper()
+	var (
+		mu  sync.Mutex
+		out string
+	)
+	_, err := confinedWith(t, self, mode, "id", idDriver{mu: &mu, out: &out})
+	mu.Lock()
+	defer mu.Unlock()
+	return strings.TrimSpace(strings.TrimPrefix(out, "started\n")), err
+}
+
+// confinedWith runs the harness in process under mode for self with the
+// driver d of family, and answers the run and the harness's error.
+func confinedWith(t *testing.T, self workerapi.Self, mode harness.Confinement, family string, d harness.Driver) (*inproc, error) {
+	t.Helper()
 	open, err := os.MkdirTemp("", "galley-agent-uid-")
 	if err != nil {
 		t.Fatal(err)
@@ -68,19 +89,12 @@ func confinedByUID(t *testing.T, self workerapi.Self) (string, error) {
 		t.Fatal(err)
 	}
 	ctx := testCtx(t)
-	self.Agent = protocol.AgentSelection{Agent: "id"}
+	self.Agent = protocol.AgentSelection{Agent: family}
 	f := fakeFor(t, self)
-	var (
-		mu  sync.Mutex
-		out string
-	)
-	p := runInProcess(t, ctx, f, "id", idDriver{mu: &mu, out: &out}, func(c *harness.Config) {
-		c.Confine, c.ConfineExe, c.Workspace = harness.ConfineUser, exe, filepath.Join(open, "ws")
+	p := runInProcess(t, ctx, f, family, d, func(c *harness.Config) {
+		c.Confine, c.ConfineExe, c.Workspace = mode, exe, filepath.Join(open, "ws")
 	})
-	err = p.wait(t, ctx)
-	mu.Lock()
-	defer mu.Unlock()
-	return strings.TrimSpace(strings.TrimPrefix(out, "started\n")), err
+	return p, p.wait(t, ctx)
 }
 
 // The agent runs under the uid (and gid) its Self names, in a workspace

@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/galley-run/galley/pkg/workerapi"
@@ -22,9 +23,8 @@ const (
 	ConfineAuto Confinement = "auto"
 	// ConfineUser runs the agent under a uid and gid of its own (AgentUIDOf),
 	// with no supplementary groups and no_new_privs, in a workspace, home
-	// and temporary folder it owns (mode 0700). Needs root, or CAP_SETUID,
-	// CAP_SETGID, CAP_CHOWN, CAP_KILL and CAP_DAC_READ_SEARCH (or
-	// CAP_DAC_OVERRIDE).
+	// and temporary folder it owns (mode 0700). Needs every capability of
+	// UIDCapabilities.
 	ConfineUser Confinement = "uid"
 	// ConfineLandlock runs the agent under the harness's uid inside a
 	// Landlock domain: read-write beneath its workspace, home and temporary
@@ -84,6 +84,28 @@ func AgentUIDOf(self workerapi.Self) (int, error) {
 	return int(self.AgentUID), nil
 }
 
+// UIDCapability is a capability the uid confinement uses (its name
+// without CAP_, its bit in linux/capability.h) and the operation that
+// needs it.
+type UIDCapability struct {
+	Name string
+	Bit  uint
+	Why  string
+}
+
+// UIDCapabilities are the capabilities ConfineUser needs, each for what
+// the harness really calls (jail.go): nothing else. infra/stack keeps
+// exactly these in the worker container (its test checks that), and a
+// harness that lacks one refuses the uid confinement naming it.
+var UIDCapabilities = []UIDCapability{
+	{"CHOWN", 0, "give the worktree, home and tmp to the agent's uid and take the worktree back (lchown)"},
+	{"DAC_OVERRIDE", 1, "walk, rewrite and remove what the agent closed to others (a folder of its uid with mode 0700 or 0000)"},
+	{"FOWNER", 3, "set the mode of the worktree it gave the agent (chmod 0700) and remove the agent's files from sticky folders (its home and tmp beneath /tmp)"},
+	{"KILL", 5, "signal the agent's processes, which run under another uid"},
+	{"SETGID", 6, "start the agent under its gid with no supplementary group (setresgid, setgroups)"},
+	{"SETUID", 7, "start the agent under its uid (setresuid)"},
+}
+
 // Enforcement is what ChooseConfinement found.
 type Enforcement struct {
 	Mode Confinement
@@ -112,6 +134,12 @@ func ChooseConfinement(workspaceRoot, exe string) Enforcement {
 			e.Mode, e.Why = ConfineUser, "the harness may switch users"
 			return e
 		}
+	} else if os.Geteuid() == 0 && runtime.GOOS == "linux" {
+		// A root harness that lacks a capability (a container that
+		// dropped it) would run its agent as root under anything weaker:
+		// uid is chosen, and refused naming what is missing.
+		e.Mode, e.Why = ConfineUser, "the harness runs as root: "+msg
+		return e
 	} else {
 		why = append(why, msg)
 	}

@@ -13,56 +13,39 @@ import (
 	"unsafe"
 )
 
-// Capabilities the user-switching confinement needs (linux/capability.h):
-// CAP_CHOWN to give the worktree, home and tmp to the agent's uid (and the
-// worktree back to the harness before galley's git runs there),
-// CAP_DAC_READ_SEARCH or CAP_DAC_OVERRIDE to walk a worktree the agent made
-// unreadable (Fargate can keep only Docker's default capabilities, which
-// hold DAC_OVERRIDE and not DAC_READ_SEARCH), CAP_KILL to stop an agent of
-// another uid, CAP_SETGID and CAP_SETUID to become it.
-const (
-	capChown         = 0
-	capDacOverride   = 1
-	capDacReadSearch = 2
-	capKill          = 5
-	capSetgid        = 6
-	capSetuid        = 7
-)
-
-// canSwitchUser reports whether this process holds every capability
-// ConfineUser needs in its effective set.
+// canSwitchUser reports whether this process holds, in its effective
+// set, every capability of UIDCapabilities; if not, which it lacks and
+// the operation each would have allowed.
 func canSwitchUser() (bool, string) {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
+	caps, ok := effectiveCaps()
+	if !ok {
 		return false, "cannot read this process's capabilities"
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		v, ok := strings.CutPrefix(line, "CapEff:")
-		if !ok {
-			continue
+	var missing []string
+	for _, c := range UIDCapabilities {
+		if caps&(1<<c.Bit) == 0 {
+			missing = append(missing, "CAP_"+c.Name+" (to "+c.Why+")")
 		}
-		caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-		if err != nil {
-			break
-		}
-		var missing []string
-		for _, c := range []struct {
-			bit  uint
-			name string
-		}{{capChown, "CHOWN"}, {capKill, "KILL"}, {capSetgid, "SETGID"}, {capSetuid, "SETUID"}} {
-			if caps&(1<<c.bit) == 0 {
-				missing = append(missing, "CAP_"+c.name)
-			}
-		}
-		if caps&(1<<capDacReadSearch|1<<capDacOverride) == 0 {
-			missing = append(missing, "CAP_DAC_READ_SEARCH or CAP_DAC_OVERRIDE")
-		}
-		if len(missing) > 0 {
-			return false, "the harness may not switch users (it lacks " + strings.Join(missing, ", ") + ")"
-		}
-		return true, ""
 	}
-	return false, "cannot read this process's capabilities"
+	if len(missing) > 0 {
+		return false, "the harness may not switch users: it lacks " + strings.Join(missing, ", ")
+	}
+	return true, ""
+}
+
+// effectiveCaps is this process's effective capability set.
+func effectiveCaps() (uint64, bool) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return caps, err == nil
+		}
+	}
+	return 0, false
 }
 
 // Landlock's system calls (the same numbers on every architecture) and
@@ -204,8 +187,10 @@ func landlockRestrict(rw, ro []string) error {
 // back what it lost), enters the Landlock domain the flags describe, and
 // executes the agent. Arguments:
 //
-//	[--rw <dir>]... [--ro <dir>]... -- <program> <argv0> <args>...
-//	--kill-all   kill every other process of this uid (the agent's leftovers)
+//	[--nproc <n>] [--rw <dir>]... [--ro <dir>]... -- <program> <argv0> <args>...
+//
+// --nproc sets RLIMIT_NPROC (soft and hard) to n: the agent's uid may then
+// run at most n processes (threads) at once, which bounds a fork flood.
 //
 // It returns only on failure, with an exit code.
 func RunAgentExec(args []string) int {
@@ -213,17 +198,8 @@ func RunAgentExec(args []string) int {
 		fmt.Fprintf(os.Stderr, "galley agent-exec: "+format+"\n", a...)
 		return 126
 	}
-	if len(args) == 1 && args[0] == "--kill-all" {
-		if os.Geteuid() == 0 {
-			return fail("refusing to kill every process as root")
-		}
-		// kill(-1) reaches every process this uid may signal but this one.
-		if err := syscall.Kill(-1, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fail("kill: %v", err)
-		}
-		return 0
-	}
 	var rw, ro []string
+	var nproc uint64
 	i := 0
 	for ; i < len(args) && args[i] != "--"; i += 2 {
 		if i+1 >= len(args) {
@@ -234,12 +210,23 @@ func RunAgentExec(args []string) int {
 			rw = append(rw, args[i+1])
 		case "--ro":
 			ro = append(ro, args[i+1])
+		case "--nproc":
+			n, err := strconv.ParseUint(args[i+1], 10, 32)
+			if err != nil || n == 0 {
+				return fail("--nproc needs a positive number")
+			}
+			nproc = n
 		default:
 			return fail("unknown flag %q", args[i])
 		}
 	}
 	if i+2 >= len(args) {
 		return fail("no program and argv[0] after --")
+	}
+	if nproc > 0 {
+		if err := setNproc(nproc); err != nil {
+			return fail("setrlimit(RLIMIT_NPROC): %v", err)
+		}
 	}
 	prog, argv := args[i+1], args[i+2:]
 	// no_new_privs and the Landlock domain are per thread: both must be on

@@ -32,6 +32,7 @@ import (
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/workerapi"
 	"github.com/galley-run/galley/pkg/workerapi/client"
+	"github.com/galley-run/galley/pkg/workspace"
 )
 
 // CodeNotStarted is the exit code reported when the agent never ran (no
@@ -90,7 +91,7 @@ func Run(ctx context.Context, cfg Config) error {
 	return h.run(ctx)
 }
 
-func (h *harness) run(ctx context.Context) error {
+func (h *harness) run(ctx context.Context) (retErr error) {
 	// h.ctx lives while the agent may run: heartbeats and ready retries
 	// stop with it.
 	agentCtx, agentGone := context.WithCancel(ctx)
@@ -169,8 +170,14 @@ func (h *harness) run(ctx context.Context) error {
 	}
 	// The workspace is galley's until here (Prepare, UseGate); from now on
 	// it is the agent's.
+	// Whatever path the run takes, the agent's processes are ended
+	// before the harness returns (and, where it reports the agent's exit,
+	// before that report): endJail is idempotent.
 	defer func() {
-		if err := jail.leave(ctx); err != nil {
+		if err := h.endJail(ctx, jail); err != nil && retErr == nil {
+			retErr = err
+		}
+		if err := jail.leave(); err != nil {
 			h.log.Warn("cleaning up after the confined agent", "err", err)
 		}
 	}()
@@ -208,7 +215,9 @@ func (h *harness) run(ctx context.Context) error {
 	select {
 	case err := <-waited:
 		agentGone()
-		return h.agentEnded(ctx, cmd.ProcessState, err)
+		// Nothing of the agent runs when galley hears that it exited.
+		endErr := h.endJail(ctx, jail)
+		return errors.Join(h.agentEnded(ctx, cmd.ProcessState, err), endErr)
 	case <-h.settled:
 		// galley settles a worker on its worker-done, possibly before the
 		// agent has the finish result: let a finishing agent exit itself.
@@ -226,11 +235,32 @@ func (h *harness) run(ctx context.Context) error {
 	case <-ctx.Done():
 		h.log.Info("the harness was stopped; stopping the agent")
 		h.stopAgent(cmd, waited)
+		endErr := h.endJail(ctx, jail)
 		if h.finished.Load() || h.isSettled() {
-			return nil
+			return endErr
 		}
-		return h.reportExited(ctx, CodeNotStarted, "the worker's harness was stopped before the agent reported an outcome")
+		return errors.Join(h.reportExited(ctx, CodeNotStarted, "the worker's harness was stopped before the agent reported an outcome"), endErr)
 	}
+}
+
+// endJail ends whatever of the agent still runs (jail.end), once. A
+// failure is an error of the run, logged as one, and keeps the worktree
+// out of reuse (workspace.MarkNotReusable): a process of the agent may
+// still change it.
+func (h *harness) endJail(ctx context.Context, j *jail) error {
+	if j.ended {
+		return j.endErr
+	}
+	j.ended = true
+	j.endErr = j.end(ctx)
+	if j.endErr != nil {
+		h.log.Error("the agent's processes could not all be ended; its worktree is kept out of reuse", "err", j.endErr)
+		if err := workspace.MarkNotReusable(h.cfg.Workspace, j.endErr.Error()); err != nil {
+			h.log.Error("cannot keep the worktree out of reuse", "err", err)
+		}
+		j.endErr = galleyerr.E(galleyerr.Op("harness.end"), "ending the agent's processes", j.endErr)
+	}
+	return j.endErr
 }
 
 // notStarted reports that the agent never ran, so galley settles the

@@ -3,14 +3,19 @@ package harness
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/galley-run/galley/pkg/safepath"
+	"github.com/galley-run/galley/pkg/workspace"
 )
 
 // jail is one agent's confinement: the mode applied, the agent's uid
@@ -24,6 +29,32 @@ type jail struct {
 	home     string
 	tmp      string
 	rw, ro   []string
+	nproc    uint64 // the agent's RLIMIT_NPROC, 0 for none
+	ended    bool   // endJail ran
+	endErr   error
+}
+
+// EnvAgentMaxProcs sets how many processes (threads, as the kernel counts
+// them) a confined agent may run at once: its RLIMIT_NPROC. Default
+// DefaultAgentMaxProcs.
+const EnvAgentMaxProcs = "GALLEY_AGENT_MAX_PROCS"
+
+// DefaultAgentMaxProcs is the agent's process budget when EnvAgentMaxProcs
+// is unset: room for a CLI on Node (a dozen threads), its git and a test
+// run with workers, far below the machine's pid_max.
+const DefaultAgentMaxProcs = 1024
+
+// agentMaxProcs is the process budget EnvAgentMaxProcs sets.
+func agentMaxProcs() (uint64, error) {
+	v := os.Getenv(EnvAgentMaxProcs)
+	if v == "" {
+		return DefaultAgentMaxProcs, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 32)
+	if err != nil || n < 16 {
+		return 0, fmt.Errorf("%s must be a number of processes, at least 16", EnvAgentMaxProcs)
+	}
+	return n, nil
 }
 
 // chooseJail decides the confinement of this run's agent: Config.Confine,
@@ -63,10 +94,35 @@ func (h *harness) chooseJail() (*jail, error) {
 		// A worktree an earlier agent owned goes back to the harness
 		// before galley's git runs there: git refuses (safe.directory) a
 		// repository another uid owns, and galley never waives that.
-		if _, err := os.Lstat(h.cfg.Workspace); err == nil {
-			if err := chownTree(h.cfg.Workspace, os.Geteuid(), os.Getegid()); err != nil {
-				return nil, err
+		// Whatever of that agent still runs on this machine (its harness
+		// was killed before it could end it) is ended first, so that
+		// nothing changes the worktree while galley works in it.
+		if fi, err := os.Lstat(h.cfg.Workspace); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) >= AgentUIDBase && int(st.Uid) != j.uid {
+				ctx, cancel := context.WithTimeout(h.ctx, endPatience)
+				err := endUID(ctx, int(st.Uid))
+				cancel()
+				if err != nil {
+					_ = workspace.MarkNotReusable(h.cfg.Workspace, err.Error())
+					return nil, fmt.Errorf("ending the worktree's previous agent: %w", err)
+				}
 			}
+			if err := chownTree(h.cfg.Workspace, os.Geteuid(), os.Getegid()); err != nil {
+				return nil, needs("CHOWN", "taking the worktree back from its previous agent", err)
+			}
+		}
+	}
+	if j.mode == ConfineUser || j.mode == ConfineLandlock {
+		n, err := agentMaxProcs()
+		if err != nil {
+			return nil, err
+		}
+		j.nproc = n
+		if j.mode == ConfineLandlock {
+			// The agent shares the harness's uid, whose threads (galley
+			// serve's, every harness's) RLIMIT_NPROC counts too: the
+			// budget comes on top of what runs now.
+			j.nproc += uint64(threadsOf(os.Getuid()))
 		}
 	}
 	if j.mode == ConfineLandlock && landlockABI() == 0 {
@@ -96,13 +152,21 @@ func (j *jail) enter(workspace string, agentEnv []string, binDir string) error {
 	case ConfineUser:
 		for _, d := range []string{base, j.home, j.tmp} {
 			if err := os.Lchown(d, j.uid, j.gid); err != nil {
-				return err
+				return needs("CHOWN", "giving the agent its home and tmp", err)
 			}
 		}
-		if err := chownTree(workspace, j.uid, j.gid); err != nil {
+		ws, err := safepath.Open(workspace)
+		if err != nil {
 			return err
 		}
-		return os.Chmod(workspace, 0o700)
+		defer ws.Close()
+		if err := ws.ChownTree(".", j.uid, j.gid); err != nil {
+			return needs("CHOWN", "giving the worktree to the agent's uid", err)
+		}
+		if err := ws.Chmod(".", 0o700); err != nil {
+			return needs("FOWNER", "closing the agent's worktree to others (chmod 0700 of a folder the agent owns)", err)
+		}
+		return nil
 	case ConfineLandlock:
 		j.rw = []string{workspace, j.home, j.tmp}
 		j.ro = landlockReadOnly(workspace, j.exe, binDir, agentEnv)
@@ -165,6 +229,9 @@ func (j *jail) wrap(cmd *exec.Cmd) {
 	// exec.Cmd keeps the last of duplicate variables.
 	cmd.Env = append(cmd.Env, "HOME="+j.home, "TMPDIR="+j.tmp)
 	args := []string{j.exe, AgentExecCommand}
+	if j.nproc > 0 {
+		args = append(args, "--nproc", strconv.FormatUint(j.nproc, 10))
+	}
 	for _, d := range j.rw {
 		args = append(args, "--rw", d)
 	}
@@ -181,36 +248,57 @@ func (j *jail) wrap(cmd *exec.Cmd) {
 	}
 }
 
-// leave ends what the agent left behind: under ConfineUser every process
-// of its uid (one that left the process group too), then its home and tmp.
-func (j *jail) leave(ctx context.Context) error {
+// endPatience bounds how long ending an agent's processes may take.
+const endPatience = 30 * time.Second
+
+// end ends what of the agent still runs, under ConfineUser every process
+// of its uid (one that left the process group, forked anew or fights
+// back), from the harness: outside the agent's uid, so nothing the agent
+// runs can stop it. It checks that none remains, and answers an error if
+// some does.
+func (j *jail) end(ctx context.Context) error {
+	if j.mode != ConfineUser || j.uid == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endPatience)
+	defer cancel()
+	return endUID(ctx, j.uid)
+}
+
+// leave removes the agent's home and tmp once it has ended.
+func (j *jail) leave() error {
 	if j.mode == ConfineNone || j.base == "" {
 		return nil
 	}
-	var errs []error
-	if j.mode == ConfineUser {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		kill := exec.CommandContext(ctx, j.exe, AgentExecCommand, "--kill-all")
-		kill.Env = []string{}
-		kill.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(j.uid), Gid: uint32(j.gid), Groups: []uint32{}}}
-		if out, err := kill.CombinedOutput(); err != nil {
-			errs = append(errs, errors.New("killing the agent's processes: "+err.Error()+": "+strings.TrimSpace(string(out))))
-		}
+	parent, err := safepath.Open(filepath.Dir(j.base))
+	if err != nil {
+		return err
 	}
-	if err := os.RemoveAll(j.base); err != nil {
-		errs = append(errs, err)
+	defer parent.Close()
+	if err := parent.RemoveAll(filepath.Base(j.base)); err != nil {
+		return needs("FOWNER", "removing the agent's home and tmp", err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
-// chownTree gives dir and everything beneath it to uid:gid, never
-// following a symbolic link (the link itself changes owner).
+// needs names the capability an operation of the uid confinement needed
+// when it was not permitted.
+func needs(capName, op string, err error) error {
+	if errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("%s needs CAP_%s, which this harness lacks: %w", op, capName, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// chownTree gives dir and everything beneath it to uid:gid through
+// package safepath: never following a symbolic link at any component (the
+// link itself changes owner), and refusing a hard link to a file uid does
+// not own.
 func chownTree(dir string, uid, gid int) error {
-	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(path, uid, gid)
-	})
+	d, err := safepath.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.ChownTree(".", uid, gid)
 }

@@ -21,7 +21,20 @@ import (
 // workerBin is the galley-worker binary, built once for all tests.
 var workerBin string
 
+// envTestWorkerBin gives a child test process its parent's workerBin.
+const envTestWorkerBin = "GALLEY_TEST_WORKER_BIN"
+
+// beforeMain, when set (caps_linux_test.go), runs first in TestMain.
+var beforeMain func()
+
 func TestMain(m *testing.M) {
+	if beforeMain != nil {
+		beforeMain()
+	}
+	if bin := os.Getenv(envTestWorkerBin); bin != "" {
+		workerBin = bin // a child test process reuses its parent's build
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "galley-worker-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

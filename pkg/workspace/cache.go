@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/githost/gitexec"
+	"github.com/galley-run/galley/pkg/safepath"
 )
 
 // WithCache makes Prepare clone through a shared object cache in the folder
@@ -140,7 +142,13 @@ func dissociate(ctx context.Context, root, repoURL, mirror, gitDir string) error
 		return fmt.Errorf("lock the mirror to copy its objects: %w", err)
 	}
 	defer unlock()
-	src, dst := filepath.Join(mirror, "objects"), filepath.Join(gitDir, "objects")
+	// The clone's side is written through safepath: no link is followed.
+	g, err := safepath.Open(gitDir)
+	if err != nil {
+		return fmt.Errorf("open the clone's git directory: %w", err)
+	}
+	defer g.Close()
+	src := filepath.Join(mirror, "objects")
 	err = filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -149,22 +157,24 @@ func dissociate(ctx context.Context, root, repoURL, mirror, gitDir string) error
 		switch {
 		case d.IsDir() && rel == "info":
 			return filepath.SkipDir // alternates, commit-graph: the mirror's own
+		case d.IsDir() && rel == ".":
+			return nil
 		case d.IsDir():
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+			return g.MkdirAll(filepath.ToSlash(filepath.Join("objects", rel)), 0o755)
 		case !d.Type().IsRegular() || strings.HasPrefix(d.Name(), "tmp_") || strings.HasSuffix(d.Name(), ".keep") || strings.HasSuffix(d.Name(), ".bitmap"):
 			return nil
 		}
-		target := filepath.Join(dst, rel)
-		if _, err := os.Lstat(target); err == nil {
+		target := filepath.ToSlash(filepath.Join("objects", rel))
+		if _, err := g.Lstat(target); err == nil {
 			return nil // the clone has it already (the same name is the same content)
 		}
 		check := strings.HasSuffix(d.Name(), ".pack") || strings.HasSuffix(d.Name(), ".idx")
-		return copyChecked(path, target, newHash, check)
+		return copyChecked(path, g, target, newHash, check)
 	})
 	if err != nil {
 		return fmt.Errorf("copy the mirror's objects into the clone: %w", err)
 	}
-	if err := os.Remove(filepath.Join(dst, "info", "alternates")); err != nil {
+	if err := g.Remove("objects/info/alternates"); err != nil {
 		return fmt.Errorf("stop borrowing from the mirror: %w", err)
 	}
 	return nil
@@ -181,20 +191,21 @@ func hashFor(format string) (func() hash.Hash, error) {
 	return nil, fmt.Errorf("unknown object format %q", format)
 }
 
-// copyChecked copies src to a new file dst (mode 0444, as git makes object
-// files), through a temporary name. With check, src must end with the
-// checksum of everything before it, as git's pack and index files do.
-func copyChecked(src, dst string, newHash func() hash.Hash, check bool) error {
+// copyChecked copies src to a new file dst beneath g (mode 0444, as git
+// makes object files), through a temporary name. With check, src must end
+// with the checksum of everything before it, as git's pack and index files
+// do.
+func copyChecked(src string, g *safepath.Dir, dst string, newHash func() hash.Hash, check bool) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.CreateTemp(filepath.Dir(dst), "tmp_copy_")
+	out, tmp, err := g.CreateTemp(path.Dir(dst), "tmp_copy_")
 	if err != nil {
 		return err
 	}
-	defer os.Remove(out.Name()) // a no-op once renamed
+	defer g.Remove(tmp) // fails harmlessly once renamed
 	fi, err := in.Stat()
 	if err != nil {
 		out.Close()
@@ -222,7 +233,7 @@ func copyChecked(src, dst string, newHash func() hash.Hash, check bool) error {
 	if err := errors.Join(out.Chmod(0o444), out.Close()); err != nil {
 		return err
 	}
-	return os.Rename(out.Name(), dst)
+	return g.Rename(tmp, dst)
 }
 
 // mirrorPath is where the mirror of repoURL lives in root: named by a hash

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"strings"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/githost/gitexec"
+	"github.com/galley-run/galley/pkg/safepath"
 )
 
 // commitEnv makes galley the author and committer, and makes pathspecs
@@ -44,9 +45,9 @@ func CommitAndPush(ctx context.Context, dir, path, content, message string) erro
 		return galleyerr.E(op, err)
 	}
 
-	// os.Root resolves path inside dir and refuses symbolic links that lead
-	// out of it.
-	root, err := os.OpenRoot(dir)
+	// safepath refuses a symbolic link at any component of path, one that
+	// stays inside the workspace (a folder linked to .git) too.
+	root, err := safepath.Open(dir)
 	if err != nil {
 		return galleyerr.E(op, galleyerr.Other, "open workspace", err)
 	}
@@ -141,7 +142,8 @@ func checkPath(path string) error {
 
 // Remove deletes a workspace's files (never a branch: the branch lives in
 // the house's repository, and whatever was pushed stays there), along with
-// any temporary clone an interrupted Prepare left beside it. Removing a
+// any temporary clone an interrupted Prepare left beside it and its mark
+// of MarkNotReusable. Removing a
 // missing workspace succeeds. It refuses (Invalid) a directory that is
 // neither empty nor a clone, so a wrong path cannot wipe unrelated files.
 func Remove(dir string) error {
@@ -157,14 +159,25 @@ func Remove(dir string) error {
 	if state == stateOther {
 		return galleyerr.E(op, galleyerr.Invalid, fmt.Sprintf("%s is not a workspace", dir))
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	// The folder above the workspace is galley's; nothing beneath it is
+	// followed (a link is removed as a link).
+	parent, err := safepath.Open(filepath.Dir(dir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return galleyerr.E(op, galleyerr.Other, "open the workspaces folder", err)
+	}
+	defer parent.Close()
+	if err := parent.RemoveAll(filepath.Base(dir)); err != nil {
 		return galleyerr.E(op, galleyerr.Other, "remove workspace", err)
 	}
 	leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(dir), globEscape(tmpPrefix(dir))+"*"))
 	var errs []error
 	for _, l := range leftovers {
-		errs = append(errs, os.RemoveAll(l))
+		errs = append(errs, parent.RemoveAll(filepath.Base(l)))
 	}
+	errs = append(errs, parent.RemoveAll(notReusableName(dir)))
 	if err := errors.Join(errs...); err != nil {
 		return galleyerr.E(op, galleyerr.Other, "remove temporary clone", err)
 	}

@@ -10,8 +10,10 @@ import (
 	"strings"
 
 	gitconfig "github.com/go-git/go-git/v5/plumbing/format/config"
+	"golang.org/x/sys/unix"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/safepath"
 )
 
 // maxConfig bounds the .git/config Scrub reads: a clone's is a few hundred
@@ -53,8 +55,13 @@ const maxConfig = 1 << 20
 // drivers, include.* and includeIf.*, url.*.insteadOf (so UseGate must
 // follow Scrub), uploadpack.*, alias.*, gpg.*, remote.*.pushurl and
 // every other remote. Values holding control characters are dropped.
-// The .git directory, its config and hooks must not be symbolic links:
-// Scrub refuses (Invalid) a workspace whose are, rather than follow them.
+// Every operation goes through package safepath, so no symbolic link is
+// ever followed at any component (an agent replacing .git/info or
+// .git/objects/info by a link to a folder elsewhere makes Scrub remove
+// nothing there); every symbolic link beneath .git is removed, as a link,
+// before anything else (a clone has none, and galley's git would follow
+// one). The .git directory itself and its config must not be links:
+// Scrub refuses (Invalid) a workspace whose are.
 func Scrub(ctx context.Context, dir string) error {
 	const op = galleyerr.Op("workspace.Scrub")
 	dir, err := cleanDir(dir)
@@ -64,63 +71,98 @@ func Scrub(ctx context.Context, dir string) error {
 	if err := ctx.Err(); err != nil {
 		return galleyerr.E(op, galleyerr.Unavailable, err)
 	}
-	gitDir := filepath.Join(dir, ".git")
-	if fi, err := os.Lstat(gitDir); err != nil || !fi.IsDir() {
+	wt, err := safepath.Open(dir)
+	if err != nil {
+		return galleyerr.E(op, galleyerr.Invalid, "open the workspace", err)
+	}
+	defer wt.Close()
+	if st, err := wt.Lstat(".git"); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return galleyerr.E(op, galleyerr.Invalid, fmt.Sprintf("%s/.git is not a git directory (a link or gitdir file is not a galley clone)", dir))
 	}
-	if err := scrubConfig(dir, gitDir); err != nil {
+	g, err := wt.OpenDir(".git")
+	if err != nil {
+		return galleyerr.E(op, galleyerr.Invalid, "open the git directory", err)
+	}
+	defer g.Close()
+	// A clone has no symbolic link in its git directory, and git, which
+	// galley runs there with more privilege than the agent, would follow
+	// one (appending to logs/HEAD, writing objects beneath objects/xx):
+	// every one goes, removed as a link.
+	if err := removeLinks(g); err != nil {
+		return galleyerr.E(op, galleyerr.Other, "remove links from the git directory", err)
+	}
+	if err := scrubConfig(dir, g); err != nil {
 		return galleyerr.E(op, err)
 	}
 	for _, name := range []string{"config.worktree", "commondir", "info/attributes",
 		"objects/info/alternates", "objects/info/http-alternates", "modules"} {
-		if err := os.RemoveAll(filepath.Join(gitDir, name)); err != nil {
+		if err := g.RemoveAll(name); err != nil {
 			return galleyerr.E(op, galleyerr.Other, "remove "+name, err)
 		}
 	}
-	if err := emptyHooks(filepath.Join(gitDir, "hooks")); err != nil {
+	if err := emptyHooks(g); err != nil {
 		return galleyerr.E(op, galleyerr.Other, "remove hooks", err)
 	}
 	return nil
 }
 
+// removeLinks removes every symbolic link beneath the git directory g.
+func removeLinks(g *safepath.Dir) error {
+	var links []string
+	err := g.Walk(".", func(rel string, st unix.Stat_t) error {
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			links = append(links, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, l := range links {
+		if err := g.Remove(l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // emptyHooks leaves hooks an empty directory.
-func emptyHooks(hooks string) error {
-	fi, err := os.Lstat(hooks)
+func emptyHooks(g *safepath.Dir) error {
+	st, err := g.Lstat("hooks")
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
 		return err
-	case !fi.IsDir():
-		if err := os.Remove(hooks); err != nil {
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		if err := g.Remove("hooks"); err != nil {
 			return err
 		}
 	default:
-		entries, err := os.ReadDir(hooks)
+		names, err := g.ReadDir("hooks")
 		if err != nil {
 			return err
 		}
-		for _, e := range entries {
-			if err := os.RemoveAll(filepath.Join(hooks, e.Name())); err != nil {
+		for _, n := range names {
+			if err := g.RemoveAll("hooks/" + n); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	return os.Mkdir(hooks, 0o755)
+	return g.Mkdir("hooks", 0o755)
 }
 
 // scrubConfig rewrites gitDir/config with only the allowed keys (dir is
 // the workspace, whose own hooks directory core.hooksPath may name).
-func scrubConfig(dir, gitDir string) error {
-	path := filepath.Join(gitDir, "config")
-	fi, err := os.Lstat(path)
+func scrubConfig(dir string, g *safepath.Dir) error {
+	st, err := g.Lstat("config")
 	if err != nil {
 		return galleyerr.E(galleyerr.Invalid, "read the clone's git configuration", err)
 	}
-	if !fi.Mode().IsRegular() || fi.Size() > maxConfig {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size > maxConfig {
 		return galleyerr.E(galleyerr.Invalid, "the clone's .git/config is not a plain file of a sensible size")
 	}
-	raw, err := os.ReadFile(path)
+	raw, err := g.ReadFile("config", maxConfig)
 	if err != nil {
 		return galleyerr.E(galleyerr.Other, "read the clone's git configuration", err)
 	}
@@ -133,7 +175,10 @@ func scrubConfig(dir, gitDir string) error {
 	if out.keeps(in) {
 		return nil // nothing to remove: no write, so concurrent Prepares do not contend
 	}
-	return writeFile(path, out.b.Bytes(), 0o644)
+	if err := g.WriteFile("config", out.b.Bytes(), 0o644); err != nil {
+		return galleyerr.E(galleyerr.Other, "rewrite config", err)
+	}
+	return nil
 }
 
 // configWriter renders a git config file and remembers what it wrote.
@@ -280,22 +325,4 @@ func quote(s string) string {
 // clean reports whether s holds no control character.
 func clean(s string) bool {
 	return !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
-}
-
-// writeFile replaces path whole with content (a planted symbolic link is
-// replaced, not followed).
-func writeFile(path string, content []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return galleyerr.E(galleyerr.Other, "rewrite "+filepath.Base(path), err)
-	}
-	defer os.Remove(f.Name()) // a no-op once renamed
-	_, werr := f.Write(content)
-	if err := errors.Join(werr, f.Chmod(mode), f.Close()); err != nil {
-		return galleyerr.E(galleyerr.Other, "rewrite "+filepath.Base(path), err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return galleyerr.E(galleyerr.Other, "rewrite "+filepath.Base(path), err)
-	}
-	return nil
 }

@@ -316,3 +316,111 @@ func TestUseGate(t *testing.T) {
 		t.Fatalf("UseGate with credentials in the gate URL = %v, want Invalid", err)
 	}
 }
+
+// TestScrubFollowsNoLink: an agent replaces .git, .git/info,
+// .git/objects/info, or the files Scrub removes, by symbolic links to the
+// same names in a root-only folder elsewhere and in another repository.
+// Scrub removes nothing there (the other repository still reads its
+// objects through its alternates file), and the reused clone still
+// prepares. Remove of a worktree with those links leaves them too.
+func TestScrubFollowsNoLink(t *testing.T) {
+	ctx := context.Background()
+	for _, link := range []string{".git", ".git/info", ".git/objects/info", ".git/info/attributes", ".git/objects/info/alternates"} {
+		for _, target := range []string{"root-only", "other-repository"} {
+			t.Run(link+" to "+target, func(t *testing.T) {
+				h := newHouse(t, "w1")
+				dir := prepared(t, h, "w1")
+				var outside string
+				switch target {
+				case "root-only":
+					outside = filepath.Join(t.TempDir(), "private")
+					for _, f := range []string{"info/attributes", "objects/info/alternates", "config"} {
+						p := filepath.Join(outside, ".git", f)
+						if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+							t.Fatal(err)
+						}
+						if err := os.WriteFile(p, []byte("root only "+f), 0o600); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if err := os.Chmod(outside, 0o700); err != nil {
+						t.Fatal(err)
+					}
+				case "other-repository":
+					// Another clone that borrows its objects through an
+					// alternates file.
+					other := newHouse(t, "w2")
+					outside = filepath.Join(t.TempDir(), "other")
+					git(t, filepath.Dir(outside), "clone", "--quiet", "--shared", other.path, outside)
+					if err := os.WriteFile(filepath.Join(outside, ".git", "info", "attributes"), []byte("* text\n"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				before := snapshotTree(t, outside)
+				if err := os.RemoveAll(filepath.Join(dir, link)); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(filepath.Join(outside, link), filepath.Join(dir, link)); err != nil {
+					t.Fatal(err)
+				}
+				err := workspace.Scrub(ctx, dir)
+				if link == ".git" {
+					if !galleyerr.Is(galleyerr.Invalid, err) {
+						t.Fatalf("Scrub of a linked .git = %v, want Invalid", err)
+					}
+				} else if err != nil {
+					t.Fatalf("Scrub: %v", err)
+				}
+				if after := snapshotTree(t, outside); after != before {
+					t.Fatalf("Scrub changed the files beyond the link at %s:\nbefore\n%s\nafter\n%s", link, before, after)
+				}
+				if target == "other-repository" {
+					git(t, outside, "log", "--oneline", "-1") // still reads its objects
+				}
+				if link != ".git" {
+					if fi, err := os.Lstat(filepath.Join(dir, link)); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+						t.Errorf("the link at %s is still there", link)
+					}
+					if err := workspace.Prepare(ctx, h.path, "w1", dir); err != nil {
+						t.Fatalf("Prepare of the scrubbed clone: %v", err)
+					}
+				}
+				if err := os.Symlink(filepath.Join(outside, ".git", "info"), filepath.Join(dir, "linked-info")); err != nil {
+					t.Fatal(err)
+				}
+				if err := workspace.Remove(dir); err != nil {
+					t.Fatalf("Remove: %v", err)
+				}
+				if after := snapshotTree(t, outside); after != before {
+					t.Fatalf("Remove changed the files beyond the links:\nbefore\n%s\nafter\n%s", before, after)
+				}
+			})
+		}
+	}
+}
+
+// snapshotTree lists every file beneath dir with its mode and content.
+func snapshotTree(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		b.WriteString(p + " " + fi.Mode().String())
+		if fi.Mode().IsRegular() {
+			c, _ := os.ReadFile(p)
+			b.WriteString(" " + base64.StdEncoding.EncodeToString(c))
+		}
+		b.WriteString("\n")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}

@@ -49,6 +49,9 @@ func Prepare(ctx context.Context, repoURL, branch, dir string, opts ...Option) e
 	if err != nil {
 		return galleyerr.E(op, err)
 	}
+	if err := refuseNotReusable(dir); err != nil {
+		return galleyerr.E(op, err)
+	}
 	switch state, err := inspect(dir); {
 	case err != nil:
 		return galleyerr.E(op, err)

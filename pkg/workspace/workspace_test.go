@@ -468,3 +468,42 @@ func TestPrepareWithoutBranch(t *testing.T) {
 		t.Fatal("a branchless workspace created a branch")
 	}
 }
+
+// CommitAndPush refuses a path through a symbolic link, one that stays in
+// the workspace (a folder linked to .git) too, and writes nothing there.
+func TestCommitAndPushFollowsNoLink(t *testing.T) {
+	h := newHouse(t, "w1")
+	dir := prepared(t, h, "w1")
+	if err := os.Symlink(".git", filepath.Join(dir, "docs")); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, ".git", "config"))
+	err := workspace.CommitAndPush(context.Background(), dir, "docs/config", "[core]\n\tfsmonitor = /bin/true\n", "m")
+	if err == nil {
+		t.Fatal("CommitAndPush through a link to .git succeeded")
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, ".git", "config")); string(after) != string(before) {
+		t.Fatalf(".git/config changed through the link:\n%s", after)
+	}
+}
+
+// A workspace marked not reusable (its agent could not be ended) is
+// refused by Prepare until Remove deletes it with its mark.
+func TestNotReusable(t *testing.T) {
+	ctx := context.Background()
+	h := newHouse(t, "w1")
+	dir := prepared(t, h, "w1")
+	if err := workspace.MarkNotReusable(dir, "2 processes of uid 536870913 remain"); err != nil {
+		t.Fatal(err)
+	}
+	err := workspace.Prepare(ctx, h.path, "w1", dir)
+	if !galleyerr.Is(galleyerr.Conflict, err) || !strings.Contains(err.Error(), "2 processes of uid 536870913 remain") {
+		t.Fatalf("Prepare of a workspace kept out of reuse = %v, want Conflict saying why", err)
+	}
+	if err := workspace.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := workspace.Prepare(ctx, h.path, "w1", dir); err != nil {
+		t.Fatalf("Prepare after Remove: %v", err)
+	}
+}

@@ -275,7 +275,15 @@ func (r *runner) do(ctx context.Context, line string) (code int, stop bool) {
 			verdict = "blocked (" + detail + ")"
 		}
 		b, _ := json.Marshal(map[string]any{"body": "attack " + name + ": " + verdict})
-		r.callTool(ctx, "post_status", string(b))
+		// A verdict must not be lost to the worker's budget of unread
+		// status rows: wait for the coordinator to read, as a model would.
+		for range 240 {
+			r.callTool(ctx, "post_status", string(b))
+			if !strings.Contains(r.last, "post again") || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
 	case "git":
 		// Plain git, as a model runs it: hooks, fsmonitor and credential
 		// helpers of the worktree apply.

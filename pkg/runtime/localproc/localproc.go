@@ -21,7 +21,9 @@ import (
 
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/harness"
+	"github.com/galley-run/galley/pkg/safepath"
 	"github.com/galley-run/galley/pkg/service"
+	"github.com/galley-run/galley/pkg/workspace"
 )
 
 // DefaultGrace is how long Stop lets a harness end after SIGTERM before it
@@ -816,13 +818,17 @@ func (r *Runtime) RemoveWorkspace(ctx context.Context, handle, path string) erro
 	if _, ok := inside(realRoot, filepath.Join(parent, filepath.Base(rel))); !ok {
 		return refuse
 	}
-	// os.Root refuses to leave the folder even if a link changes meanwhile.
-	rt, err := os.OpenRoot(root)
+	// safepath follows no link beneath the folder, even one that changes
+	// meanwhile (a link is removed as a link).
+	rt, err := safepath.Open(root)
 	if err != nil {
 		return galleyerr.E(op, err)
 	}
 	defer rt.Close()
-	if err := rt.RemoveAll(rel); err != nil {
+	if err := rt.RemoveAll(filepath.ToSlash(rel)); err != nil {
+		return galleyerr.E(op, err)
+	}
+	if err := rt.RemoveAll(filepath.ToSlash(workspace.NotReusableMark(rel))); err != nil {
 		return galleyerr.E(op, err)
 	}
 	r.log.Info("workspace removed", "handle", handle, "path", path)

@@ -1,0 +1,5 @@
+package safepath
+
+import "crypto/rand"
+
+var randReader = rand.Reader
