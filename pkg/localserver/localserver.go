@@ -62,6 +62,12 @@ type Options struct {
 	Families []string
 	// AgentBinDir is where the claude and codex CLIs are looked up first.
 	AgentBinDir string
+	// AnthropicBaseURL and OpenAIBaseURL, when set, are where claude and
+	// codex workers send their model calls (an LLM gateway or proxy): the
+	// harness checks them (harness.ValidateBaseURL) and gives each to its
+	// own family's CLI.
+	AnthropicBaseURL string
+	OpenAIBaseURL    string
 	// Limits of the HTTP server; zero values take the Default* constants.
 	// BodyTimeout is how long a request's body may take to arrive after
 	// its headers; MaxUnauthenticated bounds the unauthenticated requests
@@ -200,6 +206,19 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 				}
 			}
 		})}
+	for _, u := range []struct{ flag, env, v string }{
+		{"anthropic base URL", harness.EnvAnthropicBaseURL, o.AnthropicBaseURL},
+		{"OpenAI base URL", harness.EnvOpenAIBaseURL, o.OpenAIBaseURL},
+	} {
+		if u.v == "" {
+			continue
+		}
+		if err := harness.ValidateBaseURL(u.v); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("the %s %w", u.flag, err)
+		}
+		rtOpts = append(rtOpts, localproc.WithEnv(u.env, u.v))
+	}
 	if o.AgentBinDir != "" {
 		dir, err := filepath.Abs(o.AgentBinDir)
 		if err != nil {
