@@ -96,6 +96,8 @@ func placeholder(app awscdk.App, cfg Config, missing []string) *Galley {
 			AssertDescription: jsii.String("this template is galley's placeholder, synthesized without the repository or the built functions"),
 		}},
 	})
+	// The rule's assertion is meant to be false (cfn-lint's W8003).
+	s.AddMetadata(jsii.String("cfn-lint"), map[string]any{"config": map[string]any{"ignore_checks": []string{"W8003"}}})
 	// A template needs a resource: a wait condition handle costs nothing
 	// and does nothing.
 	awscdk.NewCfnWaitConditionHandle(s, jsii.String("Placeholder"), &awscdk.CfnWaitConditionHandleProps{})
