@@ -121,6 +121,11 @@ const inheritedPoll = 2 * time.Second
 // Start prepares the data directory and starts serving. It returns once the
 // listener is bound.
 func Start(ctx context.Context, o Options) (*Server, error) {
+	for _, u := range baseURLs(o) {
+		if err := harness.ValidateBaseURL(u.v); err != nil {
+			return nil, fmt.Errorf("the %s %w", u.what, err)
+		}
+	}
 	// The default request log is buffered: a JSON line per request written
 	// one by one would cost a system call each (see pkg/logbuf). Closed
 	// last, so every line reaches stderr.
@@ -206,18 +211,10 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 				}
 			}
 		})}
-	for _, u := range []struct{ flag, env, v string }{
-		{"anthropic base URL", harness.EnvAnthropicBaseURL, o.AnthropicBaseURL},
-		{"OpenAI base URL", harness.EnvOpenAIBaseURL, o.OpenAIBaseURL},
-	} {
-		if u.v == "" {
-			continue
+	for _, u := range baseURLs(o) {
+		if u.v != "" {
+			rtOpts = append(rtOpts, localproc.WithEnv(u.env, u.v))
 		}
-		if err := harness.ValidateBaseURL(u.v); err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("the %s %w", u.flag, err)
-		}
-		rtOpts = append(rtOpts, localproc.WithEnv(u.env, u.v))
 	}
 	if o.AgentBinDir != "" {
 		dir, err := filepath.Abs(o.AgentBinDir)
@@ -265,6 +262,15 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+// baseURLs are the providers' base URLs of o, each with the variable the
+// harness reads it from.
+func baseURLs(o Options) []struct{ what, env, v string } {
+	return []struct{ what, env, v string }{
+		{"Anthropic base URL (--anthropic-base-url)", harness.EnvAnthropicBaseURL, o.AnthropicBaseURL},
+		{"OpenAI base URL (--openai-base-url)", harness.EnvOpenAIBaseURL, o.OpenAIBaseURL},
+	}
 }
 
 // agentEnv names the variables an operator sets for agents (provider keys),
