@@ -10,7 +10,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 PKGS := ./pkg/... ./local/... ./worker/... $(wildcard ./functions) $(wildcard ./scripts)
 PKGS := $(patsubst %,%/...,$(filter-out %/...,$(PKGS))) $(filter %/...,$(PKGS))
 
-.PHONY: run run-aws-local build build-aws-local test test-go test-real-clis test-infra vet bench fuzz standins-start standins-stop clean lambdas synth synth-local deploy
+.PHONY: run run-aws-local build build-aws-local test test-go test-real-clis test-infra lint-template vet bench fuzz standins-start standins-stop clean lambdas synth synth-local deploy destroy
 
 FUNCTIONS := effects reads mailbox workerapi reconciler
 CDK := node_modules/.bin/cdk
@@ -18,6 +18,10 @@ HOUSE ?= main
 REPOSITORY ?=
 CDK_ARGS ?=
 CDK_CONTEXT = -c house=$(HOUSE) $(if $(REPOSITORY),-c repository=$(REPOSITORY)) $(CDK_ARGS)
+STACK_NAME = galley-$(subst _,-,$(HOUSE))
+# cdk deploy asks before widening IAM, and without a terminal refuses: in CI
+# (CI=true) it deploys without asking (docs/deploy.md, From CI).
+APPROVAL ?= $(if $(filter true 1,$(CI)),never,broadening)
 # The stack aws-local deploys on this machine: the same app, with the
 # functions built for this machine's architecture, the scripted agent on
 # for smoke tests, and a repository URL that the local git server serves.
@@ -38,7 +42,7 @@ build:
 	$(GO) build -o $(BIN)/galley-worker ./worker/cmd/galley-worker
 
 ## test: every test: vet, Go tests against DynamoDB Local and fauxqs (installed, started and stopped here), the CDK app
-test: vet synth-local test-go test-infra
+test: vet synth-local lint-template test-go test-infra
 
 vet:
 	@bad=$$(gofmt -l $(wildcard pkg local worker functions scripts)); if [ -n "$$bad" ]; then echo "not gofmt-clean: $$bad"; exit 1; fi
@@ -56,8 +60,21 @@ test-go:
 test-real-clis:
 	clis="$$(scripts/agent-clis.sh)"; GALLEY_REQUIRE_REAL_CLIS=1 GALLEY_AGENT_CLIS_BIN="$$clis" $(GO) test -count=1 -timeout 10m ./local/realcli/
 
-test-infra:
-	cd infra && $(GO) test -count=1 -timeout 15m ./...
+test-infra: cfn-lint
+	cd infra && GALLEY_REQUIRE_CFN_LINT=1 $(GO) test -count=1 -timeout 15m ./...
+
+# cfn-lint, pinned; installed with pip when this machine has none.
+CFN_LINT_VERSION := 1.51.0
+# The regions whose resource schemas the templates are linted against:
+# infra/stack's LintRegions (us-east-1 is the one docs/deploy.md names).
+LINT_REGIONS := us-east-1 us-west-2 eu-west-1
+.PHONY: cfn-lint
+cfn-lint:
+	@command -v cfn-lint >/dev/null || pip install --quiet "cfn-lint==$(CFN_LINT_VERSION)"
+
+## lint-template: cfn-lint over the template synth-local writes, for each of LINT_REGIONS (findings fail; suppressions are in infra/stack/lint.go; the infra tests lint their own templates too)
+lint-template: synth-local cfn-lint
+	cfn-lint --regions $(LINT_REGIONS) -- $(LOCAL_TEMPLATE)
 
 ## bench: per-route latency and await wake-up figures (see docs/BENCHMARKS.md)
 bench: build
@@ -96,10 +113,17 @@ synth: lambdas node_modules/.package-lock.json
 	@test -n "$(REPOSITORY)" || { echo "make synth needs REPOSITORY=https://... (the house repository)" >&2; exit 2; }
 	$(CDK) synth -q $(CDK_CONTEXT) > /dev/null
 
-## deploy: cdk deploy (REPOSITORY=https://... required; CDK_ARGS="-c maxWorkers=50 ...")
+## deploy: cdk deploy (REPOSITORY=https://... required; CDK_ARGS="-c maxWorkers=50 ..."; APPROVAL=never, the default with CI=true)
 deploy: lambdas node_modules/.package-lock.json
 	@test -n "$(REPOSITORY)" || { echo "make deploy needs REPOSITORY=https://..." >&2; exit 2; }
-	$(CDK) deploy $(CDK_CONTEXT)
+	$(CDK) deploy --require-approval $(APPROVAL) $(CDK_CONTEXT)
+
+## destroy: stop the house's worker tasks and wait until they have, then cdk destroy without asking (HOUSE=...)
+destroy: build node_modules/.package-lock.json
+	cluster=$$(aws cloudformation describe-stacks --stack-name $(STACK_NAME) \
+	  --query "Stacks[0].Outputs[?OutputKey=='ClusterName'].OutputValue" --output text); \
+	$(BIN)/galley stop-workers --cluster "$$cluster"
+	$(CDK) destroy --force $(CDK_CONTEXT)
 
 standins-start:
 	scripts/standins.sh start

@@ -7,6 +7,7 @@ package stack
 
 import (
 	"fmt"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -67,6 +68,17 @@ type Config struct {
 	// `galley conformance` with effects can run against the deployment.
 	// Not for production.
 	ScriptAgent bool `json:"scriptAgent"`
+	// RetainSecrets keeps kitchn's bearer token and the worker signing key
+	// when the stack is deleted (DeletionPolicy and UpdateReplacePolicy
+	// Retain), so a destroy cannot lose them. false deletes them with the
+	// stack.
+	RetainSecrets bool `json:"retainSecrets"`
+	// AnthropicBaseURL and OpenAIBaseURL, when set, are where the claude
+	// and codex workers send their model calls instead of the providers'
+	// public APIs (an LLM gateway or proxy): https URLs, in the worker
+	// task's environment (not secrets).
+	AnthropicBaseURL string `json:"anthropicBaseUrl"`
+	OpenAIBaseURL    string `json:"openaiBaseUrl"`
 	// WorkerContext is the worker image's build context (the repository
 	// root) and WorkerDockerfile the Dockerfile inside it.
 	WorkerContext    string `json:"-"`
@@ -93,6 +105,7 @@ func Defaults() Config {
 		GitUsername:                DefaultGitUsername,
 		LambdaArchitecture:         ArchARM64,
 		WorkerDockerfile:           "worker/Dockerfile",
+		RetainSecrets:              true,
 
 		// Workers: a long poll at a time each, and their posts.
 		WorkerThrottleRate:  50,
@@ -146,12 +159,21 @@ func FromContext(get Context) (Config, error) {
 	str("assetDir", &c.AssetDir)
 	str("gitUsername", &c.GitUsername)
 	str("lambdaArchitecture", &c.LambdaArchitecture)
+	str("anthropicBaseUrl", &c.AnthropicBaseURL)
+	str("openaiBaseUrl", &c.OpenAIBaseURL)
 	if v := get("scriptAgent"); v != nil {
 		b, err := strconv.ParseBool(strings.TrimSpace(fmt.Sprint(v)))
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("context scriptAgent: %q is not true or false", fmt.Sprint(v)))
 		}
 		c.ScriptAgent = b
+	}
+	if v := get("retainSecrets"); v != nil {
+		b, err := strconv.ParseBool(strings.TrimSpace(fmt.Sprint(v)))
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("context retainSecrets: %q is not true or false", fmt.Sprint(v)))
+		}
+		c.RetainSecrets = b
 	}
 	num("workerCpu", &c.WorkerCPU)
 	num("workerMemory", &c.WorkerMemory)
@@ -330,6 +352,11 @@ func (c Config) Validate() error {
 	if c.LambdaArchitecture != ArchARM64 && c.LambdaArchitecture != ArchX8664 {
 		errs = append(errs, fmt.Sprintf("lambdaArchitecture %q: want %s or %s", c.LambdaArchitecture, ArchARM64, ArchX8664))
 	}
+	for _, b := range []struct{ key, v string }{{"anthropicBaseUrl", c.AnthropicBaseURL}, {"openaiBaseUrl", c.OpenAIBaseURL}} {
+		if why := baseURLProblem(b.v); why != "" {
+			errs = append(errs, b.key+": "+why)
+		}
+	}
 	if c.AssetDir == "" {
 		errs = append(errs, "assetDir: want the folder holding <function>/bootstrap")
 	}
@@ -337,6 +364,28 @@ func (c Config) Validate() error {
 		return fmt.Errorf("galley config: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// baseURLProblem says what is wrong with a provider base URL ("" when it
+// is empty or fine): on AWS an https URL with a host, and no user, query
+// or fragment (the harness checks the same; the URL is never quoted, as it
+// could hold a credential).
+func baseURLProblem(s string) string {
+	if s == "" {
+		return ""
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return "not a URL"
+	case u.User != nil:
+		return "must not carry a user or password (the provider key is a secret of its own)"
+	case u.Scheme != "https" || u.Host == "":
+		return "want an https:// URL with a host"
+	case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
+		return "want no query or fragment"
+	}
+	return ""
 }
 
 // Prefix names the deployment's own resources: "galley-<house>".

@@ -1,8 +1,14 @@
 package stack_test
 
 import (
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/jsii-runtime-go"
 
 	"github.com/galley-run/galley/infra/stack"
 )
@@ -53,6 +59,9 @@ func TestFromContext(t *testing.T) {
 		{name: "script is local only", ctx: map[string]any{"agentFamilies": "script"}, wantErr: `"script"`},
 		{name: "domain without certificate", ctx: map[string]any{"domainName": "g.example.com"}, wantErr: "both or neither"},
 		{name: "ssh repository", ctx: map[string]any{"repository": "git@example.com:h.git"}, wantErr: "https://"},
+		{name: "http base URL", ctx: map[string]any{"anthropicBaseUrl": "http://gw.example"}, wantErr: "anthropicBaseUrl: want an https:// URL"},
+		{name: "base URL with a password", ctx: map[string]any{"openaiBaseUrl": "https://u:p@gw.example/v1"}, wantErr: "openaiBaseUrl: must not carry a user"},
+		{name: "base URL with a query", ctx: map[string]any{"openaiBaseUrl": "https://gw.example/v1?k=1"}, wantErr: "openaiBaseUrl: want no query"},
 		{name: "repository required", ctx: map[string]any{"repository": ""}, wantErr: "repository: required"},
 		{name: "repository blank", ctx: map[string]any{"repository": "  "}, wantErr: "repository: required"},
 		{name: "git username", ctx: map[string]any{"gitUsername": "oauth2"}, check: func(t *testing.T, c stack.Config) {
@@ -147,16 +156,62 @@ func TestFromContext(t *testing.T) {
 }
 
 // TestRepositoryRequired: with no repository at all the configuration is
-// refused, and so is the app: synth fails, it does not warn.
+// refused, and the app makes only a placeholder stack whose errors fail
+// synth and deploy (and whose rule CloudFormation refuses), while a wrong
+// value beside the missing repository is still an error at once.
 func TestRepositoryRequired(t *testing.T) {
 	if _, err := stack.FromContext(func(string) any { return nil }); err == nil || !strings.Contains(err.Error(), "repository: required") {
 		t.Errorf("no context: err %v, want repository required", err)
 	}
-	if _, err := synth(map[string]any{"house": "norepo"}); err == nil || !strings.Contains(err.Error(), "repository: required") {
-		t.Errorf("synth without repository: err %v, want repository required", err)
+	s, err := synth(map[string]any{"house": "norepo"})
+	if err != nil {
+		t.Fatalf("synth without repository: %v, want a placeholder stack", err)
+	}
+	assertPlaceholder(t, s, "galley-norepo", "repository: required")
+	if _, err := synth(map[string]any{"house": "norepo", "maxWorkers": 0}); err == nil || !strings.Contains(err.Error(), "maxWorkers") {
+		t.Errorf("synth without repository and with maxWorkers 0: err %v, want the maxWorkers error", err)
 	}
 	cfg := stack.Defaults()
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "repository") {
 		t.Errorf("Defaults().Validate() = %v, want repository required", err)
+	}
+}
+
+// TestFunctionsNotBuilt: with the functions not built, the app makes the
+// placeholder stack, naming the build that is missing.
+func TestFunctionsNotBuilt(t *testing.T) {
+	s, err := synth(map[string]any{"house": "nofns", "repository": "https://git.example.com/house.git",
+		"assetDir": filepath.Join(t.TempDir(), "none")})
+	if err != nil {
+		t.Fatalf("synth without the functions: %v, want a placeholder stack", err)
+	}
+	assertPlaceholder(t, s, "galley-nofns", "make lambdas")
+}
+
+// assertPlaceholder checks that s is the placeholder stack: the galley
+// stack's name, an error annotation containing why, the failing rule, and
+// no resource that a deploy could put in place of the real ones.
+func assertPlaceholder(t *testing.T, s *synthed, name, why string) {
+	t.Helper()
+	if got := *s.g.Stack.StackName(); got != name {
+		t.Errorf("placeholder stack name %q, want %q", got, name)
+	}
+	if !slices.ContainsFunc(s.g.Missing, func(m string) bool { return strings.Contains(m, why) }) {
+		t.Errorf("Missing = %q, want one containing %q", s.g.Missing, why)
+	}
+	check(t, "the placeholder's error annotation", func() {
+		assertions.Annotations_FromStack(s.g.Stack).HasError(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String(regexp.QuoteMeta(why))))
+	})
+	rule, _ := s.json["Rules"].(map[string]any)[stack.PlaceholderRule].(map[string]any)
+	if rule == nil {
+		t.Fatalf("placeholder template has no rule %s: %v", stack.PlaceholderRule, s.json["Rules"])
+	}
+	if a := list(rule["Assertions"]); len(a) != 1 || !jsonEq(a[0].(map[string]any)["Assert"], map[string]any{"Fn::Equals": []any{"placeholder", "deployable"}}) {
+		t.Errorf("placeholder rule asserts %v, want an assertion that always fails", rule["Assertions"])
+	}
+	for id, r := range s.json["Resources"].(map[string]any) {
+		if typ := r.(map[string]any)["Type"]; typ != "AWS::CDK::Metadata" && typ != "AWS::CloudFormation::WaitConditionHandle" {
+			t.Errorf("placeholder template has resource %s (%v)", id, typ)
+		}
 	}
 }

@@ -68,6 +68,11 @@ const (
 	// every worktree below it, and on the container, whose remove-workspace
 	// command deletes only below it.
 	EnvWorkspaceRoot = "GALLEY_WORKSPACE_ROOT"
+	// Each provider's base URL (an LLM gateway or proxy), from context
+	// anthropicBaseUrl and openaiBaseUrl, set only when given: the harness
+	// hands each to its own family's CLI (pkg/harness).
+	EnvAnthropicBaseURL = "GALLEY_ANTHROPIC_BASE_URL"
+	EnvOpenAIBaseURL    = "GALLEY_OPENAI_BASE_URL"
 )
 
 // WorkerContainerName is the worker task definition's only container.

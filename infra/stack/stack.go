@@ -199,7 +199,14 @@ type Galley struct {
 	Dashboard        awscloudwatch.Dashboard
 	// Endpoint is the https URL kitchn binds to (a token until deploy).
 	Endpoint *string
+	// Missing, when not empty, says why Build made a placeholder stack
+	// (Stack and Config only) instead of the deployment.
+	Missing []string
 }
+
+// UntaggedTypes are the resource types the stack does not tag (see
+// NewGalleyStack).
+var UntaggedTypes = []string{"AWS::CloudWatch::Dashboard"}
 
 // NewGalleyStack builds the whole deployment in one environment-agnostic
 // stack (no account or region lookups at synth).
@@ -223,8 +230,15 @@ func NewGalleyStack(scope constructs.Construct, id string, cfg Config, props *aw
 		ProviderSecrets: map[string]awssecretsmanager.Secret{},
 		Alarms:          map[string]awscloudwatch.Alarm{},
 	}
-	awscdk.Tags_Of(s).Add(jsii.String("galley:house"), jsii.String(cfg.House), nil)
-	awscdk.Tags_Of(s).Add(jsii.String("galley:backend"), jsii.String(cfg.Backend), nil)
+	// Every resource is tagged but the dashboard: CloudWatch took dashboard
+	// tags only in 2026, and the resource schema cfn-lint has for
+	// us-east-1, the default region, still has no Tags on
+	// AWS::CloudWatch::Dashboard (E3002) while other regions' have. A
+	// property CloudFormation does not know fails the deploy, and the
+	// dashboard's name (galley-<house>) already says whose it is.
+	untagged := &awscdk.TagProps{ExcludeResourceTypes: jsii.Strings(UntaggedTypes...)}
+	awscdk.Tags_Of(s).Add(jsii.String("galley:house"), jsii.String(cfg.House), untagged)
+	awscdk.Tags_Of(s).Add(jsii.String("galley:backend"), jsii.String(cfg.Backend), untagged)
 	if cfg.ScriptAgent {
 		awscdk.Annotations_Of(s).AddWarningV2(jsii.String("galley:scriptAgent"), jsii.String(
 			"context scriptAgent is on: launches that name no agent run the scripted test agent "+
@@ -245,6 +259,7 @@ func NewGalleyStack(scope constructs.Construct, id string, cfg Config, props *aw
 	g.addDashboard()
 	g.addOutputs()
 	g.addNagSuppressions()
+	g.addLintSuppressions()
 	return g, nil
 }
 
@@ -299,10 +314,22 @@ func (g *Galley) addTable() {
 // addSecrets makes kitchn's bearer token (generated) and the named secrets
 // the operator fills in. Only names and ARNs ever leave Secrets Manager in
 // configuration; values are read at run time by the roles allowed to.
+//
+// kitchn's token and the signing key are retained when the stack goes
+// (retainSecrets, default true): kitchn holds the token in its registry,
+// and CloudFormation is reported to delete a secret with no recovery
+// window, which AWS's pages leave open (docs/deploy.md, Tearing down);
+// retained, a destroy cannot lose them. The three secrets the operator fills in go with the stack: their
+// values are copies of what the providers and the git host issued.
 func (g *Galley) addSecrets() {
+	keep := awscdk.RemovalPolicy_DESTROY
+	if g.Config.RetainSecrets {
+		keep = awscdk.RemovalPolicy_RETAIN
+	}
 	g.TokenSecret = awssecretsmanager.NewSecret(g.Stack, jsii.String("BearerToken"), &awssecretsmanager.SecretProps{
-		SecretName:  jsii.String(g.Config.SecretPrefix() + SecretBearerToken),
-		Description: jsii.String("kitchn's bearer token for galley house " + g.Config.House + "; rotate with put-secret-value"),
+		RemovalPolicy: keep,
+		SecretName:    jsii.String(g.Config.SecretPrefix() + SecretBearerToken),
+		Description:   jsii.String("kitchn's bearer token for galley house " + g.Config.House + "; rotate with put-secret-value"),
 		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
 			PasswordLength:     jsii.Number(48),
 			ExcludePunctuation: jsii.Bool(true),
@@ -310,8 +337,9 @@ func (g *Galley) addSecrets() {
 		},
 	})
 	g.WorkerSecret = awssecretsmanager.NewSecret(g.Stack, jsii.String("WorkerSigningKey"), &awssecretsmanager.SecretProps{
-		SecretName:  jsii.String(g.Config.SecretPrefix() + SecretWorkerKey),
-		Description: jsii.String("key that signs galley worker credentials for house " + g.Config.House),
+		RemovalPolicy: keep,
+		SecretName:    jsii.String(g.Config.SecretPrefix() + SecretWorkerKey),
+		Description:   jsii.String("key that signs galley worker credentials for house " + g.Config.House),
 		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
 			PasswordLength:     jsii.Number(64),
 			ExcludePunctuation: jsii.Bool(true),
@@ -485,6 +513,20 @@ func (g *Galley) addWorkers() error {
 	// Fargate can add no capability but SYS_PTRACE, so the harness keeps
 	// what it needs by dropping every other one of Docker's defaults.
 	linux.DropCapabilities(WorkerDroppedCapabilities()...)
+	workerEnv := map[string]*string{
+		EnvHouse:          jsii.String(cfg.House),
+		EnvRepository:     jsii.String(cfg.Repository),
+		EnvWorkerEndpoint: g.Endpoint,
+		EnvWorkspace:      jsii.String("/workspace"),
+		EnvWorkspaceRoot:  jsii.String(WorkspaceMount),
+		EnvGitUsername:    jsii.String(cfg.GitUsername),
+	}
+	if cfg.AnthropicBaseURL != "" {
+		workerEnv[EnvAnthropicBaseURL] = jsii.String(cfg.AnthropicBaseURL)
+	}
+	if cfg.OpenAIBaseURL != "" {
+		workerEnv[EnvOpenAIBaseURL] = jsii.String(cfg.OpenAIBaseURL)
+	}
 	worker := g.TaskDefinition.AddContainer(jsii.String(WorkerContainerName), &awsecs.ContainerDefinitionOptions{
 		ContainerName:   jsii.String(WorkerContainerName),
 		Image:           awsecs.ContainerImage_FromDockerImageAsset(image),
@@ -497,14 +539,7 @@ func (g *Galley) addWorkers() error {
 			LogGroup:     g.logGroup("WorkerLogs"),
 		}),
 		// Configuration only.
-		Environment: &map[string]*string{
-			EnvHouse:          jsii.String(cfg.House),
-			EnvRepository:     jsii.String(cfg.Repository),
-			EnvWorkerEndpoint: g.Endpoint,
-			EnvWorkspace:      jsii.String("/workspace"),
-			EnvWorkspaceRoot:  jsii.String(WorkspaceMount),
-			EnvGitUsername:    jsii.String(cfg.GitUsername),
-		},
+		Environment: &workerEnv,
 		// ECS reads these with the execution role at task start (the
 		// definition holds only the ARNs), so the task role, which the
 		// agent might reach, needs no secret; a value put later reaches

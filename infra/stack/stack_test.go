@@ -661,6 +661,35 @@ func TestSecretsReadOnlyByTheirUsers(t *testing.T) {
 	}
 }
 
+// secretPolicies are each secret's DeletionPolicy and UpdateReplacePolicy,
+// by secret name (nil where the template sets none: CloudFormation then
+// deletes).
+func secretPolicies(s *synthed) map[string][2]any {
+	out := map[string][2]any{}
+	for _, r := range s.resources("AWS::SecretsManager::Secret") {
+		name := fmt.Sprint(props(r)["Name"])
+		out[name[strings.LastIndex(name, "/")+1:]] = [2]any{r["DeletionPolicy"], r["UpdateReplacePolicy"]}
+	}
+	return out
+}
+
+// TestSecretsSurviveTeardown: by default kitchn's token and the signing
+// key are retained when the stack is deleted or the secret replaced; the
+// secrets the operator fills in are deleted with the stack.
+func TestSecretsSurviveTeardown(t *testing.T) {
+	got := secretPolicies(deployment(t))
+	want := map[string][2]any{
+		stack.SecretBearerToken: {"Retain", "Retain"},
+		stack.SecretWorkerKey:   {"Retain", "Retain"},
+		stack.SecretAnthropic:   {"Delete", "Delete"},
+		stack.SecretOpenAI:      {"Delete", "Delete"},
+		stack.SecretGit:         {"Delete", "Delete"},
+	}
+	if !jsonEq(got, want) {
+		t.Errorf("secrets' DeletionPolicy/UpdateReplacePolicy %v, want %v", got, want)
+	}
+}
+
 func TestTableHasPITRTTLAndProtection(t *testing.T) {
 	s := deployment(t)
 	check(t, "table", func() {
@@ -958,6 +987,28 @@ func TestApiStageLogsAndThrottles(t *testing.T) {
 	}
 }
 
+// TestDashboardUntagged: every taggable resource carries the house's tags
+// but the dashboard, whose Tags us-east-1's resource schema lacks.
+func TestDashboardUntagged(t *testing.T) {
+	s := deployment(t)
+	for id, r := range s.resources("AWS::CloudWatch::Dashboard") {
+		if tags, ok := props(r)["Tags"]; ok {
+			t.Errorf("dashboard %s has Tags %v", id, tags)
+		}
+	}
+	tagged := 0
+	for _, r := range s.json["Resources"].(map[string]any) {
+		for _, tag := range list(props(r.(map[string]any))["Tags"]) {
+			if m, ok := tag.(map[string]any); ok && m["Key"] == "galley:house" {
+				tagged++
+			}
+		}
+	}
+	if tagged < 10 {
+		t.Errorf("%d resources carry galley:house, want the stack's resources tagged", tagged)
+	}
+}
+
 func TestAlarmsAndDashboardExist(t *testing.T) {
 	s := deployment(t)
 	byName := map[string]map[string]any{}
@@ -1229,6 +1280,9 @@ func TestDeploymentOptions(t *testing.T) {
 		"gitUsername":        "oauth2",
 		"lambdaArchitecture": "x86_64",
 		"scriptAgent":        "true",
+		"retainSecrets":      "false",
+		"anthropicBaseUrl":   "https://llm-gateway.example/anthropic",
+		"openaiBaseUrl":      "https://llm-gateway.example/openai/v1",
 		// Throttles from context reach the stage.
 		"throttleRate":            "7",
 		"throttleBurst":           "8",
@@ -1305,6 +1359,30 @@ func TestDeploymentOptions(t *testing.T) {
 				assertions.Match_StringLikeRegexp(jsii.String("scriptAgent.*not for production"))))
 		})
 		return n
+	}
+	// The providers' base URLs reach the worker container as plain
+	// configuration, and only when given.
+	containerEnv := func(g *synthed) map[string]any {
+		out := map[string]any{}
+		td := props(g.resources("AWS::ECS::TaskDefinition")[g.id(g.g.TaskDefinition)])
+		for _, kv := range list(list(td["ContainerDefinitions"])[0].(map[string]any)["Environment"]) {
+			out[fmt.Sprint(kv.(map[string]any)["Name"])] = kv.(map[string]any)["Value"]
+		}
+		return out
+	}
+	if e := containerEnv(s); e[stack.EnvAnthropicBaseURL] != "https://llm-gateway.example/anthropic" || e[stack.EnvOpenAIBaseURL] != "https://llm-gateway.example/openai/v1" {
+		t.Errorf("worker container base URLs %v and %v, want the context's", e[stack.EnvAnthropicBaseURL], e[stack.EnvOpenAIBaseURL])
+	}
+	for _, k := range []string{stack.EnvAnthropicBaseURL, stack.EnvOpenAIBaseURL} {
+		if v, ok := containerEnv(deployment(t))[k]; ok {
+			t.Errorf("default deployment: worker container sets %s = %v", k, v)
+		}
+	}
+	// retainSecrets=false: every secret goes with the stack.
+	for name, pol := range secretPolicies(s) {
+		if pol != [2]any{"Delete", "Delete"} {
+			t.Errorf("retainSecrets=false: secret %s has DeletionPolicy/UpdateReplacePolicy %v, want Delete", name, pol)
+		}
 	}
 	if n := warnings(s.g.Stack); n != 1 {
 		t.Errorf("scriptAgent on: %d warnings, want 1", n)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/local/providerstandin"
+	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/workerapi"
 	"github.com/galley-run/galley/pkg/workerapi/fakeapi"
@@ -248,8 +249,8 @@ func runWorker(t *testing.T, bin string, fam family) {
 		"DISABLE_AUTOUPDATER=1",
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
 		fmt.Sprintf("CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT=%d", idleLimit),
-		"ANTHROPIC_BASE_URL=" + prov.URL,
-		"OPENAI_BASE_URL=" + prov.URL + "/v1",
+		harness.EnvAnthropicBaseURL + "=" + prov.URL,
+		harness.EnvOpenAIBaseURL + "=" + prov.URL + "/v1",
 	}
 	if fam.name == "claude" {
 		env = append(env, "GALLEY_ANTHROPIC_API_KEY="+key)

@@ -54,16 +54,29 @@ func Drivers(binDir string) map[string]harness.Driver {
 	return d
 }
 
+// The names each family's CLI (or its supervisor) reads its provider's base
+// URL from: claude reads ANTHROPIC_BASE_URL itself; codex does not read
+// OPENAI_BASE_URL, so the session supervisor turns it into codex's
+// openai_base_url setting (codexArgs).
+const (
+	EnvAnthropicBaseURL = "ANTHROPIC_BASE_URL"
+	EnvOpenAIBaseURL    = "OPENAI_BASE_URL"
+)
+
 // Needs implements harness.Driver: each CLI needs its provider's key under
 // the name it reads (claude: ANTHROPIC_API_KEY; codex exec authenticates
 // only from CODEX_API_KEY, not OPENAI_API_KEY), and cannot block in
-// wait_message during a turn, so messages ride on its tool results.
+// wait_message during a turn, so messages ride on its tool results; the
+// harness gives it its provider's base URL, when one is set, under the
+// family's BaseURLEnv.
 func (d Driver) Needs() harness.AgentNeeds {
 	switch d.Family {
 	case FamilyClaude:
-		return harness.AgentNeeds{Provider: harness.ProviderAnthropic, KeyEnv: harness.EnvAnthropicCLIKey, AppendMessages: true}
+		return harness.AgentNeeds{Provider: harness.ProviderAnthropic, KeyEnv: harness.EnvAnthropicCLIKey,
+			BaseURLEnv: EnvAnthropicBaseURL, AppendMessages: true}
 	case FamilyCodex:
-		return harness.AgentNeeds{Provider: harness.ProviderOpenAI, KeyEnv: harness.EnvCodexCLIKey, AppendMessages: true}
+		return harness.AgentNeeds{Provider: harness.ProviderOpenAI, KeyEnv: harness.EnvCodexCLIKey,
+			BaseURLEnv: EnvOpenAIBaseURL, AppendMessages: true}
 	}
 	return harness.AgentNeeds{AppendMessages: true}
 }

@@ -33,8 +33,9 @@ type SessionConfig struct {
 	Workspace    string
 	MCPURL       string
 	MCPSecret    string
-	// OpenAIBaseURL is the operator's OPENAI_BASE_URL (a gateway, or a
-	// test's provider stand-in), which codex is given as openai_base_url.
+	// OpenAIBaseURL is the operator's OpenAI base URL (a gateway, or a
+	// test's provider stand-in), which the harness sets as OPENAI_BASE_URL
+	// and codex is given as openai_base_url.
 	OpenAIBaseURL string
 	// StopGrace is how long the CLI gets between SIGTERM and SIGKILL when
 	// the supervisor is stopped; default 5 s, within the harness's grace.
@@ -55,7 +56,7 @@ func SessionConfigFromEnv(getenv func(string) string) (SessionConfig, error) {
 		MCPSecret:    getenv(harness.EnvMCPSecret),
 	}
 	if c.Family == FamilyCodex {
-		c.OpenAIBaseURL = getenv("OPENAI_BASE_URL")
+		c.OpenAIBaseURL = getenv(EnvOpenAIBaseURL)
 	}
 	switch {
 	case c.Family != FamilyClaude && c.Family != FamilyCodex:

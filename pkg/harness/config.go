@@ -3,9 +3,12 @@ package harness
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,6 +57,18 @@ const (
 	EnvOpenAIKey     = "GALLEY_OPENAI_API_KEY"
 	EnvGitCredential = "GALLEY_GIT_CREDENTIAL"
 	EnvGitUsername   = "GALLEY_GIT_USERNAME" // not a secret; default DefaultGitUsername
+)
+
+// Provider base URLs: where an agent family's CLI sends its model calls
+// instead of the provider's public API (an LLM gateway or proxy the
+// operator runs). Not secrets, but checked (ValidateBaseURL) and given only
+// to the family that uses them, under the name its CLI reads. On AWS the
+// task definition sets them from the anthropicBaseUrl and openaiBaseUrl
+// context keys; locally galley serve's --anthropic-base-url and
+// --openai-base-url.
+const (
+	EnvAnthropicBaseURL = "GALLEY_ANTHROPIC_BASE_URL"
+	EnvOpenAIBaseURL    = "GALLEY_OPENAI_BASE_URL"
 )
 
 // Provider keys under the names the CLIs read, which the harness also
@@ -136,6 +151,10 @@ type Config struct {
 	OpenAIKey     string
 	GitCredential string
 	GitUsername   string // default DefaultGitUsername when GitCredential is set
+	// AnthropicBaseURL and OpenAIBaseURL, when set, are where the agent
+	// family of that provider sends its model calls (ValidateBaseURL).
+	AnthropicBaseURL string
+	OpenAIBaseURL    string
 
 	Heartbeat time.Duration // default DefaultHeartbeat
 	Progress  time.Duration // MCP progress while a tool call blocks; default DefaultProgress
@@ -188,6 +207,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		GitCredential: strings.TrimSpace(getenv(EnvGitCredential)),
 		GitUsername:   getenv(EnvGitUsername),
 		Confine:       Confinement(getenv(EnvConfine)),
+
+		AnthropicBaseURL: strings.TrimSpace(getenv(EnvAnthropicBaseURL)),
+		OpenAIBaseURL:    strings.TrimSpace(getenv(EnvOpenAIBaseURL)),
 		// Read before UnsetSecretEnv removes every AWS_ variable: where
 		// the worker's wake queue is reached (aws-local's gate; on AWS
 		// unset, and the SDK's default endpoint is right).
@@ -203,6 +225,11 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if cfg.GitCredential != "" && cfg.GitUsername == "" {
 		cfg.GitUsername = DefaultGitUsername
+	}
+	for name, u := range map[string]string{EnvAnthropicBaseURL: cfg.AnthropicBaseURL, EnvOpenAIBaseURL: cfg.OpenAIBaseURL} {
+		if err := ValidateBaseURL(u); err != nil {
+			return cfg, galleyerr.E(op, galleyerr.Invalid, name, err)
+		}
 	}
 	if _, err := client.ParseEndpoint(cfg.Endpoint); err != nil {
 		return cfg, galleyerr.E(op, galleyerr.Invalid, EnvEndpoint+" is not a valid endpoint", err)
@@ -258,6 +285,44 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	return cfg, nil
 }
 
+// ValidateBaseURL checks a provider base URL: empty (none), an https URL,
+// or an http URL to this machine's loopback (a proxy beside the worker, a
+// test's stand-in); with a host, and without user information, query or
+// fragment. Its errors never quote the URL, which could carry a
+// credential.
+func ValidateBaseURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return errors.New("is not a URL")
+	case u.User != nil:
+		return errors.New("must not carry a user or password: give the provider key as the deployment's secret")
+	case u.Host == "" || u.Opaque != "":
+		return errors.New("must be an absolute http(s) URL with a host")
+	case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
+		return errors.New("must have no query or fragment")
+	case u.Scheme == "https":
+		return nil
+	case u.Scheme == "http" && isLoopback(u.Hostname()):
+		return nil
+	case u.Scheme == "http":
+		return errors.New("must be https (http only to a loopback address)")
+	}
+	return errors.New("must be an https URL")
+}
+
+// isLoopback: localhost or a loopback address.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // firstSet returns the value of the first of names that is set, trimmed
 // (a secret's value often ends in a newline).
 func firstSet(getenv func(string) string, names ...string) string {
@@ -309,6 +374,7 @@ func (c Config) redactedCopy() configView {
 		Workspace: c.Workspace, Repository: c.Repository, Branch: c.Branch, AgentBinDir: c.AgentBinDir, GitCache: c.GitCache,
 		AnthropicKey: redact(c.AnthropicKey), OpenAIKey: redact(c.OpenAIKey),
 		GitCredential: redact(c.GitCredential), GitUsername: c.GitUsername,
+		AnthropicBaseURL: c.AnthropicBaseURL, OpenAIBaseURL: c.OpenAIBaseURL,
 		Heartbeat: c.Heartbeat, Progress: c.Progress, InboxWait: c.InboxWait, StopGrace: c.StopGrace,
 	}
 }
@@ -317,6 +383,7 @@ func (c Config) redactedCopy() configView {
 type configView struct {
 	Endpoint, Token, Bootstrap, Handle, Workspace, Repository, Branch, AgentBinDir, GitCache string
 	AnthropicKey, OpenAIKey, GitCredential, GitUsername                                      string
+	AnthropicBaseURL, OpenAIBaseURL                                                          string
 	Heartbeat, Progress, InboxWait, StopGrace                                                time.Duration
 }
 
@@ -335,6 +402,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("branch", v.Branch), slog.String("agentBinDir", v.AgentBinDir), slog.String("gitCache", v.GitCache),
 		slog.String("anthropicKey", v.AnthropicKey), slog.String("openaiKey", v.OpenAIKey),
 		slog.String("gitCredential", v.GitCredential), slog.String("gitUsername", v.GitUsername),
+		slog.String("anthropicBaseURL", v.AnthropicBaseURL), slog.String("openaiBaseURL", v.OpenAIBaseURL),
 		slog.Duration("heartbeat", v.Heartbeat), slog.Duration("progress", v.Progress), slog.Duration("inboxWait", v.InboxWait), slog.Duration("stopGrace", v.StopGrace),
 	)
 }

@@ -44,6 +44,10 @@ type AgentNeeds struct {
 	// the agent without it.
 	Provider Provider
 	KeyEnv   string
+	// BaseURLEnv is the name the agent's CLI reads its provider's base URL
+	// from: the harness sets it to the configured URL of Provider
+	// (Config.AnthropicBaseURL, OpenAIBaseURL) when there is one.
+	BaseURLEnv string
 	// AppendMessages: the agent cannot block in wait_message while it
 	// works (a CLI turn), so the harness appends the messages waiting at
 	// the time of any other tool's result to that result.

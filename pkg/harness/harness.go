@@ -344,6 +344,18 @@ func (h *harness) providerKey(p Provider) string {
 	return ""
 }
 
+// providerBaseURL is the configured base URL for p; empty for the
+// provider's public API.
+func (h *harness) providerBaseURL(p Provider) string {
+	switch p {
+	case ProviderAnthropic:
+		return h.cfg.AnthropicBaseURL
+	case ProviderOpenAI:
+		return h.cfg.OpenAIBaseURL
+	}
+	return ""
+}
+
 // missingKey says which secret a family's worker lacks (never a value).
 func missingKey(family string, p Provider) string {
 	where := map[Provider]string{
@@ -362,6 +374,9 @@ func (h *harness) prepareCommand(cmd *exec.Cmd) error {
 	key := h.providerKey(h.needs.Provider)
 	if key != "" && h.needs.KeyEnv != "" {
 		env = append(env, h.needs.KeyEnv+"="+key)
+	}
+	if u := h.providerBaseURL(h.needs.Provider); u != "" && h.needs.BaseURLEnv != "" {
+		env = append(env, h.needs.BaseURLEnv+"="+u)
 	}
 	env = append(env, h.gateEnv...)
 	cmd.Env = append(env, cmd.Env...)
@@ -410,10 +425,10 @@ var agentEnvNames = []string{
 	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
 	"XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
 	"CLAUDE_CONFIG_DIR", "CODEX_HOME", "MCP_TOOL_TIMEOUT", "DISABLE_AUTOUPDATER",
-	// The operator's MCP idle limit for claude, and each provider's endpoint
-	// (a gateway or proxy the operator runs; codex's supervisor turns
-	// OPENAI_BASE_URL into its openai_base_url setting). docs/agents.md.
-	"CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL",
+	// The operator's MCP idle limit for claude. (A provider's endpoint is
+	// not passed through: the harness gives the agent its own provider's,
+	// checked, as AgentNeeds.BaseURLEnv.) docs/agents.md.
+	"CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT",
 	// claude without telemetry or update checks (the operator's choice).
 	"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
 }

@@ -379,6 +379,9 @@ func TestConfigFromEnv(t *testing.T) {
 		{"git cache", map[string]string{harness.EnvGitCache: "/var/cache/git"}, true},
 		{"git cache off", map[string]string{harness.EnvGitCache: "off"}, true},
 		{"relative git cache", map[string]string{harness.EnvGitCache: "cache"}, false},
+		{"base URLs", map[string]string{harness.EnvAnthropicBaseURL: "https://gw.example/anthropic", harness.EnvOpenAIBaseURL: "http://127.0.0.1:9/v1"}, true},
+		{"http base URL off loopback", map[string]string{harness.EnvAnthropicBaseURL: "http://gw.example"}, false},
+		{"base URL with a password", map[string]string{harness.EnvOpenAIBaseURL: "https://u:" + testToken + "@gw.example/v1"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -405,6 +408,9 @@ func TestConfigFromEnv(t *testing.T) {
 			if cfg.Token != testToken {
 				t.Errorf("token not read")
 			}
+			if cfg.AnthropicBaseURL != tt.set[harness.EnvAnthropicBaseURL] || cfg.OpenAIBaseURL != tt.set[harness.EnvOpenAIBaseURL] {
+				t.Errorf("base URLs %q, %q; want the environment's", cfg.AnthropicBaseURL, cfg.OpenAIBaseURL)
+			}
 			// The cache is beside the workspace unless named or off.
 			wantCache := map[string]string{"/var/cache/git": "/var/cache/git", "off": ""}[tt.set[harness.EnvGitCache]]
 			if _, named := tt.set[harness.EnvGitCache]; !named {
@@ -428,6 +434,9 @@ func TestAgentEnvironment(t *testing.T) {
 		"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_WEB_IDENTITY_TOKEN_FILE",
 		"ECS_CONTAINER_METADATA_URI_V4", "GALLEY_WORKER_TOKEN", "GALLEY_KITCHN_TOKEN", "GALLEY_GIT_CREDENTIAL",
 		"GALLEY_OPENAI_API_KEY", "OPENAI_API_KEY", "CODEX_API_KEY", "ANTHROPIC_API_KEY", "GIT_ASKPASS", "UNLISTED",
+		// Unchecked, from the harness's own environment: the agent gets
+		// only its provider's configured base URL.
+		"ANTHROPIC_BASE_URL", "OPENAI_BASE_URL",
 	} {
 		forbidden[k] = randomSecret(t, "v-")
 		t.Setenv(k, forbidden[k])
@@ -442,9 +451,10 @@ func TestAgentEnvironment(t *testing.T) {
 	f := fakeFor(t, workerapi.Self{Agent: protocol.AgentSelection{Agent: "claude"}})
 	out := filepath.Join(t.TempDir(), "env")
 	d := shellDriver{script: `env > "$1"; echo started`, args: []string{out}, env: []string{"DRIVER_SET=1"},
-		needs: harness.AgentNeeds{Provider: harness.ProviderAnthropic, KeyEnv: "ANTHROPIC_API_KEY"}}
+		needs: harness.AgentNeeds{Provider: harness.ProviderAnthropic, KeyEnv: "ANTHROPIC_API_KEY", BaseURLEnv: "ANTHROPIC_BASE_URL"}}
 	p := runInProcess(t, ctx, f, "claude", d, func(c *harness.Config) {
 		c.AnthropicKey, c.OpenAIKey, c.GitCredential, c.AgentBinDir = anthropic, openai, gitCred, binDir
+		c.AnthropicBaseURL, c.OpenAIBaseURL = "https://gw.example/anthropic", "https://gw.example/openai/v1"
 	})
 	if err := p.wait(t, ctx); err != nil {
 		t.Fatal(err)
@@ -461,8 +471,14 @@ func TestAgentEnvironment(t *testing.T) {
 	if env["ANTHROPIC_API_KEY"] != anthropic {
 		t.Error("the agent's ANTHROPIC_API_KEY is not the harness's Anthropic key")
 	}
+	if env["ANTHROPIC_BASE_URL"] != "https://gw.example/anthropic" {
+		t.Errorf("the agent's ANTHROPIC_BASE_URL is %q, want the configured Anthropic base URL", env["ANTHROPIC_BASE_URL"])
+	}
+	if strings.Contains(string(b), "gw.example/openai") {
+		t.Error("the claude agent has the OpenAI base URL")
+	}
 	for k, v := range forbidden {
-		if k != "ANTHROPIC_API_KEY" {
+		if k != "ANTHROPIC_API_KEY" && k != "ANTHROPIC_BASE_URL" {
 			if _, ok := env[k]; ok {
 				t.Errorf("the agent has %s", k)
 			}

@@ -62,6 +62,12 @@ type Options struct {
 	Families []string
 	// AgentBinDir is where the claude and codex CLIs are looked up first.
 	AgentBinDir string
+	// AnthropicBaseURL and OpenAIBaseURL, when set, are where claude and
+	// codex workers send their model calls (an LLM gateway or proxy): the
+	// harness checks them (harness.ValidateBaseURL) and gives each to its
+	// own family's CLI.
+	AnthropicBaseURL string
+	OpenAIBaseURL    string
 	// Limits of the HTTP server; zero values take the Default* constants.
 	// BodyTimeout is how long a request's body may take to arrive after
 	// its headers; MaxUnauthenticated bounds the unauthenticated requests
@@ -115,6 +121,11 @@ const inheritedPoll = 2 * time.Second
 // Start prepares the data directory and starts serving. It returns once the
 // listener is bound.
 func Start(ctx context.Context, o Options) (*Server, error) {
+	for _, u := range baseURLs(o) {
+		if err := harness.ValidateBaseURL(u.v); err != nil {
+			return nil, fmt.Errorf("the %s %w", u.what, err)
+		}
+	}
 	// The default request log is buffered: a JSON line per request written
 	// one by one would cost a system call each (see pkg/logbuf). Closed
 	// last, so every line reaches stderr.
@@ -200,6 +211,11 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 				}
 			}
 		})}
+	for _, u := range baseURLs(o) {
+		if u.v != "" {
+			rtOpts = append(rtOpts, localproc.WithEnv(u.env, u.v))
+		}
+	}
 	if o.AgentBinDir != "" {
 		dir, err := filepath.Abs(o.AgentBinDir)
 		if err != nil {
@@ -246,6 +262,15 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+// baseURLs are the providers' base URLs of o, each with the variable the
+// harness reads it from.
+func baseURLs(o Options) []struct{ what, env, v string } {
+	return []struct{ what, env, v string }{
+		{"Anthropic base URL (--anthropic-base-url)", harness.EnvAnthropicBaseURL, o.AnthropicBaseURL},
+		{"OpenAI base URL (--openai-base-url)", harness.EnvOpenAIBaseURL, o.OpenAIBaseURL},
+	}
 }
 
 // agentEnv names the variables an operator sets for agents (provider keys),

@@ -2,6 +2,7 @@
 //
 //	galley serve        the local server, ready for a kitchn binding
 //	galley conformance  kitchn's checks against any galley endpoint
+//	galley stop-workers a deployment's worker tasks stopped, before teardown
 package main
 
 import (
@@ -37,6 +38,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(ctx, args[1:], stdout, stderr)
 	case "conformance":
 		return runConformance(ctx, args[1:], stdout, stderr)
+	case "stop-workers":
+		return stopWorkers(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -52,6 +55,7 @@ func usage(w io.Writer) {
 commands:
   serve        run galley on this machine (galley serve -h for flags)
   conformance  run kitchn's conformance checks against an endpoint
+  stop-workers stop a deployment's worker tasks and wait (make destroy runs it)
 `)
 }
 
@@ -130,6 +134,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.DefaultAgent, "default-agent", "script", "agent for launches that name none: script, claude or codex")
 	fs.StringVar(&families, "families", "", "agent families to declare, comma-separated (default: those whose CLI is found)")
 	fs.StringVar(&o.AgentBinDir, "agent-bin-dir", "", "directory searched first for the claude and codex CLIs")
+	fs.StringVar(&o.AnthropicBaseURL, "anthropic-base-url", "", "claude workers' Anthropic API base URL (an LLM gateway or proxy): https, or http to loopback (default: the public API)")
+	fs.StringVar(&o.OpenAIBaseURL, "openai-base-url", "", "codex workers' OpenAI API base URL, e.g. https://gw.example/v1: https, or http to loopback (default: the public API)")
 	fs.StringVar(&o.WorkerBin, "worker-bin", "", "the galley-worker binary (default: beside galley, or on PATH)")
 	fs.DurationVar(&o.AwaitCap, "await-cap", 25*time.Second, "longest hold of deliveries/await")
 	fs.IntVar(&o.MaxWorkers, "max-workers", 0, "most unsettled workers; 0 for no bound")
@@ -158,7 +164,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// sets are refused, and those left at their defaults say nothing.
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for _, name := range []string{"default-agent", "families", "await-cap", "max-workers", "store", "doorbell", "table", "queue-prefix", "repository"} {
+		for _, name := range []string{"default-agent", "families", "await-cap", "max-workers", "store", "doorbell", "table", "queue-prefix", "repository",
+			"anthropic-base-url", "openai-base-url"} {
 			if set[name] {
 				fmt.Fprintf(stderr, "galley serve --stack aws-local: --%s comes from the template; synthesize with the value you want (make synth-local)\n", name)
 				return 2
