@@ -279,6 +279,11 @@ func TestToolsDirectly(t *testing.T) {
 	if isErr {
 		t.Fatalf("post_status: %s", text)
 	}
+	// An agent that posts the worker's own credential: its event is
+	// redacted.
+	if text, isErr := call(harness.ToolStatus, map[string]any{"body": "leak " + testToken}); isErr {
+		t.Fatalf("post_status: %s", text)
+	}
 	if !strings.Contains(text, "Message from the coordinator: rebase onto main") {
 		t.Errorf("result = %q", text)
 	}
@@ -321,6 +326,28 @@ func TestToolsDirectly(t *testing.T) {
 	}
 	if s.Count(workerapi.PathExited) != 0 {
 		t.Error("exited reported after finish")
+	}
+	// What the harness saw reached galley for the event log: the
+	// workspace, the agent's start, each tool call with its arguments
+	// and result size, and never the credential.
+	seen := map[string]bool{}
+	for _, e := range s.Events {
+		seen[e.Event] = true
+		all := e.Text
+		for _, v := range e.Fields {
+			all += v
+		}
+		if strings.Contains(all, testToken) {
+			t.Errorf("event %+v holds the worker's credential", e)
+		}
+		if e.Event == workerapi.EventTool && e.Fields["tool"] == harness.ToolStatus && strings.Contains(e.Fields["args"], "looking") && e.Fields["resultBytes"] == "" {
+			t.Errorf("tool event %+v has no result size", e)
+		}
+	}
+	for _, ev := range []string{workerapi.EventWorkspace, workerapi.EventAgentStarted, workerapi.EventTool} {
+		if !seen[ev] {
+			t.Errorf("no %s event among %+v", ev, s.Events)
+		}
 	}
 }
 
