@@ -44,6 +44,7 @@ const (
 	KindUsage      = "usage"      // the usage so far: fields input, output, costUsd
 	KindCompute    = "compute"    // the worker's compute: fields event (started, stopped), code
 	KindCredential = "credential" // the worker's credential was revoked
+	KindAction     = "action"     // an operator acted on the worker: field action
 	KindHarness    = "harness"    // what the harness reported: field event
 	KindWarning    = "warning"    // something went wrong that the worker survives
 	KindError      = "error"      // something went wrong

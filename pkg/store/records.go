@@ -292,8 +292,10 @@ const (
 // events a store retains are always one unbroken run ending at the latest.
 // ListEvents returns up to limit (all when limit <= 0) retained events
 // with Seq > after, in order; a reader whose first event is not after+1
-// knows the events between were dropped.
+// knows the events between were dropped. LastEvent answers the worker's
+// latest retained event, ok false when it has none.
 type EventLog interface {
 	AppendEvent(ctx context.Context, worker string, e Event) (int64, error)
 	ListEvents(ctx context.Context, worker string, after int64, limit int) ([]Event, error)
+	LastEvent(ctx context.Context, worker string) (e Event, ok bool, err error)
 }

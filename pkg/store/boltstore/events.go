@@ -62,6 +62,34 @@ func (s *Store) AppendEvent(ctx context.Context, worker string, e store.Event) (
 	return seq, nil
 }
 
+// LastEvent implements store.EventLog.
+func (s *Store) LastEvent(ctx context.Context, worker string) (store.Event, bool, error) {
+	const op = galleyerr.Op("boltstore.LastEvent")
+	if err := needKeys(op, worker); err != nil {
+		return store.Event{}, false, err
+	}
+	var e store.Event
+	ok := false
+	err := s.view(ctx, op, func(tx *bolt.Tx) error {
+		parent := tx.Bucket(bucketEvents)
+		if parent == nil {
+			return nil
+		}
+		b := parent.Bucket([]byte(worker))
+		if b == nil {
+			return nil
+		}
+		if _, v := b.Cursor().Last(); v != nil {
+			if err := json.Unmarshal(v, &e); err != nil {
+				return galleyerr.E(op, "corrupt event", err)
+			}
+			ok = true
+		}
+		return nil
+	})
+	return e, ok, err
+}
+
 // ListEvents implements store.EventLog.
 func (s *Store) ListEvents(ctx context.Context, worker string, after int64, limit int) ([]store.Event, error) {
 	const op = galleyerr.Op("boltstore.ListEvents")

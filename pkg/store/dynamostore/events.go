@@ -217,6 +217,36 @@ func (s *Store) trimEvents(ctx context.Context, pk string, latest int64) {
 	}
 }
 
+// LastEvent implements store.EventLog: one query, newest first, that
+// skips an expired item.
+func (s *Store) LastEvent(ctx context.Context, worker string) (store.Event, bool, error) {
+	const op = galleyerr.Op("dynamostore.LastEvent")
+	if worker == "" {
+		return store.Event{}, false, galleyerr.E(op, galleyerr.Invalid, "empty key")
+	}
+	e := newExpr()
+	in := &dynamodb.QueryInput{
+		TableName:              aws.String(s.table),
+		ConsistentRead:         aws.Bool(true),
+		ScanIndexForward:       aws.Bool(false),
+		Limit:                  aws.Int32(1),
+		KeyConditionExpression: aws.String(e.name(attrPK) + " = " + e.value(str(eventsPK(worker))) + " AND " + e.name(attrSK) + " BETWEEN " + e.value(str(eventSK(0))) + " AND " + e.value(str("e$"))),
+	}
+	in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.namesOrNil(), e.valuesOrNil()
+	out, err := s.db.Query(ctx, in)
+	if err != nil {
+		return store.Event{}, false, mapErr(op, err, false)
+	}
+	if len(out.Items) == 0 || expired(out.Items[0], s.now()) {
+		return store.Event{}, false, nil
+	}
+	var ev store.Event
+	if err := decodeDoc(out.Items[0], &ev); err != nil {
+		return store.Event{}, false, corrupt(op, err)
+	}
+	return ev, true, nil
+}
+
 // ListEvents implements store.EventLog.
 func (s *Store) ListEvents(ctx context.Context, worker string, after int64, limit int) ([]store.Event, error) {
 	const op = galleyerr.Op("dynamostore.ListEvents")

@@ -40,6 +40,20 @@ func (s *Store) AppendEvent(ctx context.Context, worker string, e store.Event) (
 	return e.Seq, nil
 }
 
+// LastEvent implements store.EventLog.
+func (s *Store) LastEvent(ctx context.Context, worker string) (store.Event, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.check(ctx, "memstore.LastEvent", worker); err != nil {
+		return store.Event{}, false, err
+	}
+	l := s.events[worker]
+	if l == nil || len(l.events) == 0 {
+		return store.Event{}, false, nil
+	}
+	return clone(l.events[len(l.events)-1]), true, nil
+}
+
 // ListEvents implements store.EventLog.
 func (s *Store) ListEvents(ctx context.Context, worker string, after int64, limit int) ([]store.Event, error) {
 	s.mu.RLock()

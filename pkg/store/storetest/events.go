@@ -69,6 +69,15 @@ func RunEvents(t *testing.T, open func(t *testing.T) EventStore) {
 			after = page[len(page)-1].Seq
 		}
 		checkSame(t, "events read in pages", got, want)
+		last, ok, err := s.LastEvent(ctx, "w-1")
+		mustOK(t, "last event", err)
+		if !ok {
+			t.Fatal("a worker with events has no last event")
+		}
+		checkSame(t, "last event", last, want[len(want)-1])
+		if _, ok, err := s.LastEvent(ctx, "w-none"); err != nil || ok {
+			t.Errorf("a worker without events: last event ok=%v err=%v, want none", ok, err)
+		}
 	})
 
 	t.Run("WorkersIndependent", func(t *testing.T) {
