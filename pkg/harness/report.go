@@ -133,11 +133,13 @@ func cutText(s string, n int) string {
 
 // toolArgs is a tool call's arguments as short JSON.
 func toolArgs(in any) string {
-	b, err := json.Marshal(in)
-	if err != nil {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // readable; the console shows it as text
+	if err := enc.Encode(in); err != nil {
 		return ""
 	}
-	return string(b)
+	return strings.TrimSpace(b.String())
 }
 
 // ToolEvents is implemented by the Events the harness gives a driver: a
