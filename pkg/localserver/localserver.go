@@ -76,6 +76,9 @@ type Options struct {
 	IdleTimeout        time.Duration
 	MaxHeaderBytes     int
 	MaxUnauthenticated int
+	// NoEventLog leaves the workers' event log out (no recorder, no
+	// operator API): only for measuring what the log costs.
+	NoEventLog bool
 	// Logger receives the request log; default JSON on stderr, buffered
 	// (pkg/logbuf) and written out at least every 100 ms.
 	Logger *slog.Logger
@@ -256,7 +259,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		// process left in flight is dead. A DynamoDB table may be shared.
 		ExclusiveStore: o.Store == nil,
 	}, service.WithStore(st), service.WithRuntime(rt), service.WithGitHost(git), service.WithDoorbell(bell),
-		service.WithLogger(o.Logger), service.WithEvents(rec))
+		service.WithLogger(o.Logger), withEvents(rec, o.NoEventLog))
 	if err != nil {
 		return nil, err
 	}
@@ -277,6 +280,13 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+func withEvents(rec *eventlog.Recorder, off bool) service.Option {
+	if off {
+		return func(*service.Service) {}
+	}
+	return service.WithEvents(rec)
 }
 
 // withOperator serves the operator's routes (package operator) from op and
