@@ -76,8 +76,8 @@ type Options struct {
 	IdleTimeout        time.Duration
 	MaxHeaderBytes     int
 	MaxUnauthenticated int
-	// NoEventLog leaves the workers' event log out (no recorder, no
-	// operator API): only for measuring what the log costs.
+	// NoEventLog records nothing in the workers' event log: only for
+	// measuring what the log costs the worker's calls.
 	NoEventLog bool
 	// Logger receives the request log; default JSON on stderr, buffered
 	// (pkg/logbuf) and written out at least every 100 ms.
