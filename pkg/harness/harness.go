@@ -110,8 +110,10 @@ func (h *harness) run(ctx context.Context) error {
 	}
 	h.self = self
 	h.log = h.log.With("worker", self.Handle, "run", self.Run)
-	h.rep = newReporter(h)
-	defer h.rep.close()
+	if self.ReportEvents {
+		h.rep = newReporter(h)
+		defer h.rep.close()
+	}
 	if self.State == protocol.StateSettled {
 		h.log.Info("the worker is already settled; nothing to do", "outcome", self.Outcome)
 		return nil

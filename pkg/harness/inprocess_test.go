@@ -165,6 +165,9 @@ func TestReadyOnStartedEvidence(t *testing.T) {
 	if last := s.Calls[len(s.Calls)-1]; last.Exited == nil || last.Exited.Code != 0 {
 		t.Errorf("last call = %+v, want exited 0 (no outcome reported)", last)
 	}
+	if len(s.Events) != 0 {
+		t.Errorf("a deployment that asked for no events got %d", len(s.Events))
+	}
 }
 
 func TestAgentNeverStarts(t *testing.T) {
@@ -236,7 +239,7 @@ func TestToolsDirectly(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	f := fakeFor(t, workerapi.Self{Handle: "w-1", Run: "run-1", Brief: "x", Branch: testBranch,
-		Agent: protocol.AgentSelection{Agent: "claude", Model: "opus-9"}})
+		Agent: protocol.AgentSelection{Agent: "claude", Model: "opus-9"}, ReportEvents: true})
 	ep := make(chan [2]string, 1)
 	p := runInProcess(t, ctx, f, "claude", shellDriver{script: "exec sleep 600", mcp: ep, needs: harness.AgentNeeds{AppendMessages: true}},
 		func(c *harness.Config) {

@@ -33,7 +33,7 @@ func (s *Service) WorkerSelf(ctx context.Context, handle string) (workerapi.Self
 		return workerapi.Self{}, galleyerr.Errorf(galleyerr.NotFound, "no such worker")
 	}
 	self := workerapi.Self{Handle: handle, Run: w.Run, Task: w.Task, Role: w.Role, Brief: w.Brief,
-		Branch: w.Branch, State: w.State, Outcome: w.Outcome, AgentUID: w.AgentUID}
+		Branch: w.Branch, State: w.State, Outcome: w.Outcome, AgentUID: w.AgentUID, ReportEvents: s.events != nil}
 	if w.Agent != nil {
 		self.Agent = *w.Agent
 	}

@@ -80,6 +80,10 @@ type Self struct {
 	// before the service allocated uids: the harness then derives one from
 	// the handle, in a range below AgentUIDBase.
 	AgentUID uint32 `json:"agentUid,omitempty"`
+	// ReportEvents asks the harness to send what it sees to PathEvents:
+	// only a deployment that keeps an event log asks, so one that keeps
+	// none is spared the calls.
+	ReportEvents bool `json:"reportEvents,omitempty"`
 }
 
 // The agent uids a service allocates: the n-th worker of a house (n from
