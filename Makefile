@@ -57,8 +57,8 @@ browser-deps:
 	scripts/browser-deps.sh
 
 ## bench-smoke: every benchmark once (-benchtime 1x), so that none rots unseen
-bench-smoke: build
-	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x $(PKGS)
+bench-smoke: build-aws-local
+	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) GALLEY_AWSLOCAL_TEMPLATE=$(CURDIR)/$(LOCAL_TEMPLATE) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x $(PKGS)
 
 ## test-real-clis: only the real Claude Code and Codex CLIs through galley's harness and drivers
 test-real-clis:
