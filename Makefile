@@ -10,7 +10,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 PKGS := ./pkg/... ./local/... ./worker/... $(wildcard ./functions) $(wildcard ./scripts)
 PKGS := $(patsubst %,%/...,$(filter-out %/...,$(PKGS))) $(filter %/...,$(PKGS))
 
-.PHONY: run run-aws-local build build-aws-local test test-go test-real-clis test-infra lint-template vet bench fuzz standins-start standins-stop clean lambdas synth synth-local deploy destroy
+.PHONY: run run-aws-local build build-aws-local test test-go browser-deps bench-smoke test-real-clis test-infra lint-template vet bench fuzz standins-start standins-stop clean lambdas synth synth-local deploy destroy
 
 FUNCTIONS := effects reads mailbox workerapi reconciler
 CDK := node_modules/.bin/cdk
@@ -42,7 +42,7 @@ build:
 	$(GO) build -o $(BIN)/galley-worker ./worker/cmd/galley-worker
 
 ## test: every test: vet, Go tests against DynamoDB Local and fauxqs (installed, started and stopped here), the CDK app
-test: vet synth-local lint-template test-go test-infra
+test: vet synth-local lint-template browser-deps test-go bench-smoke test-infra
 
 vet:
 	@bad=$$(gofmt -l $(wildcard pkg local worker functions scripts)); if [ -n "$$bad" ]; then echo "not gofmt-clean: $$bad"; exit 1; fi
@@ -54,7 +54,15 @@ test-go:
 	clis="$$(scripts/agent-clis.sh)"; \
 	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) \
 	  GALLEY_AWSLOCAL_TEMPLATE=$(CURDIR)/$(LOCAL_TEMPLATE) GALLEY_REQUIRE_REAL_CLIS=1 GALLEY_AGENT_CLIS_BIN="$$clis" \
-	  $(GO) test -count=1 -timeout 15m $(PKGS)
+	  GALLEY_REQUIRE_BROWSER=1 $(GO) test -count=1 -timeout 15m $(PKGS)
+
+# The console's browser test drives Debian's Chromium with playwright-core.
+browser-deps:
+	scripts/browser-deps.sh
+
+## bench-smoke: every benchmark once (-benchtime 1x), so that none rots unseen
+bench-smoke: build-aws-local
+	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) GALLEY_AWSLOCAL_TEMPLATE=$(CURDIR)/$(LOCAL_TEMPLATE) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x $(PKGS)
 
 ## test-real-clis: only the real Claude Code and Codex CLIs through galley's harness and drivers
 test-real-clis:

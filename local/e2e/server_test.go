@@ -125,10 +125,10 @@ func keepOnFailure(t *testing.T, s *server) {
 	if out, err := exec.Command("cp", "-a", s.Data, kept).CombinedOutput(); err != nil {
 		t.Logf("keep: copy %s: %v %s", s.Data, err, out)
 	}
-	// No credential is kept: kitchn's token, the worker secret, the
+	// No credential is kept: kitchn's token, the operator token, the worker secret, the
 	// workers' tokens.
 	secrets, _ := filepath.Glob(filepath.Join(kept, "workers", "*", "token"))
-	for _, f := range append(secrets, filepath.Join(kept, "token"), filepath.Join(kept, "worker-secret")) {
+	for _, f := range append(secrets, filepath.Join(kept, "token"), filepath.Join(kept, "operator-token"), filepath.Join(kept, "worker-secret")) {
 		_ = os.Remove(f)
 	}
 	t.Logf("kept the server log and data under %s", dir)

@@ -171,6 +171,10 @@ func (d Driver) Observe(stdout io.Reader, ev harness.Events) {
 			ev.Note("agent session started", "family", d.Family, "event", e.Type, "session", e.Session, "model", e.Model, "mcp", e.MCP)
 		case evTool:
 			ev.Note("agent tool call", "family", d.Family, "tool", e.Tool, "server", e.ToolServer)
+			if te, ok := ev.(harness.ToolEvents); ok && e.ToolServer != MCPServerName {
+				// galley's own tools are reported by the harness that serves them.
+				te.Tool(e.Tool, e.ToolServer, -1)
+			}
 		case evTurnEnd:
 			ev.Note("agent turn ended", "family", d.Family, "event", e.Type, "error", e.Err)
 			if counter == nil {

@@ -63,6 +63,8 @@ type Workers interface {
 	// WorkerExitReport is the harness's exit report, taken once.
 	WorkerExitReport(ctx context.Context, handle string, code int, reason string) error
 	ExchangeBootstrap(ctx context.Context, handle, code, claim string) (string, error)
+	// WorkerEvents records what the harness saw in the worker's event log.
+	WorkerEvents(ctx context.Context, handle string, evs []workerapi.HarnessEvent) error
 }
 
 // Authenticator checks kitchn's bearer token.

@@ -61,6 +61,13 @@ func (h *Handler) workerRoutes(ws Workers) {
 		}
 		return workerapi.Ack{}, ws.WorkerUsage(ctx, id, req.Report)
 	}))
+	h.mux.HandleFunc("POST "+workerapi.PathEvents, h.worker(ws, func(ctx context.Context, id string, b []byte) (any, error) {
+		var req workerapi.EventsRequest
+		if err := decodeStrict(b, &req); err != nil {
+			return nil, err
+		}
+		return workerapi.Ack{}, ws.WorkerEvents(ctx, id, req.Events)
+	}))
 	h.mux.HandleFunc("POST "+workerapi.PathExited, h.worker(ws, func(ctx context.Context, id string, b []byte) (any, error) {
 		var req workerapi.ExitedRequest
 		if err := decodeStrict(b, &req); err != nil {

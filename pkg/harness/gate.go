@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/gitserve"
+	"github.com/galley-run/galley/pkg/workerapi"
 )
 
 // GateUser is the user name the agent presents to its push gate, with the
@@ -56,7 +57,7 @@ func (h *harness) startGate(repoURL, branch string) (*pushGate, error) {
 	}
 	secret := hex.EncodeToString(raw)
 	handler := gitserve.BasicAuth(gateRealm, gitserve.Credential(GateUser, secret),
-		gitserve.PushGate(gitserve.OnlyBranch(branch), upstream))
+		gitserve.PushGate(h.reportPushes(gitserve.OnlyBranch(branch)), upstream))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -74,6 +75,20 @@ func (h *harness) startGate(repoURL, branch string) (*pushGate, error) {
 		},
 		srv: srv,
 	}, nil
+}
+
+// reportPushes reports every ref update policy decides to the worker's
+// event log.
+func (h *harness) reportPushes(policy gitserve.RefPolicy) gitserve.RefPolicy {
+	return func(u gitserve.RefUpdate) error {
+		err := policy(u)
+		if err != nil {
+			h.rep.report(workerapi.EventPush, "push refused: "+err.Error(), "ref", u.Ref, "commit", u.New)
+		} else {
+			h.rep.report(workerapi.EventPush, "push", "ref", u.Ref, "commit", u.New)
+		}
+		return err
+	}
 }
 
 // gateUpstream is where the gate forwards: the house repository over

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,7 @@ type harness struct {
 	// gateEnv gives the agent's git the push gate's credential.
 	gateEnv []string
 	box     *inbox
+	rep     *reporter       // events for the worker's log (report.go)
 	ctx     context.Context // the run's context, for work started by events
 
 	readyMu sync.Mutex
@@ -109,6 +111,10 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 	}
 	h.self = self
 	h.log = h.log.With("worker", self.Handle, "run", self.Run)
+	if self.ReportEvents {
+		h.rep = newReporter(h)
+		defer h.rep.close()
+	}
 	if self.State == protocol.StateSettled {
 		h.log.Info("the worker is already settled; nothing to do", "outcome", self.Outcome)
 		return nil
@@ -135,7 +141,9 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 		return h.notStarted(ctx, "preparing the workspace failed", err)
 	}
 	// scripts/launchbench reads this line's time (launch → workspace ready).
-	h.log.Info("workspace ready", "dir", h.cfg.Workspace, "took", time.Since(prepStart))
+	took := time.Since(prepStart)
+	h.log.Info("workspace ready", "dir", h.cfg.Workspace, "took", took)
+	h.rep.report(workerapi.EventWorkspace, "workspace prepared", "branch", branch, "took", took.Round(time.Millisecond).String())
 
 	gate, err := h.startGate(h.cfg.Repository, branch)
 	if err != nil {
@@ -187,7 +195,9 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 	jail.wrap(cmd)
 	if jail.mode == ConfineNone && h.cfg.Confine != "" {
 		h.log.Warn("the agent is not confined: it can reach whatever this harness's user can", "why", jail.why)
+		h.rep.report(workerapi.EventWarning, "the agent is not confined", "mode", string(jail.mode), "why", jail.why)
 	} else {
+		h.rep.report(workerapi.EventConfinement, "agent confined", "mode", string(jail.mode), "why", jail.why)
 		h.log.Info("agent confined", "confinement", string(jail.mode), "uid", jail.uid, "why", jail.why)
 	}
 	stdout, stdoutW := io.Pipe()
@@ -197,6 +207,7 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 		return h.notStarted(ctx, "starting the agent failed", err)
 	}
 	h.log.Info("agent started", "pid", cmd.Process.Pid, "agent", self.Agent.Agent, "mcp", srv.url)
+	h.rep.report(workerapi.EventAgentStarted, "agent started", "agent", self.Agent.Agent, "model", self.Agent.Model, "pid", strconv.Itoa(cmd.Process.Pid))
 	observed := make(chan struct{})
 	go func() {
 		defer close(observed)
@@ -267,6 +278,11 @@ func (h *harness) endJail(ctx context.Context, j *jail) error {
 // worker failed.
 func (h *harness) notStarted(ctx context.Context, reason string, cause error) error {
 	h.log.Error("the agent cannot start", "reason", reason, "err", cause)
+	if cause != nil {
+		h.rep.report(workerapi.EventError, reason+": "+cause.Error())
+	} else {
+		h.rep.report(workerapi.EventError, reason)
+	}
 	msg := reason
 	if cause != nil {
 		msg += ": " + cause.Error()

@@ -165,6 +165,9 @@ func TestReadyOnStartedEvidence(t *testing.T) {
 	if last := s.Calls[len(s.Calls)-1]; last.Exited == nil || last.Exited.Code != 0 {
 		t.Errorf("last call = %+v, want exited 0 (no outcome reported)", last)
 	}
+	if len(s.Events) != 0 {
+		t.Errorf("a deployment that asked for no events got %d", len(s.Events))
+	}
 }
 
 func TestAgentNeverStarts(t *testing.T) {
@@ -236,7 +239,7 @@ func TestToolsDirectly(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	f := fakeFor(t, workerapi.Self{Handle: "w-1", Run: "run-1", Brief: "x", Branch: testBranch,
-		Agent: protocol.AgentSelection{Agent: "claude", Model: "opus-9"}})
+		Agent: protocol.AgentSelection{Agent: "claude", Model: "opus-9"}, ReportEvents: true})
 	ep := make(chan [2]string, 1)
 	p := runInProcess(t, ctx, f, "claude", shellDriver{script: "exec sleep 600", mcp: ep, needs: harness.AgentNeeds{AppendMessages: true}},
 		func(c *harness.Config) {
@@ -277,6 +280,11 @@ func TestToolsDirectly(t *testing.T) {
 	// waiting by then is appended to its result.
 	text, isErr := call(harness.ToolStatus, map[string]any{"body": "looking"})
 	if isErr {
+		t.Fatalf("post_status: %s", text)
+	}
+	// An agent that posts the worker's own credential: its event is
+	// redacted.
+	if text, isErr := call(harness.ToolStatus, map[string]any{"body": "leak " + testToken}); isErr {
 		t.Fatalf("post_status: %s", text)
 	}
 	if !strings.Contains(text, "Message from the coordinator: rebase onto main") {
@@ -321,6 +329,28 @@ func TestToolsDirectly(t *testing.T) {
 	}
 	if s.Count(workerapi.PathExited) != 0 {
 		t.Error("exited reported after finish")
+	}
+	// What the harness saw reached galley for the event log: the
+	// workspace, the agent's start, each tool call with its arguments
+	// and result size, and never the credential.
+	seen := map[string]bool{}
+	for _, e := range s.Events {
+		seen[e.Event] = true
+		all := e.Text
+		for _, v := range e.Fields {
+			all += v
+		}
+		if strings.Contains(all, testToken) {
+			t.Errorf("event %+v holds the worker's credential", e)
+		}
+		if e.Event == workerapi.EventTool && e.Fields["tool"] == harness.ToolStatus && strings.Contains(e.Fields["args"], "looking") && e.Fields["resultBytes"] == "" {
+			t.Errorf("tool event %+v has no result size", e)
+		}
+	}
+	for _, ev := range []string{workerapi.EventWorkspace, workerapi.EventAgentStarted, workerapi.EventTool} {
+		if !seen[ev] {
+			t.Errorf("no %s event among %+v", ev, s.Events)
+		}
 	}
 }
 

@@ -263,8 +263,10 @@ func tool[In any](h *harness, name string, f func(context.Context, In) (string, 
 		text, err := f(ctx, in)
 		if err != nil {
 			h.log.Warn("tool failed", "tool", name, "err", err)
+			h.rep.report(workerapi.EventTool, "tool failed: "+err.Error(), "tool", name, "args", toolArgs(in))
 			return nil, nil, err
 		}
+		h.rep.report(workerapi.EventTool, "", "tool", name, "args", toolArgs(in), "resultBytes", strconv.Itoa(len(text)))
 		res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
 		if h.needs.AppendMessages && name != ToolWaitMessage {
 			for _, m := range h.box.drainMessages() {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
 	"github.com/galley-run/galley/pkg/localserver"
+	"github.com/galley-run/galley/pkg/operator"
 	"github.com/galley-run/galley/pkg/store/dynamostore"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
@@ -53,9 +54,24 @@ func backends() []backend {
 }
 
 func newBench(b *testing.B, be ...backend) *bench {
+	return newBenchWith(b, localserver.Options{}, "true", be...)
+}
+
+// idleWorker writes a worker "harness" that stays up until the benchmark
+// process ends, so its worker stays unsettled (a harness that ends
+// settles its worker, and a settled worker posts nothing).
+func idleWorker(b *testing.B) string {
+	p := filepath.Join(b.TempDir(), "idle-worker")
+	script := fmt.Sprintf("#!/bin/sh\nwhile kill -0 %d 2>/dev/null; do sleep 1; done\n", os.Getpid())
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+func newBenchWith(b *testing.B, opts localserver.Options, worker string, be ...backend) *bench {
 	b.Helper()
 	data := b.TempDir()
-	opts := localserver.Options{}
 	if len(be) > 0 && be[0] == awsStores {
 		ctx := context.Background()
 		suffix := fmt.Sprintf("bench-%d-%d", os.Getpid(), runID.Add(1))
@@ -69,11 +85,15 @@ func newBench(b *testing.B, be ...backend) *bench {
 		}
 		opts.Store, opts.Doorbell = st, bell
 	}
-	truePath, err := execPath("true")
-	if err != nil {
-		b.Skip("no true binary")
+	workerBin := worker
+	if worker == "true" {
+		p, err := execPath("true")
+		if err != nil {
+			b.Skip("no true binary")
+		}
+		workerBin = p
 	}
-	opts.Listen, opts.House, opts.Data, opts.WorkerBin = "127.0.0.1:0", "bench", data, truePath
+	opts.Listen, opts.House, opts.Data, opts.WorkerBin = "127.0.0.1:0", "bench", data, workerBin
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := localserver.Start(context.Background(), opts)
 	if err != nil {
@@ -154,7 +174,9 @@ func timed(b *testing.B, f func(i int)) {
 
 func BenchmarkRoute(b *testing.B) {
 	for _, be := range backends() {
-		b.Run(string(be), func(b *testing.B) { benchRoutes(b, newBench(b, be)) })
+		// Workers stay up: a harness that ends settles its worker, which
+		// then posts nothing.
+		b.Run(string(be), func(b *testing.B) { benchRoutes(b, newBenchWith(b, localserver.Options{}, idleWorker(b), be)) })
 	}
 }
 
@@ -183,8 +205,9 @@ func benchRoutes(b *testing.B, bn *bench) {
 	})
 	b.Run("next-acknowledge", func(b *testing.B) {
 		ctx := context.Background()
+		posters := bn.launchWorkers(b, (b.N+postsPerWorker-1)/postsPerWorker)
 		for i := 0; i < b.N; i++ {
-			if _, err := bn.srv.Service.WorkerPost(ctx, worker, workerapi.PostRequest{Kind: "status", Body: "x"}); err != nil {
+			if _, err := bn.srv.Service.WorkerPost(ctx, posters[i/postsPerWorker], workerapi.PostRequest{Kind: "status", Body: "x"}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -299,17 +322,13 @@ func BenchmarkReadThroughput(b *testing.B) {
 // a waiting deliveries/await returning it, over loopback HTTP.
 func BenchmarkAwaitWake(b *testing.B) {
 	for _, be := range backends() {
-		b.Run(string(be), func(b *testing.B) { benchAwaitWake(b, newBench(b, be)) })
+		b.Run(string(be), func(b *testing.B) { benchAwaitWake(b, newBenchWith(b, localserver.Options{}, idleWorker(b), be)) })
 	}
 }
 
 func benchAwaitWake(b *testing.B, bn *bench) {
-	out := bn.call(b, "POST", "/v1/effects", envelope("k-seed", launchEffect))
-	var ans struct {
-		Receipt struct{ Created []struct{ Handle string } }
-	}
-	_ = json.Unmarshal(out, &ans)
-	worker := ans.Receipt.Created[0].Handle
+	// A worker's post budget allows a burst of 20: each worker posts 15.
+	workers := bn.launchWorkers(b, (b.N+postsPerWorker-1)/postsPerWorker)
 	ctx := context.Background()
 	lat := make(latencies, 0, b.N)
 	b.ResetTimer()
@@ -325,7 +344,7 @@ func benchAwaitWake(b *testing.B, bn *bench) {
 		}()
 		time.Sleep(5 * time.Millisecond) // let the await start waiting
 		posted := time.Now()
-		if _, err := bn.srv.Service.WorkerPost(ctx, worker, workerapi.PostRequest{Kind: "question", Body: "q?"}); err != nil {
+		if _, err := bn.srv.Service.WorkerPost(ctx, workers[i/postsPerWorker], workerapi.PostRequest{Kind: "question", Body: "q?"}); err != nil {
 			b.Fatal(err)
 		}
 		r := <-done
@@ -336,6 +355,106 @@ func benchAwaitWake(b *testing.B, bn *bench) {
 			b.Fatalf("await returned no delivery: %s", r.body)
 		}
 		bn.call(b, "POST", "/v1/deliveries/acknowledge", `{"run":"run-b","coordinator":"c1","delivery":"`+d.Delivery.ID+`"}`)
+	}
+	b.StopTimer()
+	lat.report(b)
+}
+
+// launchWorkers launches n workers (untimed) and answers their handles.
+func (bn *bench) launchWorkers(b *testing.B, n int) []string {
+	var hs []string
+	for range n {
+		out := bn.call(b, "POST", "/v1/effects", envelope(fmt.Sprintf("k-w-%d", runID.Add(1)), launchEffect))
+		var ans struct {
+			Receipt struct {
+				Created []struct{ Kind, Handle string }
+			}
+		}
+		_ = json.Unmarshal(out, &ans)
+		for _, c := range ans.Receipt.Created {
+			if c.Kind == "worker" {
+				hs = append(hs, c.Handle)
+			}
+		}
+	}
+	return hs
+}
+
+// postsPerWorker stays within a worker's post budget and its unread
+// status rows (service.DefaultPostBudget, store.MaxPendingNoise).
+const postsPerWorker = 15
+
+// BenchmarkWorkerPost measures the worker's post path (a status row) with
+// the event log and without it: what appending events costs the worker.
+func BenchmarkWorkerPost(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		off  bool
+	}{{"events", false}, {"no-events", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			bn := newBenchWith(b, localserver.Options{NoEventLog: c.off}, idleWorker(b))
+			hs := bn.launchWorkers(b, (b.N+postsPerWorker-1)/postsPerWorker)
+			ctx := context.Background()
+			timed(b, func(i int) {
+				if _, err := bn.srv.Service.WorkerPost(ctx, hs[i/postsPerWorker], workerapi.PostRequest{Kind: "status", Body: "working on it"}); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkEventFollow measures the time from a worker's post to its
+// event reaching a follower's long poll on the operator API (over
+// loopback HTTP, woken by the event topic's doorbell).
+func BenchmarkEventFollow(b *testing.B) {
+	bn := newBenchWith(b, localserver.Options{}, idleWorker(b))
+	hs := bn.launchWorkers(b, (b.N+postsPerWorker-1)/postsPerWorker)
+	tok, err := os.ReadFile(bn.srv.OperatorTokenFile())
+	if err != nil {
+		b.Fatal(err)
+	}
+	oc := operator.NewClient(bn.srv.Endpoint, strings.TrimSpace(string(tok)))
+	ctx := context.Background()
+	cursors := map[string]int64{}
+	for _, h := range hs {
+		// Start after what the launch recorded.
+		for {
+			a, err := oc.Events(ctx, h, cursors[h], time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(a.Events) == 0 {
+				break
+			}
+			cursors[h] = a.Next
+		}
+	}
+	lat := make(latencies, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		h := hs[i/postsPerWorker]
+		type res struct {
+			a   operator.EventsAnswer
+			err error
+			at  time.Time
+		}
+		done := make(chan res, 1)
+		go func() {
+			a, err := oc.Events(ctx, h, cursors[h], 10*time.Second)
+			done <- res{a, err, time.Now()}
+		}()
+		time.Sleep(5 * time.Millisecond) // let the poll start waiting
+		posted := time.Now()
+		if _, err := bn.srv.Service.WorkerPost(ctx, h, workerapi.PostRequest{Kind: "status", Body: "follow me"}); err != nil {
+			b.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil || len(r.a.Events) == 0 || r.a.Events[0].Fields["kind"] != "status" {
+			b.Fatalf("the follower got %+v, %v", r.a, r.err)
+		}
+		lat = append(lat, r.at.Sub(posted))
+		cursors[h] = r.a.Next
 	}
 	b.StopTimer()
 	lat.report(b)

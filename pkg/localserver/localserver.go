@@ -26,9 +26,11 @@ import (
 	"github.com/galley-run/galley/pkg/agents"
 	"github.com/galley-run/galley/pkg/api"
 	"github.com/galley-run/galley/pkg/doorbell/localbell"
+	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/logbuf"
+	"github.com/galley-run/galley/pkg/operator"
 	"github.com/galley-run/galley/pkg/runtime/localproc"
 	"github.com/galley-run/galley/pkg/service"
 	"github.com/galley-run/galley/pkg/store"
@@ -37,17 +39,20 @@ import (
 
 // Options are the server's settings; zero values take the defaults.
 type Options struct {
-	Listen       string // default 127.0.0.1:8080
-	House        string // default "local"
-	Backend      string // default "galley"
-	Credential   string // default "galley-token"
-	TokenFile    string // default <data>/token
-	Data         string // default .galley
-	Repository   string // default a bare repository under <data>/repository.git
-	DefaultAgent string // script, claude or codex; default script
-	WorkerBin    string // the galley-worker binary; default beside this executable or on PATH
-	AwaitCap     time.Duration
-	MaxWorkers   int
+	Listen     string // default 127.0.0.1:8080
+	House      string // default "local"
+	Backend    string // default "galley"
+	Credential string // default "galley-token"
+	TokenFile  string // default <data>/token
+	// OperatorTokenFile holds the operator token (the operator API and
+	// console, package operator); default <data>/operator-token.
+	OperatorTokenFile string
+	Data              string // default .galley
+	Repository        string // default a bare repository under <data>/repository.git
+	DefaultAgent      string // script, claude or codex; default script
+	WorkerBin         string // the galley-worker binary; default beside this executable or on PATH
+	AwaitCap          time.Duration
+	MaxWorkers        int
 
 	// Store and Doorbell, when set, replace the embedded store and the
 	// in-process doorbell (galley serve --store dynamodb --doorbell sqs).
@@ -77,6 +82,9 @@ type Options struct {
 	IdleTimeout        time.Duration
 	MaxHeaderBytes     int
 	MaxUnauthenticated int
+	// NoEventLog records nothing in the workers' event log: only for
+	// measuring what the log costs the worker's calls.
+	NoEventLog bool
 	// Logger receives the request log; default JSON on stderr, buffered
 	// (pkg/logbuf) and written out at least every 100 ms.
 	Logger *slog.Logger
@@ -97,6 +105,9 @@ func (o *Options) Defaults() {
 	set(&o.DefaultAgent, "script")
 	if o.TokenFile == "" {
 		o.TokenFile = filepath.Join(o.Data, "token")
+	}
+	if o.OperatorTokenFile == "" {
+		o.OperatorTokenFile = filepath.Join(o.Data, "operator-token")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -156,6 +167,13 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
 	}
+	operatorToken, err := SecretFile(o.OperatorTokenFile, 32)
+	if err != nil {
+		return nil, fmt.Errorf("operator token file: %w", err)
+	}
+	if string(operatorToken) == string(token) {
+		return nil, errors.New("the operator token must differ from kitchn's token: one would open the other's routes")
+	}
 	workerSecret, err := SecretFile(filepath.Join(data, "worker-secret"), 32)
 	if err != nil {
 		return nil, fmt.Errorf("worker secret: %w", err)
@@ -183,6 +201,21 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if bell == nil {
 		bell = localbell.New()
 	}
+	evlog, hasLog := st.(operator.Events)
+	if !hasLog {
+		return nil, errors.New("the store keeps no worker event log")
+	}
+	// Event followers are in this process: their bell is local whatever
+	// wakes deliveries/await (an SQS doorbell would make a queue per
+	// worker). The recorder is closed before the store (closers run in
+	// reverse), so what is queued is appended first.
+	evbell := localbell.New()
+	rec := eventlog.New(evlog, evbell, o.Logger)
+	s.closers = append(s.closers, closerFunc(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return rec.Close(ctx)
+	}))
 	workerBin, err := findWorkerBin(o.WorkerBin)
 	if err != nil {
 		return nil, err
@@ -242,7 +275,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		// process left in flight is dead. A DynamoDB table may be shared.
 		ExclusiveStore: o.Store == nil,
 	}, service.WithStore(st), service.WithRuntime(rt), service.WithGitHost(git), service.WithDoorbell(bell),
-		service.WithLogger(o.Logger))
+		service.WithLogger(o.Logger), withEvents(rec, o.NoEventLog))
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +283,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	// Harnesses a killed server started still run; one that ends without
 	// a report must settle its worker as if this server had started it.
 	rt.WatchInherited(inheritedPoll)
-	h := confined(o.Logger, rt.Confinement(), api.New(api.WithService(svc), api.WithAuthenticator(api.StaticToken(token)), api.WithLogger(o.Logger)))
+	h := withOperator(operator.New(operatorToken, svc, evlog, evbell, o.Logger),
+		confined(o.Logger, rt.Confinement(), api.New(api.WithService(svc), api.WithAuthenticator(api.StaticToken(token)), api.WithLogger(o.Logger))))
 	s.http = newHTTPServer(h, o)
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -272,6 +306,29 @@ func baseURLs(o Options) []struct{ what, env, v string } {
 		{"OpenAI base URL (--openai-base-url)", harness.EnvOpenAIBaseURL, o.OpenAIBaseURL},
 	}
 }
+
+func withEvents(rec *eventlog.Recorder, off bool) service.Option {
+	if off {
+		return func(*service.Service) {}
+	}
+	return service.WithEvents(rec)
+}
+
+// withOperator serves the operator's routes (package operator) from op and
+// everything else from h.
+func withOperator(op, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if operator.Owns(r.URL.Path) {
+			op.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 // agentEnv names the variables an operator sets for agents (provider keys),
 // passed to workers by name; nothing else of the server's environment is.
@@ -296,7 +353,13 @@ func PrintReady(w io.Writer, o Options, endpoint, tokenFile string) {
 	fmt.Fprintf(w, "bearer token: %s (mode 600; copy it to <registry>/private/%s/credentials/%s)\n",
 		tokenFile, o.House, o.Credential)
 	fmt.Fprintf(w, "kitchn binding for the house policy:\n%s\n", Binding(o.Backend, o.Credential, endpoint))
+	if o.OperatorTokenFile != "" {
+		fmt.Fprintf(w, "operator console: %s/operator/ (operator token: %s; bin/galley workers, events, cancel, revoke)\n", endpoint, o.OperatorTokenFile)
+	}
 }
+
+// OperatorTokenFile is where the operator token lives.
+func (s *Server) OperatorTokenFile() string { return s.opts.OperatorTokenFile }
 
 // TokenFile is where the bearer token lives.
 func (s *Server) TokenFile() string { return s.opts.TokenFile }

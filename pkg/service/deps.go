@@ -25,6 +25,13 @@ type Store interface {
 // for the call too, but a later retry may succeed.
 var ErrStartRefused = errors.New("the runtime refused to start the worker")
 
+// EventRecorder keeps a worker's event log (package eventlog's
+// Recorder). Record must not block nor fail the call that records: the
+// service records after its own write committed.
+type EventRecorder interface {
+	Record(worker string, e store.Event)
+}
+
 // Runtime starts and stops workers: local processes, or ECS tasks.
 type Runtime interface {
 	// Start starts the worker described by spec. It must be idempotent per

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"path"
+	"strconv"
 
+	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/store"
@@ -201,6 +203,7 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 		}
 		return nil, err
 	}
+	s.event(plan.Worker, eventlog.KindCompute, "compute start requested", "event", "started", "agent", agent.Agent, "branch", branch)
 	// A cancel or release may have settled the worker while it was being
 	// started, its Stop before this Start. Either this read sees it settled
 	// and stops the compute, or the settling write (and so its Stop) came
@@ -487,9 +490,11 @@ func (s *Service) message(ctx context.Context, c *claim, eff protocol.WorkerEffe
 		return nil, err
 	}
 	item := store.InboxItem{Key: c.rec.Key, Kind: "message", Body: *eff.Body, At: s.clock.Now()}
-	if _, err := s.store.AppendInbox(ctx, handle, item); err != nil {
+	seq, err := s.store.AppendInbox(ctx, handle, item)
+	if err != nil {
 		return nil, err
 	}
+	s.event(handle, eventlog.KindMailbox, *eff.Body, "kind", "message", "inbox", strconv.FormatInt(seq, 10))
 	s.ring(ctx, inboxTopic(handle))
 	return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
 }
@@ -565,6 +570,7 @@ func (s *Service) cancel(ctx context.Context, c *claim, eff protocol.WorkerEffec
 	if err := s.runtime.Stop(ctx, handle); err != nil {
 		return nil, err
 	}
+	s.event(handle, eventlog.KindCompute, "compute stop requested (cancel)", "event", "stop-requested")
 	return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
 }
 
@@ -691,6 +697,12 @@ var errNoChange = errors.New("no change")
 // retrying from a fresh read when the record changed underneath. fn returns
 // errNoChange to write nothing. A missing or released worker is Invalid.
 func (s *Service) updateWorker(ctx context.Context, handle string, fn func(*store.Worker) error) (store.Resource, error) {
+	return s.updateWorkerWhy(ctx, handle, "", fn)
+}
+
+// updateWorkerWhy is updateWorker, recording a state change its write
+// makes in the worker's event log with why as its evidence.
+func (s *Service) updateWorkerWhy(ctx context.Context, handle, why string, fn func(*store.Worker) error) (store.Resource, error) {
 	for range claimAttempts {
 		res, ver, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
 		if galleyerr.Is(galleyerr.NotFound, err) || (err == nil && (res.Released || res.Worker == nil)) {
@@ -702,6 +714,7 @@ func (s *Service) updateWorker(ctx context.Context, handle string, fn func(*stor
 		if res.Worker.Questions == nil {
 			res.Worker.Questions = map[string]string{}
 		}
+		before := res.Worker.State
 		if err := fn(res.Worker); err != nil {
 			if errors.Is(err, errNoChange) {
 				return res, nil
@@ -710,10 +723,31 @@ func (s *Service) updateWorker(ctx context.Context, handle string, fn func(*stor
 		}
 		res.Worker.Updated = s.clock.Now()
 		if _, err = s.store.PutResource(ctx, res, ver); !galleyerr.Is(galleyerr.Conflict, err) {
+			if err == nil && res.Worker.State != before {
+				s.event(handle, eventlog.KindState, why, "from", before, "state", res.Worker.State, "outcome", res.Worker.Outcome)
+			}
 			return res, err
 		}
 	}
 	return store.Resource{}, galleyerr.Errorf(galleyerr.InFlight, "worker %s is contended", quoteShort(handle))
+}
+
+// event records one event in the worker's log; kv are field names and
+// values.
+func (s *Service) event(handle, kind, text string, kv ...string) {
+	if s.events == nil {
+		return
+	}
+	e := store.Event{At: s.clock.Now(), Kind: kind, Text: text}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			if e.Fields == nil {
+				e.Fields = map[string]string{}
+			}
+			e.Fields[kv[i]] = kv[i+1]
+		}
+	}
+	s.events.Record(handle, e)
 }
 
 func hasOpenQuestion(w *store.Worker) bool {

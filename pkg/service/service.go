@@ -117,6 +117,7 @@ type Service struct {
 	log     *slog.Logger
 	inboxes *inboxCache
 	budgets *budgets
+	events  EventRecorder
 	// incarnation names this Service in the leases it takes, so that with
 	// an exclusive store a lease of any other incarnation is known dead.
 	incarnation string
@@ -134,6 +135,11 @@ func WithClock(c Clock) Option       { return func(v *Service) { v.clock = c } }
 // WithWakeGranter sets how harnesses wait for their wake-ups (default:
 // through galley, WakeGalley).
 func WithWakeGranter(g WakeGranter) Option { return func(v *Service) { v.wakes = g } }
+
+// WithEvents records what happens to each worker in its event log
+// (package eventlog); without it nothing is recorded.
+func WithEvents(r EventRecorder) Option { return func(v *Service) { v.events = r } }
+
 func WithLogger(l *slog.Logger) Option {
 	return func(v *Service) { v.log = l }
 }

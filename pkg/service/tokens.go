@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 
+	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/store"
@@ -88,6 +89,7 @@ func (s *Service) RevokeWorkerCredential(ctx context.Context, handle string) err
 	})
 	if err == nil {
 		s.log.Warn("worker credential revoked", "worker", handle)
+		s.event(handle, eventlog.KindCredential, "the worker's credential was revoked")
 	}
 	return err
 }

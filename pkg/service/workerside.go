@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/store"
@@ -32,7 +33,7 @@ func (s *Service) WorkerSelf(ctx context.Context, handle string) (workerapi.Self
 		return workerapi.Self{}, galleyerr.Errorf(galleyerr.NotFound, "no such worker")
 	}
 	self := workerapi.Self{Handle: handle, Run: w.Run, Task: w.Task, Role: w.Role, Brief: w.Brief,
-		Branch: w.Branch, State: w.State, Outcome: w.Outcome, AgentUID: w.AgentUID}
+		Branch: w.Branch, State: w.State, Outcome: w.Outcome, AgentUID: w.AgentUID, ReportEvents: s.events != nil}
 	if w.Agent != nil {
 		self.Agent = *w.Agent
 	}
@@ -43,7 +44,7 @@ func (s *Service) WorkerSelf(ctx context.Context, handle string) (workerapi.Self
 // starting worker becomes ready; any other state stays, and a settled
 // worker's report is refused (its credential only reads).
 func (s *Service) WorkerReady(ctx context.Context, handle, evidence string) error {
-	_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
+	_, err := s.updateWorkerWhy(ctx, handle, evidence, func(w *store.Worker) error {
 		if w.State == protocol.StateSettled {
 			return errSettled
 		}
@@ -109,6 +110,8 @@ func (s *Service) WorkerPost(ctx context.Context, handle string, req workerapi.P
 	}
 	if existed {
 		s.log.Info("a retried post found its row appended", "worker", handle, "id", id, "kind", req.Kind)
+	} else {
+		s.event(handle, eventlog.KindMailbox, firstOf(req.Subject, req.Body), "kind", req.Kind, "id", id)
 	}
 	s.notePending(ctx, handle, id, seq)
 	switch req.Kind {
@@ -184,6 +187,8 @@ func (s *Service) appendDone(ctx context.Context, handle string, res store.Resou
 	}
 	if existed {
 		s.log.Info("a worker-done row was found appended", "worker", handle)
+	} else {
+		s.event(handle, eventlog.KindMailbox, firstOf(subject, body), "kind", protocol.MsgWorkerDone, "id", id, "outcome", res.Worker.Outcome)
 	}
 	s.notePending(ctx, handle, id, seq)
 	s.ring(ctx, runTopic(res.Worker.Run))
@@ -216,7 +221,9 @@ func (s *Service) settle(ctx context.Context, handle, outcome string, how settle
 // (settleOwn, settleExited) lists it on the record in the same write.
 func (s *Service) settleRecord(ctx context.Context, handle, outcome string, how settleHow) (store.Resource, error) {
 	settled := false
-	res, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
+	why := map[settleHow]string{settleOther: "cancelled or released by the coordinator", settleOwn: "the worker's own worker-done",
+		settleExited: "the worker's compute ended"}[how]
+	res, err := s.updateWorkerWhy(ctx, handle, why, func(w *store.Worker) error {
 		changed := false
 		if how == settleExited && !w.Exited {
 			w.Exited, changed = true, true
@@ -454,7 +461,7 @@ func (s *Service) deliverReply(ctx context.Context, c *claim, handle, question, 
 		}
 		item.Seq = seq
 	}
-	_, err := s.updateWorker(ctx, handle, func(w *store.Worker) error {
+	_, err := s.updateWorkerWhy(ctx, handle, "reply to "+question, func(w *store.Worker) error {
 		if prev := w.Questions[question]; prev != "" {
 			if answerMatches(prev, body) {
 				return errNoChange
@@ -478,6 +485,7 @@ func (s *Service) deliverReply(ctx context.Context, c *claim, handle, question, 
 	if err != nil {
 		return err
 	}
+	s.event(handle, eventlog.KindMailbox, body, "kind", "reply", "question", question, "inbox", strconv.FormatInt(item.Seq, 10))
 	s.ring(ctx, inboxTopic(handle))
 	return nil
 }
@@ -507,7 +515,39 @@ func (s *Service) WorkerUsage(ctx context.Context, handle string, report protoco
 		w.Usage = &report
 		return nil
 	})
+	if err == nil {
+		s.event(handle, eventlog.KindUsage, "", usageFields(report)...)
+	}
 	return err
+}
+
+// usageFields are a usage report's totals as event fields.
+func usageFields(u protocol.UsageReport) []string {
+	var kv []string
+	if t := u.Tokens; t != nil {
+		for _, f := range []struct {
+			name string
+			n    *int64
+		}{{"input", t.Input}, {"output", t.Output}, {"cacheRead", t.CacheRead}, {"cacheWrite", t.CacheWrite}} {
+			if f.n != nil {
+				kv = append(kv, f.name, strconv.FormatInt(*f.n, 10))
+			}
+		}
+	}
+	if c := u.Cost; c != nil {
+		kv = append(kv, "costMicroUsd", strconv.FormatInt(c.Amount, 10), "costBasis", c.Basis)
+	}
+	return append(kv, "model", u.Model)
+}
+
+// firstOf is the first of its arguments that is not blank.
+func firstOf(vs ...string) string {
+	for _, v := range vs {
+		if strings.TrimSpace(v) != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 // WorkerExitReport is the harness's exit report: WorkerExited, once. A
@@ -535,6 +575,9 @@ func (s *Service) WorkerExited(ctx context.Context, handle string, code int, rea
 		return galleyerr.Errorf(galleyerr.NotFound, "no such worker")
 	}
 	reported := res.Worker.State == protocol.StateSettled
+	if !res.Worker.Exited {
+		s.event(handle, eventlog.KindCompute, reason, "event", "stopped", "code", strconv.Itoa(code))
+	}
 	res, err = s.settleRecord(ctx, handle, protocol.OutcomeFailed, settleExited)
 	if err != nil {
 		return err
@@ -555,6 +598,39 @@ func (s *Service) WorkerExited(ctx context.Context, handle string, code int, rea
 	}
 	_, err = s.appendDone(ctx, handle, res, "", body)
 	return err
+}
+
+// WorkerEvents records what the worker's harness saw in its event log:
+// warnings and errors as such, anything else as a harness event. The log
+// cuts each; a request of more than workerapi.MaxEventsPerRequest is
+// refused.
+func (s *Service) WorkerEvents(ctx context.Context, handle string, evs []workerapi.HarnessEvent) error {
+	if len(evs) > workerapi.MaxEventsPerRequest {
+		return galleyerr.Errorf(galleyerr.Invalid, "at most %d events a request", workerapi.MaxEventsPerRequest)
+	}
+	for _, e := range evs {
+		kind := eventlog.KindHarness
+		switch e.Event {
+		case workerapi.EventWarning:
+			kind = eventlog.KindWarning
+		case workerapi.EventError:
+			kind = eventlog.KindError
+		}
+		if s.events == nil {
+			continue
+		}
+		f := make(map[string]string, len(e.Fields)+1)
+		for k, v := range e.Fields {
+			f[k] = v
+		}
+		f["event"] = e.Event
+		at := s.clock.Now()
+		if !e.At.IsZero() && e.At.Before(at) && at.Sub(e.At) < time.Hour {
+			at = e.At
+		}
+		s.events.Record(handle, store.Event{At: at, Kind: kind, Text: e.Text, Fields: f})
+	}
+	return nil
 }
 
 func checkPost(req workerapi.PostRequest) error {

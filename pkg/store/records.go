@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -260,4 +261,45 @@ type InboxItem struct {
 	Question string    `json:"question,omitempty"`
 	Body     string    `json:"body"`
 	At       time.Time `json:"at"`
+}
+
+// Event is one entry of a worker's event log: what happened to the worker,
+// for its operator (docs/operations.md). Seq numbers a worker's events 1,
+// 2, ... in the order the store committed them. Events never hold a
+// secret: their writers redact and cut what they record.
+type Event struct {
+	Seq  int64     `json:"seq"`
+	At   time.Time `json:"at"`
+	Kind string    `json:"kind"`
+	// Text is one line, cut at MaxEventText bytes.
+	Text string `json:"text,omitempty"`
+	// Fields are short facts (an id, a state, a ref), each value cut at
+	// MaxEventText bytes.
+	Fields map[string]string `json:"fields,omitempty"`
+}
+
+// Bounds of a worker's event log. A store keeps at most MaxEvents events
+// per worker, dropping the oldest, and refuses an event whose JSON exceeds
+// MaxEventBytes, so a worker's log holds at most MaxEvents × MaxEventBytes
+// (2 MiB) whatever it does.
+const (
+	MaxEvents     = 1000
+	MaxEventBytes = 2 << 10
+	MaxEventText  = 240
+)
+
+// EventLog keeps each worker's event log (storetest.RunEvents checks it).
+//
+// AppendEvent gives e the worker's next sequence and stores it, dropping
+// the worker's oldest events beyond MaxEvents; an event whose JSON exceeds
+// MaxEventBytes is Invalid. Sequences are never reused and never skip: the
+// events a store retains are always one unbroken run ending at the latest.
+// ListEvents returns up to limit (all when limit <= 0) retained events
+// with Seq > after, in order; a reader whose first event is not after+1
+// knows the events between were dropped. LastEvent answers the worker's
+// latest retained event, ok false when it has none.
+type EventLog interface {
+	AppendEvent(ctx context.Context, worker string, e Event) (int64, error)
+	ListEvents(ctx context.Context, worker string, after int64, limit int) ([]Event, error)
+	LastEvent(ctx context.Context, worker string) (e Event, ok bool, err error)
 }

@@ -25,6 +25,9 @@ const (
 	PathWait   = "/worker/v1/wait"   // WaitRequest -> Ack (long poll)
 	PathUsage  = "/worker/v1/usage"  // UsageRequest -> Ack
 	PathExited = "/worker/v1/exited" // ExitedRequest -> Ack
+	// PathEvents takes what the harness saw for the worker's event log
+	// (docs/operations.md): best effort, never retried once sent.
+	PathEvents = "/worker/v1/events" // EventsRequest -> Ack
 	// PathCredential exchanges a one-time bootstrap code for the worker's
 	// credential; it is the one call without a bearer token (the code is
 	// the proof). ECS workers receive only the code (docs/runtime-ecs.md).
@@ -77,6 +80,10 @@ type Self struct {
 	// before the service allocated uids: the harness then derives one from
 	// the handle, in a range below AgentUIDBase.
 	AgentUID uint32 `json:"agentUid,omitempty"`
+	// ReportEvents asks the harness to send what it sees to PathEvents:
+	// only a deployment that keeps an event log asks, so one that keeps
+	// none is spared the calls.
+	ReportEvents bool `json:"reportEvents,omitempty"`
 }
 
 // The agent uids a service allocates: the n-th worker of a house (n from
@@ -195,6 +202,38 @@ type ExitedRequest struct {
 	Code   int    `json:"code"`
 	Reason string `json:"reason"`
 }
+
+// EventsRequest carries up to MaxEventsPerRequest harness events. The
+// harness redacts every secret it knows and cuts long text before it
+// sends them; galley cuts them again.
+type EventsRequest struct {
+	Events []HarnessEvent `json:"events"`
+}
+
+// MaxEventsPerRequest bounds one EventsRequest.
+const MaxEventsPerRequest = 32
+
+// HarnessEvent is one thing the harness saw. Event names it: workspace
+// (prepared; field took), confinement (field mode), agent-started, tool
+// (fields tool, args, resultBytes), push (fields ref, commit), warning,
+// error.
+type HarnessEvent struct {
+	Event  string            `json:"event"`
+	At     time.Time         `json:"at,omitzero"`
+	Text   string            `json:"text,omitempty"`
+	Fields map[string]string `json:"fields,omitempty"`
+}
+
+// Harness event names.
+const (
+	EventWorkspace    = "workspace"
+	EventConfinement  = "confinement"
+	EventAgentStarted = "agent-started"
+	EventTool         = "tool"
+	EventPush         = "push"
+	EventWarning      = "warning"
+	EventError        = "error"
+)
 
 // Ack is the empty answer.
 type Ack struct{}

@@ -40,6 +40,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runConformance(ctx, args[1:], stdout, stderr)
 	case "stop-workers":
 		return stopWorkers(ctx, args[1:], stdout, stderr)
+	case "workers", "events", "cancel", "revoke":
+		return runOperator(ctx, args[0], args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -56,6 +58,10 @@ commands:
   serve        run galley on this machine (galley serve -h for flags)
   conformance  run kitchn's conformance checks against an endpoint
   stop-workers stop a deployment's worker tasks and wait (make destroy runs it)
+  workers      list the workers (the operator API; docs/operations.md)
+  events       one worker's events: galley events HANDLE [--follow] [--after N]
+  cancel       cancel a worker: galley cancel HANDLE
+  revoke       revoke a worker's credential: galley revoke HANDLE
 `)
 }
 
@@ -130,6 +136,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Credential, "credential", "galley-token", "the binding's credential name")
 	fs.StringVar(&o.Data, "data", ".galley", "directory for all state")
 	fs.StringVar(&o.TokenFile, "token-file", "", "bearer token file, created (mode 600) when absent (default <data>/token)")
+	fs.StringVar(&o.OperatorTokenFile, "operator-token-file", "", "operator token file (the operator API and console), created (mode 600) when absent (default <data>/operator-token)")
 	fs.StringVar(&o.Repository, "repository", "", "git repository branches are made in (default: a bare repository under <data>)")
 	fs.StringVar(&o.DefaultAgent, "default-agent", "script", "agent for launches that name none: script, claude or codex")
 	fs.StringVar(&families, "families", "", "agent families to declare, comma-separated (default: those whose CLI is found)")
@@ -203,6 +210,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "galley serve: %v\n", err)
 		return 1
 	}
+	o.OperatorTokenFile = srv.OperatorTokenFile()
 	localserver.PrintReady(stdout, o, srv.Endpoint, srv.TokenFile())
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "galley: shutting down")

@@ -33,6 +33,7 @@ import (
 //	message-ids     run -> bucket: row id -> seq (8 bytes), written with the message
 //	inboxes         worker -> bucket: seq (8 bytes) -> item JSON; likewise
 //	counters        name -> last value (8 bytes)
+//	events          worker -> bucket: seq (8 bytes) -> event JSON, at most store.MaxEvents (events.go)
 //
 // version is 8 bytes big-endian; numbers in keys are big-endian so that
 // keys sort in numeric order.

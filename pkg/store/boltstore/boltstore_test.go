@@ -209,3 +209,19 @@ func TestErrors(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+func TestEvents(t *testing.T) {
+	storetest.RunEvents(t, func(t *testing.T) storetest.EventStore {
+		return open(t, filepath.Join(t.TempDir(), "galley.db"))
+	})
+}
+
+func TestEventsDurable(t *testing.T) {
+	storetest.RunEventsDurable(t, func(t *testing.T, dir string) storetest.EventStore {
+		s, err := boltstore.Open(filepath.Join(dir, "galley.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}

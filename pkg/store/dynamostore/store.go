@@ -16,6 +16,8 @@ type DynamoAPI interface {
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+	// DeleteItem drops the events beyond a worker's bound (events.go).
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 
 	// For EnsureTable only.
 	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
@@ -35,6 +37,8 @@ type Store struct {
 	ambiguousRetries int
 	backoff          time.Duration
 	counters         counterLocks
+	eventRetention   time.Duration
+	eventLast        eventCursors
 }
 
 var _ store.Store = (*Store)(nil)

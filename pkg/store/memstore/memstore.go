@@ -25,6 +25,7 @@ type Store struct {
 	msgIDs    map[msgKey]int64             // a message's sequence by run and row id
 	inboxes   map[string][]store.InboxItem // inboxes[worker][seq-1]
 	counters  map[string]int64
+	events    map[string]*eventLog
 }
 
 type versioned[T any] struct {
@@ -48,6 +49,7 @@ func New() *Store {
 		msgIDs:    map[msgKey]int64{},
 		inboxes:   map[string][]store.InboxItem{},
 		counters:  map[string]int64{},
+		events:    map[string]*eventLog{},
 	}
 }
 

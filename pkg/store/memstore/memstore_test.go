@@ -15,3 +15,11 @@ func TestConformance(t *testing.T) {
 		return s
 	})
 }
+
+func TestEvents(t *testing.T) {
+	storetest.RunEvents(t, func(t *testing.T) storetest.EventStore {
+		s := memstore.New()
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}

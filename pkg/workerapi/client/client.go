@@ -230,6 +230,12 @@ func (c *Client) Exited(ctx context.Context, code int, reason string) error {
 	return c.call(ctx, workerapi.PathExited, workerapi.ExitedRequest{Code: code, Reason: reason}, &workerapi.Ack{}, 0, retryAlways)
 }
 
+// Events sends harness events for the worker's event log. It is not
+// retried once sent (a lost answer must not record an event twice).
+func (c *Client) Events(ctx context.Context, evs []workerapi.HarnessEvent) error {
+	return c.call(ctx, workerapi.PathEvents, workerapi.EventsRequest{Events: evs}, &workerapi.Ack{}, 0, retryUnsent)
+}
+
 // retryPolicy says which failures of an attempt may be retried.
 type retryPolicy int
 

@@ -45,6 +45,9 @@ type Snapshot struct {
 	Attempts map[string]int
 	// Refused counts requests answered 401 for a wrong token.
 	Refused int
+	// Events are the harness events received, in order (apart from
+	// Calls: they are best effort and come at any time).
+	Events []workerapi.HarnessEvent
 }
 
 // Posts returns the posted rows in order.
@@ -84,6 +87,7 @@ type Server struct {
 	faults   map[string][]int
 	attempts map[string]int
 	refused  int
+	events   []workerapi.HarnessEvent
 	closing  bool
 	changed  chan struct{} // closed and replaced on every change
 }
@@ -110,6 +114,7 @@ func New(self workerapi.Self, token string) *Server {
 	mux.HandleFunc("POST "+workerapi.PathWait, s.handleWait)
 	mux.HandleFunc("POST "+workerapi.PathUsage, s.handleUsage)
 	mux.HandleFunc("POST "+workerapi.PathExited, s.handleExited)
+	mux.HandleFunc("POST "+workerapi.PathEvents, s.handleEvents)
 	s.srv = httptest.NewServer(s.guard(mux))
 	s.URL = s.srv.URL
 	return s
@@ -142,6 +147,7 @@ func (s *Server) snapshotLocked() Snapshot {
 		Outcome:  s.self.Outcome,
 		Attempts: att,
 		Refused:  s.refused,
+		Events:   append([]workerapi.HarnessEvent(nil), s.events...),
 	}
 }
 
@@ -400,6 +406,18 @@ func (s *Server) handleExited(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.record(Call{Path: workerapi.PathExited, Exited: &req})
 	s.settleLocked(protocol.OutcomeFailed)
+	s.mu.Unlock()
+	answer(w, workerapi.Ack{})
+}
+
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+	var req workerapi.EventsRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.mu.Lock()
+	s.events = append(s.events, req.Events...)
+	s.notifyLocked()
 	s.mu.Unlock()
 	answer(w, workerapi.Ack{})
 }
