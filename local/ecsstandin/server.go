@@ -43,6 +43,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/galley-run/galley/local/container"
 	"github.com/galley-run/galley/pkg/runtime/localproc"
 )
 
@@ -82,7 +83,12 @@ type Server struct {
 	endpoint    *http.Server // the task endpoint: credentials and metadata
 	endpointURL string
 
-	procs *localproc.Runtime
+	procs *taskProcs
+
+	containers   *container.Runtime // container mode (containers.go)
+	ctrNet       ContainerNetwork
+	ctrImages    []containerImage
+	accessPoints map[string]AccessPoint
 
 	mu         sync.Mutex
 	closed     bool
@@ -209,7 +215,7 @@ func New(opts ...Option) (*Server, error) {
 	if err := os.MkdirAll(filepath.Join(s.dir, "tasks"), 0o700); err != nil {
 		return nil, err
 	}
-	s.procs, err = localproc.New(
+	lp, err := localproc.New(
 		localproc.WithDir(filepath.Join(s.dir, "procs")),
 		localproc.WithHarness(s.entrypoint),
 		// The container's own GALLEY_WORKER_ENDPOINT replaces it.
@@ -220,6 +226,7 @@ func New(opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.procs = newTaskProcs(lp)
 	if old, err := s.procs.Handles(); err == nil {
 		for _, h := range old {
 			_ = s.procs.Stop(context.Background(), h)
