@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -400,4 +401,69 @@ func sorted(csv string) []string {
 	xs := strings.Split(csv, ",")
 	slices.Sort(xs)
 	return xs
+}
+
+// TestNetworkAdmitsOnlyAllowedPorts: from a container on a Network, a port
+// listened on Gateway and allowed answers; one listened on Gateway but not
+// allowed, and one on every interface, do not.
+func TestNetworkAdmitsOnlyAllowedPorts(t *testing.T) {
+	r := testRuntime(t)
+	img := probeImage(t)
+	ctx := context.Background()
+	n, err := r.NewNetwork(ctx, "galley-test-"+randHex(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := n.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	allowed, err := n.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer allowed.Close()
+	closed, err := net.Listen("tcp", net.JoinHostPort(n.Gateway.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closed.Close()
+	anywhere, err := net.Listen("tcp", ":0") // as DynamoDB Local may
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anywhere.Close()
+	for _, ln := range []net.Listener{allowed, closed, anywhere} {
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+	}
+	port := func(ln net.Listener) string { return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port) }
+	gw := n.Gateway.String()
+	want := map[string]string{
+		"galley-host:" + port(allowed): "open",
+		gw + ":" + port(closed):        "closed",
+		gw + ":" + port(anywhere):      "closed",
+	}
+	args := []string{"dial"}
+	for a := range want {
+		args = append(args, a)
+	}
+	code, out := run(t, r, Spec{Image: img, Command: args, Network: n.Name, Hosts: map[string]string{"galley-host": gw}})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	v := values(out)
+	for a, w := range want {
+		if got := v["dial:"+a]; len(got) != 1 || got[0] != w {
+			t.Errorf("%s: %v, want %s", a, got, w)
+		}
+	}
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -34,6 +35,17 @@ func main() {
 			os.Exit(1)
 		}
 		fmt.Println(c.Process.Pid)
+	case "dial":
+		// dial ADDR...: whether a TCP connection to each opens.
+		for _, a := range os.Args[2:] {
+			c, err := net.DialTimeout("tcp", a, 30*time.Second)
+			if err != nil {
+				fmt.Printf("dial:%s=closed\n", a)
+				continue
+			}
+			c.Close()
+			fmt.Printf("dial:%s=open\n", a)
+		}
 	case "exit":
 		n, _ := strconv.Atoi(os.Args[2])
 		os.Exit(n)
