@@ -39,3 +39,18 @@ func BuildFromBinary(ctx context.Context, ref, bin, at string, env map[string]st
 	}
 	return nil
 }
+
+// ImageEnv returns the value of the variable name in the environment of
+// the image ref's configuration ("" if it sets none).
+func (r *Runtime) ImageEnv(ctx context.Context, ref, name string) (string, error) {
+	out, err := r.podmanCmd(ctx, "image", "inspect", "--format", "{{range .Config.Env}}{{println .}}{{end}}", ref).Output()
+	if err != nil {
+		return "", fmt.Errorf("container: podman image inspect %s: %v", ref, err)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(l, name+"="); ok {
+			return v, nil
+		}
+	}
+	return "", nil
+}

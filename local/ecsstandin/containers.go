@@ -37,22 +37,27 @@ func WithContainers(rt *container.Runtime, n ContainerNetwork) Option {
 	return func(s *Server) { s.containers, s.ctrNet = rt, n }
 }
 
-// containerImage is a container image rule: the local image that an ECS
-// image reference runs as, and what this machine adds to its environment
-// (the endpoints that stand in for AWS's).
+// ContainerImage is the local container image an ECS image reference runs
+// as, with what this machine adds to its containers: Env after everything
+// else (the AWS endpoints of this machine, where on AWS the SDKs' defaults
+// are right) and Mounts (read-only files such as the local CA).
+type ContainerImage struct {
+	Ref    string
+	Env    map[string]string
+	Mounts []container.Mount
+}
+
+// containerImage is a container image rule.
 type containerImage struct {
 	match func(ref string) bool
-	ref   string
-	env   map[string]string
+	ContainerImage
 }
 
 // WithContainerImage makes every image reference match accepts run as the
-// local container image ref (with WithContainers), its environment
-// completed by env after everything else (AWS endpoints of this machine:
-// on AWS the SDKs' defaults are right). A rule given later wins.
-func WithContainerImage(match func(ref string) bool, ref string, env map[string]string) Option {
-	env = maps.Clone(env)
-	return func(s *Server) { s.ctrImages = append(s.ctrImages, containerImage{match: match, ref: ref, env: env}) }
+// container image img (with WithContainers). A rule given later wins.
+func WithContainerImage(match func(ref string) bool, img ContainerImage) Option {
+	img.Env, img.Mounts = maps.Clone(img.Env), slices.Clone(img.Mounts)
+	return func(s *Server) { s.ctrImages = append(s.ctrImages, containerImage{match: match, ContainerImage: img}) }
 }
 
 func (s *Server) containerImage(ref string) (containerImage, bool) {
@@ -212,7 +217,7 @@ func (s *Server) startContainer(t *task, ci containerImage, env map[string]strin
 	c := t.def.ContainerDefinitions[0]
 	spec := container.Spec{
 		Name:       "galley-ecs-" + t.id,
-		Image:      ci.ref,
+		Image:      ci.Ref,
 		Entrypoint: nil,
 		User:       c.User,
 		WorkingDir: c.WorkingDirectory,
@@ -222,7 +227,8 @@ func (s *Server) startContainer(t *task, ci containerImage, env map[string]strin
 		CPUs:       float64(t.def.cpu) / 1024,
 		MemoryMiB:  t.def.memory,
 	}
-	maps.Copy(spec.Env, ci.env)
+	maps.Copy(spec.Env, ci.Env)
+	spec.Mounts = slices.Clone(ci.Mounts)
 	if len(c.EntryPoint) > 0 {
 		spec.Entrypoint = c.EntryPoint
 	}

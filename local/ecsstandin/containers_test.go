@@ -97,7 +97,7 @@ func probeDef(cmd ...string) TaskDefinition {
 func containerHarness(t *testing.T, td TaskDefinition, fsDir string) *harness {
 	rt, img := containerRuntime(t)
 	return newHarnessDef(t, td, WithContainers(rt, ContainerNetwork{}),
-		WithContainerImage(func(r string) bool { return r == probeRef }, img, map[string]string{"MACHINE_ADDED": "1"}),
+		WithContainerImage(func(r string) bool { return r == probeRef }, ContainerImage{Ref: img, Env: map[string]string{"MACHINE_ADDED": "1"}}),
 		WithFileSystem("fs-0123", fsDir),
 		WithAccessPoint("fsap-1", AccessPoint{FileSystemID: "fs-0123", RootDirectory: "/workspaces",
 			CreationInfo: &CreationInfo{OwnerUID: 0, OwnerGID: 0, Permissions: 0o711}}))

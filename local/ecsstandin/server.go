@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -89,6 +90,7 @@ type Server struct {
 	ctrNet       ContainerNetwork
 	ctrImages    []containerImage
 	accessPoints map[string]AccessPoint
+	endpointLn   net.Listener // the task endpoint's, if given
 
 	mu         sync.Mutex
 	closed     bool

@@ -102,6 +102,7 @@ func startStack(t testing.TB, mods ...func(*awslocal.Config)) (*awslocal.Stack, 
 func startStackLogged(t testing.TB, mods ...func(*awslocal.Config)) (*awslocal.Stack, string, *syncBuffer) {
 	t.Helper()
 	requireStandins(t)
+	requireWorkerImage(t)
 	bin := binaries(t)
 	data := t.TempDir()
 	logs := &syncBuffer{}
