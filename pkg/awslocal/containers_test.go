@@ -69,7 +69,7 @@ func TestWorkerContainerReachesOnlyTheGates(t *testing.T) {
 		if raw == "" {
 			t.Fatalf("no endpoint for %s", what)
 		}
-		closed[what+" at the network's host side"] = net.JoinHostPort(gw.String(), port(raw))
+		closed[what+" at the network host side"] = net.JoinHostPort(gw.String(), port(raw))
 		closed[what+" as the host names it"] = hostPort(raw)
 	}
 	var script strings.Builder
