@@ -119,6 +119,9 @@ func startStackLogged(t testing.TB, mods ...func(*awslocal.Config)) (*awslocal.S
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			logContainers(t, s) // before Close removes the tasks' storage
+		}
 		s.Close()
 		if t.Failed() {
 			b := []byte(logs.String())

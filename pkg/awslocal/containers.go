@@ -102,6 +102,10 @@ func (w *workerContainers) ecsOptions(s *Stack) ([]ecsstandin.Option, error) {
 		Env: map[string]string{
 			"AWS_ENDPOINT_URL_SQS": s.gateURLs[iamgate.SQS],
 			"AWS_CA_BUNDLE":        containerCA,
+			// The forge is served over TLS by the stack's CA: git's and
+			// Go's own trust.
+			"GIT_SSL_CAINFO": containerCA,
+			"SSL_CERT_FILE":  containerCA,
 			// The stand-in CLIs stand first, where the real image has the
 			// real ones (they need the provider's network).
 			"PATH":                 containerAgents + ":" + path,

@@ -181,3 +181,25 @@ func TestTemplateAddsACapabilityFargateRefuses(t *testing.T) {
 		}
 	})
 }
+
+// logContainers logs the tail of each worker container's output: where a
+// harness that refused to start says why.
+func logContainers(t testing.TB, s *awslocal.Stack) {
+	for _, task := range s.ECS().Tasks() {
+		b, err := s.ECS().ContainerLog(task.ID)
+		if err != nil {
+			continue
+		}
+		if len(b) > 8<<10 {
+			b = b[len(b)-8<<10:]
+		}
+		t.Logf("task %s (exit %v, %s) container output (tail):\n%s", task.ID, exitCode(task.ExitCode), task.StoppedReason, b)
+	}
+}
+
+func exitCode(c *int) string {
+	if c == nil {
+		return "none"
+	}
+	return fmt.Sprint(*c)
+}

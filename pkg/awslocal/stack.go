@@ -2,6 +2,7 @@ package awslocal
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -324,7 +325,13 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	gitSrv := &http.Server{Handler: gitHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		MaxHeaderBytes: 64 << 10}
 	s.servers = append(s.servers, gitSrv)
-	go gitSrv.Serve(gitLn)
+	if s.ctrs != nil {
+		// Over TLS, as a forge is: the harness's push gate takes an http
+		// upstream only on loopback, which a container's is not.
+		go gitSrv.Serve(tls.NewListener(gitLn, serverTLS))
+	} else {
+		go gitSrv.Serve(gitLn)
+	}
 
 	// Deploy: every resource in order, created through the stand-ins' own
 	// APIs with the deployment's (CloudFormation's) rights, not through the
@@ -346,6 +353,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	s.gitURL = localRepositoryURL(repoURL, gitLn.Addr().String())
+	if s.ctrs != nil {
+		s.gitURL = "https://" + strings.TrimPrefix(s.gitURL, "http://")
+	}
 	d.substitute = map[string]string{repoURL: s.gitURL}
 	if err := d.deploy(ctx); err != nil {
 		return nil, err
@@ -403,6 +413,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			"AWS_ENDPOINT_URL_STS":             gateURLs[iamgate.STS],
 		} {
 			env[k] = v
+		}
+		if s.ctrs != nil {
+			env["SSL_CERT_FILE"] = caFile // go-git to the forge over TLS
 		}
 		out, err := s.output(functionKind(tpl, id))
 		if err != nil {
