@@ -549,6 +549,11 @@ func ServeAWSLocal(ctx context.Context, cfg Config, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	if img := s.WorkerImageRef(); img != "" {
+		fmt.Fprintf(stderr, "galley: worker tasks run as containers of %s (podman, runc) on the stack's own network\n", img)
+	} else {
+		fmt.Fprintln(stderr, "galley: "+HostProgramsNotice)
+	}
 	o := cfg.Options
 	env := s.FunctionEnv(lambdaapp.Effects)
 	o.House, o.Backend, o.Credential = env[lambdaapp.EnvHouse], env[lambdaapp.EnvBackend], env[lambdaapp.EnvCredential]
