@@ -382,6 +382,16 @@ func (r *Runtime) createArgs(spec Spec) (args []string, envFile string, podEnv [
 	return args, envFile, podEnv, nil
 }
 
+// StaticDir returns the host folder where podman keeps the container's
+// configuration (config.json, its environment included).
+func (c *Container) StaticDir(ctx context.Context) (string, error) {
+	out, err := c.r.podmanCmd(ctx, "inspect", "--format", "{{.StaticDir}}", c.id).Output()
+	if err != nil {
+		return "", fmt.Errorf("container %s: podman inspect: %v", c.name, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
 // ID returns the container's podman ID.
 func (c *Container) ID() string { return c.id }
 

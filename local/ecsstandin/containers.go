@@ -45,6 +45,9 @@ type ContainerImage struct {
 	Ref    string
 	Env    map[string]string
 	Mounts []container.Mount
+	// Entrypoint, when set, replaces the image's where the definition
+	// names none (a harness under development, mounted in).
+	Entrypoint []string
 }
 
 // containerImage is a container image rule.
@@ -56,7 +59,7 @@ type containerImage struct {
 // WithContainerImage makes every image reference match accepts run as the
 // container image img (with WithContainers). A rule given later wins.
 func WithContainerImage(match func(ref string) bool, img ContainerImage) Option {
-	img.Env, img.Mounts = maps.Clone(img.Env), slices.Clone(img.Mounts)
+	img.Env, img.Mounts, img.Entrypoint = maps.Clone(img.Env), slices.Clone(img.Mounts), slices.Clone(img.Entrypoint)
 	return func(s *Server) { s.ctrImages = append(s.ctrImages, containerImage{match: match, ContainerImage: img}) }
 }
 
@@ -169,6 +172,21 @@ type taskContainer struct {
 	recorded chan struct{}
 }
 
+// ContainerConfig returns the host file where podman keeps a running
+// container-mode task's configuration, its environment included (root's
+// alone): for tests that aim an attack at it.
+func (s *Server) ContainerConfig(taskID string) (string, error) {
+	tc := s.procs.container(taskID)
+	if tc == nil {
+		return "", fmt.Errorf("ecsstandin: task %s has no container", taskID)
+	}
+	dir, err := tc.c.StaticDir(context.Background())
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "config.json"), nil
+}
+
 func newTaskProcs(lp *localproc.Runtime) *taskProcs {
 	return &taskProcs{Runtime: lp, ctrs: map[string]*taskContainer{}}
 }
@@ -231,6 +249,8 @@ func (s *Server) startContainer(t *task, ci containerImage, env map[string]strin
 	spec.Mounts = slices.Clone(ci.Mounts)
 	if len(c.EntryPoint) > 0 {
 		spec.Entrypoint = c.EntryPoint
+	} else if len(ci.Entrypoint) > 0 {
+		spec.Entrypoint = ci.Entrypoint
 	}
 	spec.Command = c.Command
 	if t.overrideCmd != nil {

@@ -116,6 +116,12 @@ func (w *workerContainers) ecsOptions(s *Stack) ([]ecsstandin.Option, error) {
 			{Source: mustAbs(s.cfg.Bin.Agents), Target: containerAgents, ReadOnly: true},
 		},
 	}
+	if wb := s.cfg.Options.WorkerBin; wb != "" {
+		// --worker-bin: this harness, mounted in, instead of the image's.
+		const at = "/opt/galley-worker-bin/harness"
+		img.Mounts = append(img.Mounts, container.Mount{Source: mustAbs(wb), Target: at, ReadOnly: true})
+		img.Entrypoint = []string{at}
+	}
 	return []ecsstandin.Option{
 		ecsstandin.WithContainers(w.rt, ecsstandin.ContainerNetwork{Name: w.net.Name, TaskEndpoint: "http://" + ln.Addr().String()}),
 		ecsstandin.WithTaskEndpointListener(ln),
