@@ -10,7 +10,11 @@
 // stay invisible for a while).
 //
 // What it fakes and how is in docs/runtime-ecs.md. In short: a task runs
-// its definition's one container. The stand-in cannot run images, so an
+// its definition's one container. In container mode (WithContainers,
+// containers.go) an image reference that maps to a local container image
+// runs as a container of it through package container, its definition's
+// user, linuxParameters, stopTimeout, size, EFS access points and
+// readonlyRootFilesystem applied as Fargate applies them. Otherwise an
 // image reference maps to a local Image (WithImage): entrypoint, command,
 // environment and working folder, host paths for its programs; an image it
 // cannot map fails the task as a failed pull does. The container's process
