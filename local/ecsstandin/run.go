@@ -52,6 +52,7 @@ type task struct {
 	exitFile  string
 	readyFile string
 	launched  bool // its init was started
+	ctr       bool // it runs as a container (containers.go)
 	stopAsked bool // localproc was asked to stop it
 }
 
@@ -279,6 +280,10 @@ func (s *Server) runTask(in runTaskInput, body []byte) (any, *apiError) {
 	// Where GALLEY_WORKSPACE will be, as far as the request tells (a
 	// secret may still change it at launch).
 	img, _ := s.image(t.image)
+	_, t.ctr = s.containerImage(t.image)
+	if t.ctr {
+		img = Image{}
+	}
 	t.workspace = s.hostWorkspace(t, s.containerEnv(t, img, nil))
 	s.tasks[id] = t
 	s.order = append(s.order, t)
@@ -309,19 +314,23 @@ func (s *Server) containerEnv(t *task, img Image, secrets map[string]string) map
 	env["AWS_REGION"] = s.region
 	env["AWS_DEFAULT_REGION"] = s.region
 	env["AWS_EXECUTION_ENV"] = "AWS_ECS_FARGATE"
-	env["ECS_CONTAINER_METADATA_URI"] = s.endpointURL + "/v3/" + t.metaID
-	env["ECS_CONTAINER_METADATA_URI_V4"] = s.endpointURL + "/v4/" + t.metaID
+	endpoint := s.endpointURL
+	if t.ctr && s.ctrNet.TaskEndpoint != "" {
+		endpoint = s.ctrNet.TaskEndpoint
+	}
+	env["ECS_CONTAINER_METADATA_URI"] = endpoint + "/v3/" + t.metaID
+	env["ECS_CONTAINER_METADATA_URI_V4"] = endpoint + "/v4/" + t.metaID
 	if t.taskRole != "" {
 		// Fargate's agent sets the RELATIVE_URI form (to 169.254.170.2);
 		// the stand-in's endpoint is on loopback, which the SDKs accept
 		// only as a full URI.
-		env["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = s.endpointURL + "/v2/credentials/" + t.credID
+		env["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = endpoint + "/v2/credentials/" + t.credID
 	}
 	return env
 }
 
 // mounts returns t's container's EFS mounts: container path to host folder
-// (empty for a file system the stand-in does not know).
+// (empty for a file system or access point the stand-in does not know).
 func (s *Server) mounts(t *task) map[string]string {
 	vols := map[string]Volume{}
 	for _, v := range t.def.Volumes {
@@ -330,7 +339,8 @@ func (s *Server) mounts(t *task) map[string]string {
 	out := map[string]string{}
 	for _, mp := range t.def.ContainerDefinitions[0].MountPoints {
 		if efs := vols[mp.SourceVolume].EFSVolumeConfiguration; efs != nil {
-			out[filepath.Clean(mp.ContainerPath)] = s.fileSystems[efs.FileSystemID]
+			dir, _, _ := s.mountRoot(efs)
+			out[filepath.Clean(mp.ContainerPath)] = dir
 		}
 	}
 	return out
@@ -338,7 +348,7 @@ func (s *Server) mounts(t *task) map[string]string {
 
 // hostPath returns where the container path p lies on the host: the same
 // path in a shared volume, below the host folder of a mounted file
-// system, else in the task's own storage.
+// system, else in the task's own storage (none for a container).
 func (s *Server) hostPath(t *task, p string) string {
 	p = filepath.Clean("/" + p)
 	if s.onVolume(p) {
@@ -348,6 +358,9 @@ func (s *Server) hostPath(t *task, p string) string {
 		if rel, err := filepath.Rel(cp, p); err == nil && dir != "" && rel != ".." && !strings.HasPrefix(rel, "../") {
 			return filepath.Join(dir, rel)
 		}
+	}
+	if t.ctr {
+		return "" // in the container's own layer: no host path
 	}
 	return filepath.Join(t.root, p)
 }
@@ -385,6 +398,9 @@ func (s *Server) prepare(t *task) (map[string]string, Image, string) {
 		return nil, Image{}, reason
 	}
 	img, ok := s.image(ref)
+	if _, isCtr := s.containerImage(ref); isCtr {
+		img, ok = Image{}, true // the image holds its own configuration
+	}
 	if !ok {
 		return nil, Image{}, "CannotPullContainerError: pull image manifest has been retried 1 time(s): failed to resolve ref " + ref + ": not found"
 	}
@@ -393,7 +409,16 @@ func (s *Server) prepare(t *task) (map[string]string, Image, string) {
 	}
 	for cp, dir := range s.mounts(t) {
 		if dir == "" {
-			return nil, Image{}, "ResourceInitializationError: failed to invoke EFS utils commands to set up EFS volumes: the ECS stand-in knows no file system for the volume at " + cp + " (WithFileSystem)"
+			return nil, Image{}, "ResourceInitializationError: failed to invoke EFS utils commands to set up EFS volumes: the ECS stand-in knows no file system or access point for the volume at " + cp + " (WithFileSystem, WithAccessPoint)"
+		}
+	}
+	for _, v := range t.def.Volumes {
+		if efs := v.EFSVolumeConfiguration; efs != nil {
+			if dir, ap, ok := s.mountRoot(efs); ok {
+				if reason := ensureRoot(dir, ap); reason != "" {
+					return nil, Image{}, reason
+				}
+			}
 		}
 	}
 	s.mu.Lock()
@@ -439,6 +464,20 @@ func (s *Server) launch(t *task) {
 	c := t.def.ContainerDefinitions[0]
 	t.env, t.args = env, processArgs(img, c, t.overrideCmd)
 	t.workspace = s.hostWorkspace(t, env)
+	if ci, ok := s.containerImage(t.image); ok {
+		s.mu.Unlock()
+		err := s.startContainer(t, ci, maps.Clone(env))
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err != nil {
+			s.log.Error("task failed to start", "task", t.arn, "err", err)
+			t.stopCode, t.stoppedReason = "TaskFailedToStart", "CannotStartContainerError: "+err.Error()
+			s.stoppedLocked(t, "", nil)
+			return
+		}
+		t.launched, t.pullStoppedAt = true, time.Now()
+		return
+	}
 	workDir := c.WorkingDirectory
 	if workDir == "" {
 		workDir = img.WorkingDir

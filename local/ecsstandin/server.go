@@ -10,7 +10,11 @@
 // stay invisible for a while).
 //
 // What it fakes and how is in docs/runtime-ecs.md. In short: a task runs
-// its definition's one container. The stand-in cannot run images, so an
+// its definition's one container. In container mode (WithContainers,
+// containers.go) an image reference that maps to a local container image
+// runs as a container of it through package container, its definition's
+// user, linuxParameters, stopTimeout, size, EFS access points and
+// readonlyRootFilesystem applied as Fargate applies them. Otherwise an
 // image reference maps to a local Image (WithImage): entrypoint, command,
 // environment and working folder, host paths for its programs; an image it
 // cannot map fails the task as a failed pull does. The container's process
@@ -36,6 +40,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -43,6 +48,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/galley-run/galley/local/container"
 	"github.com/galley-run/galley/pkg/runtime/localproc"
 )
 
@@ -82,7 +88,13 @@ type Server struct {
 	endpoint    *http.Server // the task endpoint: credentials and metadata
 	endpointURL string
 
-	procs *localproc.Runtime
+	procs *taskProcs
+
+	containers   *container.Runtime // container mode (containers.go)
+	ctrNet       ContainerNetwork
+	ctrImages    []containerImage
+	accessPoints map[string]AccessPoint
+	endpointLn   net.Listener // the task endpoint's, if given
 
 	mu         sync.Mutex
 	closed     bool
@@ -219,7 +231,7 @@ func New(opts ...Option) (*Server, error) {
 	if err := os.MkdirAll(filepath.Join(s.dir, "tasks"), 0o700); err != nil {
 		return nil, err
 	}
-	s.procs, err = localproc.New(
+	lp, err := localproc.New(
 		localproc.WithDir(filepath.Join(s.dir, "procs")),
 		localproc.WithHarness(s.entrypoint),
 		// The container's own GALLEY_WORKER_ENDPOINT replaces it.
@@ -230,6 +242,7 @@ func New(opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.procs = newTaskProcs(lp)
 	if old, err := s.procs.Handles(); err == nil {
 		for _, h := range old {
 			_ = s.procs.Stop(context.Background(), h)

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/galley-run/galley/local/container"
 )
 
 // TaskDefinition is a task definition as RegisterTaskDefinition takes it
@@ -59,19 +61,23 @@ type EFSVolume struct {
 
 // ContainerDefinition is one container of a task definition.
 type ContainerDefinition struct {
-	Name             string            `json:"name"`
-	Image            string            `json:"image"`
-	Essential        *bool             `json:"essential,omitempty"`
-	EntryPoint       []string          `json:"entryPoint,omitempty"`
-	Command          []string          `json:"command,omitempty"`
-	Environment      []KeyValue        `json:"environment,omitempty"`
-	Secrets          []Secret          `json:"secrets,omitempty"`
-	WorkingDirectory string            `json:"workingDirectory,omitempty"`
-	User             string            `json:"user,omitempty"`
-	LinuxParameters  *LinuxParameters  `json:"linuxParameters,omitempty"`
-	MountPoints      []MountPoint      `json:"mountPoints,omitempty"`
-	StopTimeout      *int              `json:"stopTimeout,omitempty"`
-	LogConfiguration *LogConfiguration `json:"logConfiguration,omitempty"`
+	Name             string           `json:"name"`
+	Image            string           `json:"image"`
+	Essential        *bool            `json:"essential,omitempty"`
+	EntryPoint       []string         `json:"entryPoint,omitempty"`
+	Command          []string         `json:"command,omitempty"`
+	Environment      []KeyValue       `json:"environment,omitempty"`
+	Secrets          []Secret         `json:"secrets,omitempty"`
+	WorkingDirectory string           `json:"workingDirectory,omitempty"`
+	User             string           `json:"user,omitempty"`
+	LinuxParameters  *LinuxParameters `json:"linuxParameters,omitempty"`
+	MountPoints      []MountPoint     `json:"mountPoints,omitempty"`
+	// ReadonlyRootFilesystem and Privileged apply in container mode;
+	// Fargate refuses Privileged.
+	ReadonlyRootFilesystem *bool             `json:"readonlyRootFilesystem,omitempty"`
+	Privileged             *bool             `json:"privileged,omitempty"`
+	StopTimeout            *int              `json:"stopTimeout,omitempty"`
+	LogConfiguration       *LogConfiguration `json:"logConfiguration,omitempty"`
 }
 
 // KeyValue is an environment variable.
@@ -87,13 +93,68 @@ type Secret struct {
 	ValueFrom string `json:"valueFrom"`
 }
 
-// LinuxParameters are accepted and shown; the stand-in applies none.
+// LinuxParameters are a container's Linux settings. In container mode the
+// capabilities and the init process are applied; the rest are those
+// Fargate refuses, read only to be refused.
 type LinuxParameters struct {
 	InitProcessEnabled *bool `json:"initProcessEnabled,omitempty"`
 	Capabilities       *struct {
 		Add  []string `json:"add,omitempty"`
 		Drop []string `json:"drop,omitempty"`
 	} `json:"capabilities,omitempty"`
+	Devices          []any `json:"devices,omitempty"`
+	SharedMemorySize *int  `json:"sharedMemorySize,omitempty"`
+	Tmpfs            []any `json:"tmpfs,omitempty"`
+	MaxSwap          *int  `json:"maxSwap,omitempty"`
+	Swappiness       *int  `json:"swappiness,omitempty"`
+}
+
+// fargateRefuses returns why Fargate cannot run container c, or nil: the
+// container definition parameters ECS documents as unsupported on Fargate
+// (the task definition parameters page: devices, sharedMemorySize, tmpfs,
+// maxSwap, swappiness, privileged) and a capability added other than
+// SYS_PTRACE (KernelCapabilities: "Tasks launched on Fargate only support
+// adding the SYS_PTRACE kernel capability").
+func fargateRefuses(c ContainerDefinition) *apiError {
+	if c.Privileged != nil && *c.Privileged {
+		return clientErr("Tasks using the Fargate launch type do not support privileged mode.")
+	}
+	lp := c.LinuxParameters
+	if lp == nil {
+		return nil
+	}
+	for _, p := range []struct {
+		name string
+		set  bool
+	}{
+		{"devices", len(lp.Devices) > 0}, {"sharedMemorySize", lp.SharedMemorySize != nil}, {"tmpfs", len(lp.Tmpfs) > 0},
+		{"maxSwap", lp.MaxSwap != nil}, {"swappiness", lp.Swappiness != nil},
+	} {
+		if p.set {
+			return clientErr("Tasks using the Fargate launch type do not support linuxParameters.%s.", p.name)
+		}
+	}
+	if lp.Capabilities != nil {
+		for _, a := range lp.Capabilities.Add {
+			if strings.TrimPrefix(strings.ToUpper(a), "CAP_") != "SYS_PTRACE" {
+				return clientErr("Tasks launched on Fargate only support adding the SYS_PTRACE kernel capability; container %s adds %s.", c.Name, a)
+			}
+		}
+	}
+	return nil
+}
+
+// capabilitiesValid checks capability names as ECS does (its enum).
+func capabilitiesValid(c ContainerDefinition) *apiError {
+	if c.LinuxParameters == nil || c.LinuxParameters.Capabilities == nil {
+		return nil
+	}
+	for _, x := range slices.Concat(c.LinuxParameters.Capabilities.Add, c.LinuxParameters.Capabilities.Drop) {
+		if x != "ALL" && !container.Known(x) {
+			return clientErr("Container %s: invalid capability %s.", c.Name, x)
+		}
+	}
+	return nil
 }
 
 // MountPoint mounts a task definition's volume in a container.
@@ -261,6 +322,14 @@ func validateTaskDefinition(td *TaskDefinition) (cpu, mem int, e *apiError) {
 			return 0, 0, clientErr("Container %s: stopTimeout must be between 0 and 120 seconds on Fargate.", c.Name)
 		}
 		names[c.Name] = true
+		if e := capabilitiesValid(*c); e != nil {
+			return 0, 0, e
+		}
+		if fargate {
+			if e := fargateRefuses(*c); e != nil {
+				return 0, 0, e
+			}
+		}
 		if c.Essential == nil || *c.Essential {
 			essential = true
 		}
@@ -325,6 +394,11 @@ func (s *Server) register(td TaskDefinition, tags []tag) (*taskDef, *apiError) {
 	defer s.mu.Unlock()
 	rev := len(s.taskDefs[td.Family]) + 1
 	_, _, notFargate := fargateSize(td.CPU, td.Memory)
+	for _, c := range td.ContainerDefinitions {
+		if e := fargateRefuses(c); e != nil && notFargate == nil {
+			notFargate = e
+		}
+	}
 	d := &taskDef{
 		TaskDefinition: td, revision: rev, registeredAt: time.Now(), cpu: cpu, memory: mem,
 		fargate: td.NetworkMode == "awsvpc" && notFargate == nil,

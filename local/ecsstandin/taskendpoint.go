@@ -29,6 +29,10 @@ func WithTaskCredentials(f TaskCredentials) Option { return func(s *Server) { s.
 // default is a free port on 127.0.0.1.
 func WithTaskEndpoint(addr string) Option { return func(s *Server) { s.endpointAddr = addr } }
 
+// WithTaskEndpointListener serves the task endpoint on ln (a container
+// network's host side, where containers reach it) instead.
+func WithTaskEndpointListener(ln net.Listener) Option { return func(s *Server) { s.endpointLn = ln } }
+
 // credentialsLifetime is what the endpoint claims of credentials that do
 // not expire; Fargate's always do, and the SDK refreshes before it.
 const credentialsLifetime = 6 * time.Hour
@@ -38,9 +42,12 @@ func (s *Server) startTaskEndpoint() error {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
+	ln := s.endpointLn
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return err
+		}
 	}
 	s.endpointURL = "http://" + ln.Addr().String()
 	mux := http.NewServeMux()

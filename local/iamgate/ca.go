@@ -18,13 +18,14 @@ import (
 const caValidity = 30 * 24 * time.Hour
 
 // NewLocalCA makes a throwaway certificate authority and a server
-// certificate it signs for 127.0.0.1, ::1 and localhost, so that local
+// certificate it signs for 127.0.0.1, ::1, localhost and the addresses
+// extra (a container network's host side), so that local
 // endpoints speak TLS (aws:SecureTransport is then true, as on AWS). It
 // returns the server's TLS configuration and the CA certificate in PEM: a
 // client trusts it through AWS_CA_BUNDLE (a file holding the PEM), which
 // the SDK's config.LoadDefaultConfig honours. The keys live only in
 // memory.
-func NewLocalCA() (server *tls.Config, caPEM []byte, err error) {
+func NewLocalCA(extra ...net.IP) (server *tls.Config, caPEM []byte, err error) {
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -60,7 +61,7 @@ func NewLocalCA() (server *tls.Config, caPEM []byte, err error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		IPAddresses:  append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, extra...),
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {

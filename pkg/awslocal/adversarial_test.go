@@ -103,6 +103,15 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 		SecretNames: []string{"GALLEY_OPENAI_API_KEY", "GALLEY_GIT_CREDENTIAL", "GALLEY_WORKER_BOOTSTRAP",
 			"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"},
 	}
+	if s.WorkerImageRef() != "" {
+		// No launch file on the host: the victim's token travels in its
+		// container's configuration, which podman keeps on the host.
+		cfg, err := s.ECS().ContainerConfig(victimTask)
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets.OtherToken = cfg
+	}
 	for _, p := range []string{targets.KitchnToken, targets.OtherToken, targets.WorkerSecret} {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("target %s does not exist, so its attack would prove nothing: %v", p, err)

@@ -102,6 +102,7 @@ func startStack(t testing.TB, mods ...func(*awslocal.Config)) (*awslocal.Stack, 
 func startStackLogged(t testing.TB, mods ...func(*awslocal.Config)) (*awslocal.Stack, string, *syncBuffer) {
 	t.Helper()
 	requireStandins(t)
+	requireWorkerImage(t)
 	bin := binaries(t)
 	data := t.TempDir()
 	logs := &syncBuffer{}
@@ -118,6 +119,9 @@ func startStackLogged(t testing.TB, mods ...func(*awslocal.Config)) (*awslocal.S
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			logContainers(t, s) // before Close removes the tasks' storage
+		}
 		s.Close()
 		if t.Failed() {
 			b := []byte(logs.String())

@@ -2,6 +2,7 @@ package awslocal
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,6 +74,11 @@ type Config struct {
 	// test's account limits (ecsstandin.WithVCPUQuota: a fresh account) or
 	// clock.
 	ECS []ecsstandin.Option
+	// WorkerImage is the local container image the worker task
+	// definition's image runs as (default $GALLEY_WORKER_IMAGE): its tasks
+	// then run as containers on a network of the stack's own
+	// (containers.go). Empty: as host programs.
+	WorkerImage string
 }
 
 // Stack is a running aws-local galley.
@@ -111,6 +118,7 @@ type Stack struct {
 
 	logs        []*os.File
 	stopStandin func()
+	ctrs        *workerContainers // nil: workers run as host programs
 }
 
 // Start deploys the template onto this machine's stand-ins and starts the
@@ -161,6 +169,12 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	s.stopStandin = stop
+	if s.ctrs, err = startContainers(ctx, cfg.WorkerImage, s.dir, data, o.Logger); err != nil {
+		return nil, err
+	}
+	if s.ctrs == nil {
+		o.Logger.Warn(HostProgramsNotice)
+	}
 
 	// The gateway's listener first: its address is the API's endpoint.
 	ln, err := net.Listen("tcp", o.Listen)
@@ -176,10 +190,19 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			ln.Close()
 		}
 	}()
+	// Worker tasks reach the API here: the same listener, or one on the
+	// container network's host side.
+	apiURL, apiLn := s.endpoint, ln
+	if s.ctrs != nil {
+		if apiLn, err = s.ctrs.listen(); err != nil {
+			return nil, err
+		}
+		apiURL = "http://" + apiLn.Addr().String()
+	}
 
 	// Stand-ins and the IAM gates in front of them, over TLS so that
 	// aws:SecureTransport means what it means on AWS.
-	serverTLS, caPEM, err := iamgate.NewLocalCA()
+	serverTLS, caPEM, err := iamgate.NewLocalCA(s.ctrs.caIPs()...)
 	if err != nil {
 		return nil, err
 	}
@@ -214,14 +237,22 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	gateLns := map[iamgate.Service]net.Listener{}
 	gateURLs := map[iamgate.Service]string{}
 	for _, svc := range []iamgate.Service{iamgate.DynamoDB, iamgate.SQS, iamgate.SecretsManager, iamgate.ECS, iamgate.STS} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := s.ctrs.listen()
 		if err != nil {
 			return nil, err
 		}
 		gateLns[svc], gateURLs[svc] = ln, "https://"+ln.Addr().String()
 	}
 	s.gateURLs = gateURLs
-	var fileSystems []ecsstandin.Option
+	fileSystems, err := accessPoints(tpl)
+	if err != nil {
+		return nil, err
+	}
+	ctrOpts, err := s.ctrs.ecsOptions(s)
+	if err != nil {
+		return nil, err
+	}
+	fileSystems = append(fileSystems, ctrOpts...)
 	for _, id := range tpl.OfType("AWS::EFS::FileSystem") {
 		dir := filepath.Join(s.dir, "efs", efsID(id))
 		if err := os.MkdirAll(dir, 0o711); err != nil {
@@ -295,7 +326,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err := os.Chmod(s.repo, 0o700); err != nil { // the forge's storage: the git server's alone
 		return nil, fmt.Errorf("repository: %w", err)
 	}
-	gitLn, err := net.Listen("tcp", "127.0.0.1:0")
+	gitLn, err := s.ctrs.listen()
 	if err != nil {
 		return nil, err
 	}
@@ -305,13 +336,19 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	gitSrv := &http.Server{Handler: gitHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		MaxHeaderBytes: 64 << 10}
 	s.servers = append(s.servers, gitSrv)
-	go gitSrv.Serve(gitLn)
+	if s.ctrs != nil {
+		// Over TLS, as a forge is: the harness's push gate takes an http
+		// upstream only on loopback, which a container's is not.
+		go gitSrv.Serve(tls.NewListener(gitLn, serverTLS))
+	} else {
+		go gitSrv.Serve(gitLn)
+	}
 
 	// Deploy: every resource in order, created through the stand-ins' own
 	// APIs with the deployment's (CloudFormation's) rights, not through the
 	// gates.
 	stackName := strings.TrimSuffix(filepath.Base(cfg.Template), ".template.json")
-	d := newDeployment(tpl, stackName, s.endpoint)
+	d := newDeployment(tpl, stackName, apiURL)
 	d.salt = data
 	admin := credentials.NewStaticCredentialsProvider("cloudformation", "cloudformation", "")
 	d.ddb = dynamodb.New(dynamodb.Options{Region: localRegion, Credentials: admin,
@@ -327,6 +364,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	s.gitURL = localRepositoryURL(repoURL, gitLn.Addr().String())
+	if s.ctrs != nil {
+		s.gitURL = "https://" + strings.TrimPrefix(s.gitURL, "http://")
+	}
 	d.substitute = map[string]string{repoURL: s.gitURL}
 	if err := d.deploy(ctx); err != nil {
 		return nil, err
@@ -385,6 +425,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		} {
 			env[k] = v
 		}
+		if s.ctrs != nil {
+			env["SSL_CERT_FILE"] = caFile // go-git to the forge over TLS
+		}
 		out, err := s.output(functionKind(tpl, id))
 		if err != nil {
 			return nil, err
@@ -425,11 +468,13 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	gwSrv.Handler = gw
 	s.gateway = gw
-	go func() {
-		if err := gwSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			o.Logger.Error("gateway", "err", err)
-		}
-	}()
+	for _, l := range slices.Compact([]net.Listener{ln, apiLn}) {
+		go func() {
+			if err := gwSrv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				o.Logger.Error("gateway", "err", err)
+			}
+		}()
+	}
 	if err := s.startSchedules(); err != nil {
 		return nil, err
 	}

@@ -84,6 +84,9 @@ func fillDefaults(cfg *Config) error {
 	if cfg.WorkerGrace <= 0 {
 		cfg.WorkerGrace = 10 * time.Second
 	}
+	if cfg.WorkerImage == "" {
+		cfg.WorkerImage = os.Getenv(EnvWorkerImage)
+	}
 	return nil
 }
 
@@ -502,6 +505,10 @@ func (s *Stack) Close() error {
 	if s.ecs != nil {
 		_ = s.ecs.Close()
 	}
+	if err := s.ctrs.close(); err != nil {
+		s.cfg.Logger.Error("aws-local: cannot remove the container network", "err", err)
+	}
+	s.ctrs = nil
 	for _, srv := range s.servers[min(1, len(s.servers)):] {
 		_ = srv.Shutdown(ctx)
 	}
@@ -541,6 +548,11 @@ func ServeAWSLocal(ctx context.Context, cfg Config, stdout, stderr io.Writer) er
 	s, err := Start(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if img := s.WorkerImageRef(); img != "" {
+		fmt.Fprintf(stderr, "galley: worker tasks run as containers of %s (podman, runc) on the stack's own network\n", img)
+	} else {
+		fmt.Fprintln(stderr, "galley: "+HostProgramsNotice)
 	}
 	o := cfg.Options
 	env := s.FunctionEnv(lambdaapp.Effects)

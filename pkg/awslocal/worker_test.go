@@ -133,9 +133,10 @@ func TestWorkerFromTemplateAWSLocal(t *testing.T) {
 	}
 
 	// The forge is strict: no credential, or a wrong one, reads nothing.
-	for _, url := range []string{s.GitURL(), strings.Replace(s.GitURL(), "http://", "http://x-access-token:wrong@", 1)} {
+	scheme, _, _ := strings.Cut(s.GitURL(), "://")
+	for _, url := range []string{s.GitURL(), strings.Replace(s.GitURL(), scheme+"://", scheme+"://x-access-token:wrong@", 1)} {
 		cmd := exec.Command("git", "ls-remote", url)
-		cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=", "SSH_ASKPASS=")
+		cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=", "SSH_ASKPASS=", "GIT_SSL_CAINFO="+s.CAFile())
 		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Authentication failed") &&
 			!strings.Contains(string(out), "could not read Username") {
 			t.Fatalf("git ls-remote without the credential: %v %s", err, out)

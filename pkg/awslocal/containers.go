@@ -1,0 +1,191 @@
+package awslocal
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/galley-run/galley/local/container"
+	"github.com/galley-run/galley/local/ecsstandin"
+	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/pkg/cfntemplate"
+)
+
+// EnvWorkerImage names the local container image of the worker
+// (worker/Dockerfile, built by scripts/worker-image.sh) when
+// Config.WorkerImage is not set. With one, the stack's worker tasks run as
+// containers of it (podman with runc); without, as host programs.
+const EnvWorkerImage = "GALLEY_WORKER_IMAGE"
+
+// Paths inside a worker container for what this machine adds.
+const (
+	containerCA     = "/etc/galley-aws-local/ca.pem"
+	containerAgents = "/opt/galley-standin-agents"
+)
+
+// workerContainers is the container side of a stack: the runtime, the
+// stack's own network, and the image.
+type workerContainers struct {
+	rt    *container.Runtime
+	net   *container.Network
+	image string
+}
+
+// HostProgramsNotice is what the stack logs when its workers run as host
+// programs.
+const HostProgramsNotice = "aws-local: worker tasks run as host programs, not as containers of the worker image: set " +
+	EnvWorkerImage + " (scripts/worker-image.sh --print-ref) with podman and runc installed to run them as Fargate does"
+
+// startContainers returns the container side of a stack for image, or nil
+// when image is empty. A missing runtime or image is an error: the
+// operator asked for containers.
+func startContainers(ctx context.Context, image, dir, data string, log *slog.Logger) (*workerContainers, error) {
+	if image == "" {
+		return nil, nil
+	}
+	rt, err := container.New(container.WithDir(filepath.Join(dir, "containers")), container.WithLogger(log))
+	if err != nil {
+		return nil, fmt.Errorf("worker image %s: %w", image, err)
+	}
+	if !rt.ImageExists(ctx, image) {
+		return nil, fmt.Errorf("worker image %s is not in podman's storage: build it with scripts/worker-image.sh", image)
+	}
+	n, err := rt.NewNetwork(ctx, "galley-"+shortHash(data, 10))
+	if err != nil {
+		return nil, fmt.Errorf("the stack's container network: %w", err)
+	}
+	log.Info("aws-local: worker tasks run as containers", "image", image, "network", n.Name, "gateway", n.Gateway.String(),
+		"nofile", rt.Nofile())
+	return &workerContainers{rt: rt, net: n, image: image}, nil
+}
+
+// listen listens where worker tasks reach the stack: on the network's host
+// side with containers, else on loopback.
+func (w *workerContainers) listen() (net.Listener, error) {
+	if w == nil {
+		return net.Listen("tcp", "127.0.0.1:0")
+	}
+	return w.net.Listen()
+}
+
+// caIPs are the addresses the stack's TLS certificate must name besides
+// loopback.
+func (w *workerContainers) caIPs() []net.IP {
+	if w == nil {
+		return nil
+	}
+	return []net.IP{w.net.Gateway}
+}
+
+// ecsOptions run the worker image's tasks as containers of it, with the
+// stack's CA and the stand-in agent CLIs mounted read-only, and the task
+// endpoint on the network.
+func (w *workerContainers) ecsOptions(s *Stack) ([]ecsstandin.Option, error) {
+	if w == nil {
+		return nil, nil
+	}
+	ln, err := w.net.Listen()
+	if err != nil {
+		return nil, err
+	}
+	path, err := w.rt.ImageEnv(context.Background(), w.image, "PATH")
+	if err != nil {
+		return nil, err
+	}
+	img := ecsstandin.ContainerImage{
+		Ref: w.image,
+		Env: map[string]string{
+			"AWS_ENDPOINT_URL_SQS": s.gateURLs[iamgate.SQS],
+			"AWS_CA_BUNDLE":        containerCA,
+			// The forge is served over TLS by the stack's CA: git's and
+			// Go's own trust.
+			"GIT_SSL_CAINFO": containerCA,
+			"SSL_CERT_FILE":  containerCA,
+			// The stand-in CLIs stand first, where the real image has the
+			// real ones (they need the provider's network).
+			"PATH":                 containerAgents + ":" + path,
+			"GALLEY_AGENT_BIN_DIR": containerAgents,
+		},
+		Mounts: []container.Mount{
+			{Source: s.CAFile(), Target: containerCA, ReadOnly: true},
+			{Source: mustAbs(s.cfg.Bin.Agents), Target: containerAgents, ReadOnly: true},
+		},
+	}
+	if wb := s.cfg.Options.WorkerBin; wb != "" {
+		// --worker-bin: this harness, mounted in, instead of the image's.
+		const at = "/opt/galley-worker-bin/harness"
+		img.Mounts = append(img.Mounts, container.Mount{Source: mustAbs(wb), Target: at, ReadOnly: true})
+		img.Entrypoint = []string{at}
+	}
+	return []ecsstandin.Option{
+		ecsstandin.WithContainers(w.rt, ecsstandin.ContainerNetwork{Name: w.net.Name, TaskEndpoint: "http://" + ln.Addr().String()}),
+		ecsstandin.WithTaskEndpointListener(ln),
+		ecsstandin.WithContainerImage(isWorkerImage, img),
+	}, nil
+}
+
+func (w *workerContainers) close() error {
+	if w == nil {
+		return nil
+	}
+	return w.net.Close()
+}
+
+// accessPoints are the template's EFS access points, as the ECS stand-in
+// models them: the root directory and its creation info.
+func accessPoints(tpl *cfntemplate.Template) ([]ecsstandin.Option, error) {
+	var out []ecsstandin.Option
+	for _, id := range tpl.OfType("AWS::EFS::AccessPoint") {
+		p := tpl.Resources[id].Properties
+		fsRef, _ := p["FileSystemId"].(map[string]any)
+		fs, _ := fsRef["Ref"].(string)
+		if fs == "" {
+			return nil, fmt.Errorf("access point %s: FileSystemId is not a Ref to the template's file system", id)
+		}
+		ap := ecsstandin.AccessPoint{FileSystemID: efsID(fs), RootDirectory: "/"}
+		if rd, ok := p["RootDirectory"].(map[string]any); ok {
+			if path, ok := rd["Path"].(string); ok {
+				ap.RootDirectory = path
+			}
+			if ci, ok := rd["CreationInfo"].(map[string]any); ok {
+				uid, e1 := strconv.Atoi(fmt.Sprint(ci["OwnerUid"]))
+				gid, e2 := strconv.Atoi(fmt.Sprint(ci["OwnerGid"]))
+				mode, e3 := strconv.ParseUint(strings.TrimSpace(fmt.Sprint(ci["Permissions"])), 8, 32)
+				if e1 != nil || e2 != nil || e3 != nil {
+					return nil, fmt.Errorf("access point %s: CreationInfo %v is not literal numbers", id, ci)
+				}
+				ap.CreationInfo = &ecsstandin.CreationInfo{OwnerUID: uid, OwnerGID: gid, Permissions: os.FileMode(mode)}
+			}
+		}
+		if pu, ok := p["PosixUser"].(map[string]any); ok {
+			uid, _ := strconv.Atoi(fmt.Sprint(pu["Uid"]))
+			gid, _ := strconv.Atoi(fmt.Sprint(pu["Gid"]))
+			ap.PosixUser = &ecsstandin.PosixUser{UID: uid, GID: gid}
+		}
+		out = append(out, ecsstandin.WithAccessPoint("fsap-"+shortHash(id, 17), ap))
+	}
+	return out, nil
+}
+
+// WorkerNetwork returns the name of the stack's container network and its
+// host-side address, or "" and nil when workers run as host programs.
+func (s *Stack) WorkerNetwork() (string, net.IP) {
+	if s.ctrs == nil {
+		return "", nil
+	}
+	return s.ctrs.net.Name, s.ctrs.net.Gateway
+}
+
+// WorkerImageRef returns the container image worker tasks run as ("" for
+// host programs).
+func (s *Stack) WorkerImageRef() string {
+	if s.ctrs == nil {
+		return ""
+	}
+	return s.ctrs.image
+}

@@ -1,0 +1,205 @@
+package awslocal_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/galley-run/galley/local/container"
+	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/pkg/lambdaapp"
+	"github.com/galley-run/galley/pkg/localserver"
+)
+
+// requireWorkerImage fails a test under GALLEY_REQUIRE_STANDINS=1 when no
+// worker image is named (make test builds one and names it): every stack
+// of make test runs its workers as containers. Elsewhere a stack without
+// one runs them as host programs.
+func requireWorkerImage(t testing.TB) string {
+	t.Helper()
+	img := os.Getenv(awslocal.EnvWorkerImage)
+	if img == "" && os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
+		t.Fatalf("GALLEY_REQUIRE_STANDINS=1 and %s is not set: make test builds the worker image (scripts/worker-image.sh) and names it", awslocal.EnvWorkerImage)
+	}
+	return img
+}
+
+// TestWorkerContainerReachesOnlyTheGates: from a container of the worker
+// image on the stack's network, the IAM gates, the API and the git server
+// answer; DynamoDB Local and fauxqs, which the gates front, do not, at
+// the network's host side or anywhere else the container can name.
+func TestWorkerContainerReachesOnlyTheGates(t *testing.T) {
+	img := requireWorkerImage(t)
+	if img == "" {
+		t.Skipf("%s is not set: workers run as host programs", awslocal.EnvWorkerImage)
+	}
+	s, _ := startStack(t)
+	name, gw := s.WorkerNetwork()
+	if name == "" {
+		t.Fatal("the stack runs no container network although a worker image is set")
+	}
+	hostPort := func(raw string) string {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.Host
+	}
+	port := func(raw string) string {
+		_, p, err := net.SplitHostPort(hostPort(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	open := map[string]string{"the API": hostPort(s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkerEndpoint]), "the git server": hostPort(s.GitURL())}
+	for _, svc := range []iamgate.Service{iamgate.DynamoDB, iamgate.SQS, iamgate.SecretsManager, iamgate.ECS, iamgate.STS} {
+		open["the "+string(svc)+" gate"] = hostPort(s.GateURL(svc))
+	}
+	closed := map[string]string{}
+	for what, raw := range map[string]string{"DynamoDB Local": os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"), "fauxqs": os.Getenv("AWS_ENDPOINT_URL_SQS")} {
+		if raw == "" {
+			t.Fatalf("no endpoint for %s", what)
+		}
+		closed[what+" at the network host side"] = net.JoinHostPort(gw.String(), port(raw))
+		closed[what+" as the host names it"] = hostPort(raw)
+	}
+	var script strings.Builder
+	for what, addr := range open {
+		h, p, _ := net.SplitHostPort(addr)
+		script.WriteString("if (exec 3<>/dev/tcp/" + h + "/" + p + ") 2>/dev/null; then echo 'open:" + what + "'; else echo 'closed:" + what + "'; fi\n")
+	}
+	for what, addr := range closed {
+		h, p, _ := net.SplitHostPort(addr)
+		script.WriteString("if (exec 3<>/dev/tcp/" + h + "/" + p + ") 2>/dev/null; then echo 'open:" + what + "'; else echo 'closed:" + what + "'; fi\n")
+	}
+	rt, err := container.New(container.WithDir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &syncBuffer{}
+	c, err := rt.Start(context.Background(), container.Spec{Name: "galley-reach-" + strings.ToLower(randomValue(t, "")[:8]),
+		Image: img, Entrypoint: []string{"/bin/bash", "-c", script.String()}, Network: name,
+		Capabilities: []string{"CHOWN", "DAC_OVERRIDE", "KILL", "SETGID", "SETUID"}, Stdout: out, Stderr: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Remove(context.Background())
+	if code, err := c.Wait(context.Background()); err != nil || code != 0 {
+		t.Fatalf("probe container: %d %v: %s", code, err, out.String())
+	}
+	got := out.String()
+	for what := range open {
+		if !strings.Contains(got, "open:"+what+"\n") {
+			t.Errorf("%s does not answer from a worker container:\n%s", what, got)
+		}
+	}
+	for what := range closed {
+		if !strings.Contains(got, "closed:"+what+"\n") {
+			t.Errorf("%s answers a worker container:\n%s", what, got)
+		}
+	}
+}
+
+// tryStart starts a stack of the template tpl and returns Start's error.
+func tryStart(t *testing.T, tpl string) (*awslocal.Stack, error) {
+	t.Helper()
+	requireStandins(t)
+	requireWorkerImage(t)
+	cfg := awslocal.Config{
+		Options: localserver.Options{Listen: "127.0.0.1:0", Data: t.TempDir(), Logger: slog.New(slog.DiscardHandler)},
+		Bin:     binaries(t), Template: tpl, FunctionOutput: io.Discard, WorkerGrace: 3 * time.Second,
+	}
+	s, err := awslocal.Start(context.Background(), cfg)
+	if err == nil {
+		t.Cleanup(func() { s.Close() })
+	}
+	return s, err
+}
+
+// workerLinux returns the worker task definition's LinuxParameters in the
+// template's resources.
+func workerLinux(res map[string]any) (map[string]any, error) {
+	for _, p := range resourcesOf(res, "AWS::ECS::TaskDefinition") {
+		c := p["ContainerDefinitions"].([]any)[0].(map[string]any)
+		if lp, ok := c["LinuxParameters"].(map[string]any); ok {
+			return lp, nil
+		}
+	}
+	return nil, fmt.Errorf("no task definition with LinuxParameters")
+}
+
+// TestTemplateAddsACapabilityFargateRefuses: a copy of the template whose
+// worker adds a capability other than SYS_PTRACE does not deploy: ECS
+// refuses the task definition, as it refuses it on Fargate.
+func TestTemplateAddsACapabilityFargateRefuses(t *testing.T) {
+	for _, add := range []string{"SYS_ADMIN", "FOWNER"} {
+		t.Run(add, func(t *testing.T) {
+			tpl := mutatedTemplate(t, func(res map[string]any) error {
+				lp, err := workerLinux(res)
+				if err != nil {
+					return err
+				}
+				caps, _ := lp["Capabilities"].(map[string]any)
+				if caps == nil {
+					caps = map[string]any{}
+					lp["Capabilities"] = caps
+				}
+				caps["Add"] = []any{add}
+				return nil
+			})
+			_, err := tryStart(t, tpl)
+			if err == nil {
+				t.Fatalf("a worker that adds %s deployed", add)
+			}
+			for _, w := range []string{"ClientException", "only support adding the SYS_PTRACE", add} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the refusal does not name %q: %v", w, err)
+				}
+			}
+		})
+	}
+	t.Run("SYS_PTRACE", func(t *testing.T) {
+		tpl := mutatedTemplate(t, func(res map[string]any) error {
+			lp, err := workerLinux(res)
+			if err != nil {
+				return err
+			}
+			lp["Capabilities"].(map[string]any)["Add"] = []any{"SYS_PTRACE"}
+			return nil
+		})
+		if _, err := tryStart(t, tpl); err != nil {
+			t.Fatalf("Fargate takes SYS_PTRACE, the stack refused it: %v", err)
+		}
+	})
+}
+
+// logContainers logs the tail of each worker container's output: where a
+// harness that refused to start says why.
+func logContainers(t testing.TB, s *awslocal.Stack) {
+	for _, task := range s.ECS().Tasks() {
+		b, err := s.ECS().ContainerLog(task.ID)
+		if err != nil {
+			continue
+		}
+		if len(b) > 8<<10 {
+			b = b[len(b)-8<<10:]
+		}
+		t.Logf("task %s (exit %v, %s) container output (tail):\n%s", task.ID, exitCode(task.ExitCode), task.StoppedReason, b)
+	}
+}
+
+func exitCode(c *int) string {
+	if c == nil {
+		return "none"
+	}
+	return fmt.Sprint(*c)
+}
