@@ -25,6 +25,7 @@ import (
 
 	"github.com/galley-run/galley/pkg/agents"
 	"github.com/galley-run/galley/pkg/api"
+	"github.com/galley-run/galley/pkg/connlimit"
 	"github.com/galley-run/galley/pkg/doorbell/localbell"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/harness"
@@ -71,6 +72,10 @@ type Options struct {
 	IdleTimeout        time.Duration
 	MaxHeaderBytes     int
 	MaxUnauthenticated int
+	// Conns bounds the connections held per peer and in all; kitchn's
+	// connections (once a call on one carried its token) are reserved
+	// capacity outside the counts (pkg/connlimit).
+	Conns connlimit.Limits
 	// Logger receives the request log; default JSON on stderr, buffered
 	// (pkg/logbuf) and written out at least every 100 ms.
 	Logger *slog.Logger
@@ -103,7 +108,7 @@ type Server struct {
 	opts     Options
 	Endpoint string // http://host:port
 	http     *http.Server
-	listener net.Listener
+	listener *connlimit.Listener
 	closers  []io.Closer
 	Service  *service.Service
 }
@@ -177,10 +182,16 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 
-	ln, err := net.Listen("tcp", o.Listen)
+	// Every connection costs a descriptor: use all the process may have,
+	// and bound the connections to half of it (connlimit.WithDefaults).
+	if n, err := connlimit.RaiseNoFile(); err != nil {
+		o.Logger.Warn("could not raise the open-file limit", "limit", n, "err", err)
+	}
+	inner, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
+	ln := connlimit.Wrap(inner, o.Conns, o.Logger)
 	s.listener = ln
 	s.Endpoint = "http://" + LoopbackAddr(ln.Addr().String())
 
@@ -235,7 +246,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	// a report must settle its worker as if this server had started it.
 	rt.WatchInherited(inheritedPoll)
 	h := confined(o.Logger, rt.Confinement(), api.New(api.WithService(svc), api.WithAuthenticator(api.StaticToken(token)), api.WithLogger(o.Logger)))
-	s.http = newHTTPServer(h, o)
+	s.http = newHTTPServer(trustKitchn(h, token), o)
+	ln.Install(s.http)
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			o.Logger.Error("serve", "err", err)
@@ -272,6 +284,9 @@ func PrintReady(w io.Writer, o Options, endpoint, tokenFile string) {
 		tokenFile, o.House, o.Credential)
 	fmt.Fprintf(w, "kitchn binding for the house policy:\n%s\n", Binding(o.Backend, o.Credential, endpoint))
 }
+
+// ConnStats are the listener's connection counts (pkg/connlimit).
+func (s *Server) ConnStats() connlimit.Stats { return s.listener.Stats() }
 
 // TokenFile is where the bearer token lives.
 func (s *Server) TokenFile() string { return s.opts.TokenFile }
