@@ -28,6 +28,7 @@ import (
 	"github.com/galley-run/galley/local/smstandin"
 	"github.com/galley-run/galley/local/stsstandin"
 	"github.com/galley-run/galley/pkg/cfntemplate"
+	"github.com/galley-run/galley/pkg/connlimit"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/localserver"
@@ -155,6 +156,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	s.stopStandin = stop
 
+	if n, err := connlimit.RaiseNoFile(); err != nil {
+		o.Logger.Warn("could not raise the open-file limit", "limit", n, "err", err)
+	}
 	// The gateway's listener first: its address is the API's endpoint.
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
@@ -294,7 +298,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	gitSrv := &http.Server{Handler: gitHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		MaxHeaderBytes: 64 << 10}
 	s.servers = append(s.servers, gitSrv)
-	go gitSrv.Serve(gitLn)
+	gitLim := connlimit.Wrap(gitLn, connlimit.Limits{}, o.Logger)
+	gitLim.Install(gitSrv)
+	go gitSrv.Serve(gitLim)
 
 	// Deploy: every resource in order, created through the stand-ins' own
 	// APIs with the deployment's (CloudFormation's) rights, not through the
@@ -409,8 +415,13 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	gwSrv.Handler = gw
 	s.gateway = gw
+	// Every server here bounds its connections per peer (per uid on
+	// loopback) and in all: a worker's agent cannot take the descriptors
+	// kitchn's calls need.
+	gwLim := connlimit.Wrap(ln, o.Conns, o.Logger)
+	gwLim.Install(gwSrv)
 	go func() {
-		if err := gwSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := gwSrv.Serve(gwLim); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			o.Logger.Error("gateway", "err", err)
 		}
 	}()

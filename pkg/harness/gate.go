@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/connlimit"
 	"github.com/galley-run/galley/pkg/gitserve"
 )
 
@@ -61,8 +63,8 @@ func (h *harness) startGate(repoURL, branch string) (*pushGate, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	go func() { _ = srv.Serve(limitConns(ln, srv, h.log)) }()
 	gateURL := "http://" + ln.Addr().String() + gatePath
 	auth := base64.StdEncoding.EncodeToString([]byte(GateUser + ":" + secret))
 	return &pushGate{
@@ -111,3 +113,16 @@ func redactURL(s string) string {
 	}
 	return s
 }
+
+// limitConns bounds the connections the agent may hold to one of the
+// harness's servers (the push gate, the MCP server), so that a flood of
+// them cannot take the harness's descriptors (pkg/connlimit).
+func limitConns(ln net.Listener, srv *http.Server, log *slog.Logger) net.Listener {
+	lim := connlimit.Wrap(ln, connlimit.Limits{PerPeer: harnessConns, Total: harnessConns}, log)
+	lim.Install(srv)
+	return lim
+}
+
+// harnessConns is how many connections the agent may hold to each of the
+// harness's servers: far more than an agent's git and MCP client open.
+const harnessConns = 256

@@ -76,6 +76,9 @@ type Options struct {
 	// connections (once a call on one carried its token) are reserved
 	// capacity outside the counts (pkg/connlimit).
 	Conns connlimit.Limits
+	// WorkerLogLimit is each worker's log budget in bytes (default
+	// harness.DefaultLogLimit, 16 MiB): <data>/workers/<handle>/harness.log.
+	WorkerLogLimit int64
 	// Logger receives the request log; default JSON on stderr, buffered
 	// (pkg/logbuf) and written out at least every 100 ms.
 	Logger *slog.Logger
@@ -211,6 +214,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 				}
 			}
 		})}
+	if o.WorkerLogLimit > 0 {
+		rtOpts = append(rtOpts, localproc.WithLogLimit(o.WorkerLogLimit))
+	}
 	if o.AgentBinDir != "" {
 		dir, err := filepath.Abs(o.AgentBinDir)
 		if err != nil {
