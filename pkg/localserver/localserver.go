@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -79,6 +80,10 @@ type Options struct {
 	// WorkerLogLimit is each worker's log budget in bytes (default
 	// harness.DefaultLogLimit, 16 MiB): <data>/workers/<handle>/harness.log.
 	WorkerLogLimit int64
+	// PushLimit and PushBudget bound each worker's pushes, bytes per push
+	// and in all (0: harness.DefaultPushLimit, 100 MiB, and
+	// harness.DefaultPushBudget, 512 MiB).
+	PushLimit, PushBudget int64
 	// Logger receives the request log; default JSON on stderr, buffered
 	// (pkg/logbuf) and written out at least every 100 ms.
 	Logger *slog.Logger
@@ -216,6 +221,12 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		})}
 	if o.WorkerLogLimit > 0 {
 		rtOpts = append(rtOpts, localproc.WithLogLimit(o.WorkerLogLimit))
+	}
+	if o.PushLimit > 0 {
+		rtOpts = append(rtOpts, localproc.WithEnv(harness.EnvPushLimit, strconv.FormatInt(o.PushLimit, 10)))
+	}
+	if o.PushBudget > 0 {
+		rtOpts = append(rtOpts, localproc.WithEnv(harness.EnvPushBudget, strconv.FormatInt(o.PushBudget, 10)))
 	}
 	if o.AgentBinDir != "" {
 		dir, err := filepath.Abs(o.AgentBinDir)

@@ -136,6 +136,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.MaxWorkers, "max-workers", 0, "most unsettled workers; 0 for no bound")
 	fs.IntVar(&o.Conns.PerPeer, "max-conns-per-peer", 0, "most connections held from one address, on loopback from one uid (0: 1024)")
 	fs.IntVar(&o.Conns.Total, "max-conns", 0, "most connections held in all (0: 4096, at most half the open-file limit)")
+	fs.Int64Var(&o.PushLimit, "push-limit", harness.DefaultPushLimit, "bytes of one push of a worker's")
+	fs.Int64Var(&o.PushBudget, "push-budget", harness.DefaultPushBudget, "bytes of all of a worker's pushes")
 	fs.Int64Var(&o.WorkerLogLimit, "worker-log-limit", harness.DefaultLogLimit, "each worker's log budget in bytes (<data>/workers/<handle>/harness.log)")
 	storeKind := fs.String("store", "bolt", "record store: bolt (embedded, under --data) or dynamodb (AWS_ENDPOINT_URL_DYNAMODB, AWS_REGION, ...)")
 	bellKind := fs.String("doorbell", "local", "await doorbell: local (in-process) or sqs (AWS_ENDPOINT_URL_SQS, AWS_REGION, ...)")
