@@ -121,6 +121,12 @@ func Hash(credential string) string {
 	return b64(sum[:])
 }
 
+// Request is what a server checks a proof against: the DPoP header's
+// value, and the request's method and URL path.
+type Request struct {
+	Proof, Method, Path string
+}
+
 // Checked is what a valid proof says.
 type Checked struct {
 	JTI      string    // the proof's random id, for the replay cache

@@ -16,6 +16,7 @@ type Store interface {
 	store.Mailboxes
 	store.Inboxes
 	store.Counters
+	store.Nonces
 }
 
 // Runtime starts and stops workers: local processes, or ECS tasks.
