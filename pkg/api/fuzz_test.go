@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/galley-run/galley/pkg/dpop"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/service/servicetest"
@@ -133,7 +134,16 @@ func FuzzWorkerRoutes(f *testing.F) {
 		token := env.Runtime.Specs[handle].Token
 
 		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(string(b)))
-		req.Header.Set("Authorization", "Bearer "+token)
+		pk, err := dpop.NewKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		proof, err := pk.Proof(http.MethodPost, "http://galley.test"+path, token, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", dpop.Scheme+" "+token)
+		req.Header.Set(dpop.Header, proof)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
 		switch w.Code {

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/galley-run/galley/pkg/dpop"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/service"
@@ -50,9 +51,11 @@ type Mailbox interface {
 
 // Workers serves the harness's calls.
 type Workers interface {
-	// AuthenticateWorker answers the worker a credential names, if it is
-	// that worker's current credential and the worker was not released.
-	AuthenticateWorker(ctx context.Context, token string) (string, error)
+	// AuthenticateWorkerCall answers the worker a call's credential names,
+	// if it is that worker's current credential, the worker was not
+	// released, and the call's DPoP proof is fresh and signed by the key
+	// the credential is bound to.
+	AuthenticateWorkerCall(ctx context.Context, token string, proof dpop.Request) (string, error)
 	WorkerSelf(ctx context.Context, handle string) (workerapi.Self, error)
 	WorkerReady(ctx context.Context, handle, evidence string) error
 	WorkerPost(ctx context.Context, handle string, req workerapi.PostRequest) (workerapi.PostAnswer, error)
@@ -62,7 +65,7 @@ type Workers interface {
 	WorkerUsage(ctx context.Context, handle string, report protocol.UsageReport) error
 	// WorkerExitReport is the harness's exit report, taken once.
 	WorkerExitReport(ctx context.Context, handle string, code int, reason string) error
-	ExchangeBootstrap(ctx context.Context, handle, code, claim string) (string, error)
+	ExchangeBootstrap(ctx context.Context, handle, code, claim string, proof dpop.Request) (string, error)
 	// WorkerEvents records what the harness saw in the worker's event log.
 	WorkerEvents(ctx context.Context, handle string, evs []workerapi.HarnessEvent) error
 }

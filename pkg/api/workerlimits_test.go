@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/api"
+	"github.com/galley-run/galley/pkg/dpop"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/service"
@@ -47,7 +48,11 @@ func TestWorkerLimitsOnTheWire(t *testing.T) {
 	for h := range env.Runtime.Specs {
 		worker = h
 	}
-	c := client.New(srv.URL, env.Runtime.Specs[worker].Token, client.WithRetry(5, time.Millisecond, time.Millisecond))
+	key, err := dpop.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(srv.URL, env.Runtime.Specs[worker].Token, client.WithRetry(5, time.Millisecond, time.Millisecond), client.WithProofKey(key))
 	ctx := t.Context()
 
 	for range 2 {
@@ -55,7 +60,7 @@ func TestWorkerLimitsOnTheWire(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err := c.Post(ctx, workerapi.PostRequest{Kind: protocol.MsgStatus, Body: "working"})
+	_, err = c.Post(ctx, workerapi.PostRequest{Kind: protocol.MsgStatus, Body: "working"})
 	ge := galleyerr.As(err)
 	if ge == nil || ge.Kind != galleyerr.RateLimited || ge.RetryAfterSeconds < 1 || !strings.Contains(ge.Msg, "budget") {
 		t.Fatalf("a post beyond the budget: %v (%+v)", err, ge)

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/dpop"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
@@ -91,9 +93,9 @@ func (h *Handler) credential(ws Workers) http.HandlerFunc {
 			h.fail(w, r, err, readAnswer)
 			return
 		}
-		token, err := ws.ExchangeBootstrap(r.Context(), req.Handle, req.Code, req.Claim)
+		token, err := ws.ExchangeBootstrap(r.Context(), req.Handle, req.Code, req.Claim, proofOf(r))
 		if err != nil {
-			h.fail(w, r, err, readAnswer)
+			h.failWorker(w, r, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, workerapi.CredentialAnswer{Token: token})
@@ -102,14 +104,14 @@ func (h *Handler) credential(ws Workers) http.HandlerFunc {
 
 func (h *Handler) worker(ws Workers, call func(ctx context.Context, handle string, body []byte) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		token, ok := bearer(r)
+		token, ok := workerCredential(r)
 		if !ok {
-			h.fail(w, r, galleyerr.E(galleyerr.Unauthorized, errNoWorkerToken), readAnswer)
+			h.failWorker(w, r, galleyerr.E(galleyerr.Unauthorized, errNoWorkerToken))
 			return
 		}
-		handle, err := ws.AuthenticateWorker(r.Context(), token)
+		handle, err := ws.AuthenticateWorkerCall(r.Context(), token, proofOf(r))
 		if err != nil {
-			h.fail(w, r, err, readAnswer)
+			h.failWorker(w, r, err)
 			return
 		}
 		body, err := readBody(r)
@@ -141,4 +143,30 @@ func decodeStrict(b []byte, v any) error {
 		return galleyerr.Errorf(galleyerr.Malformed, "trailing data after the JSON body")
 	}
 	return nil
+}
+
+// workerCredential is the credential of "Authorization: DPoP <token>" (a
+// bound credential's scheme, RFC 9449), or of "Bearer <token>", which is
+// refused the same way for want of a proof.
+func workerCredential(r *http.Request) (string, bool) {
+	v := r.Header.Get("Authorization")
+	const p = dpop.Scheme + " "
+	if len(v) > len(p) && strings.EqualFold(v[:len(p)], p) {
+		return strings.TrimSpace(v[len(p):]), true
+	}
+	return bearer(r)
+}
+
+// proofOf is what the request's DPoP proof is checked against.
+func proofOf(r *http.Request) dpop.Request {
+	return dpop.Request{Proof: r.Header.Get(dpop.Header), Method: r.Method, Path: r.URL.Path}
+}
+
+// failWorker answers a worker call's failure; a 401 says which scheme and
+// algorithm a worker must use.
+func (h *Handler) failWorker(w http.ResponseWriter, r *http.Request, err error) {
+	if galleyerr.Is(galleyerr.Unauthorized, err) {
+		w.Header().Set("WWW-Authenticate", dpop.Scheme+` algs="ES256"`)
+	}
+	h.fail(w, r, err, readAnswer)
 }

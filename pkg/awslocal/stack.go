@@ -31,6 +31,7 @@ import (
 	"github.com/galley-run/galley/local/stsstandin"
 	"github.com/galley-run/galley/pkg/awsfault"
 	"github.com/galley-run/galley/pkg/cfntemplate"
+	"github.com/galley-run/galley/pkg/connlimit"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/localserver"
@@ -176,6 +177,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		o.Logger.Warn(HostProgramsNotice)
 	}
 
+	if n, err := connlimit.RaiseNoFile(); err != nil {
+		o.Logger.Warn("could not raise the open-file limit", "limit", n, "err", err)
+	}
 	// The gateway's listener first: its address is the API's endpoint.
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
@@ -336,13 +340,16 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	gitSrv := &http.Server{Handler: gitHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		MaxHeaderBytes: 64 << 10}
 	s.servers = append(s.servers, gitSrv)
+	// Over TLS, as a forge is, when workers are containers: the harness's
+	// push gate takes an http upstream only on loopback, which a
+	// container's is not. The bound counts the connections under TLS.
+	var gitL net.Listener = gitLn
 	if s.ctrs != nil {
-		// Over TLS, as a forge is: the harness's push gate takes an http
-		// upstream only on loopback, which a container's is not.
-		go gitSrv.Serve(tls.NewListener(gitLn, serverTLS))
-	} else {
-		go gitSrv.Serve(gitLn)
+		gitL = tls.NewListener(gitLn, serverTLS)
 	}
+	gitLim := connlimit.Wrap(gitL, connlimit.Limits{}, o.Logger)
+	gitLim.Install(gitSrv)
+	go gitSrv.Serve(gitLim)
 
 	// Deploy: every resource in order, created through the stand-ins' own
 	// APIs with the deployment's (CloudFormation's) rights, not through the
@@ -468,9 +475,14 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	gwSrv.Handler = gw
 	s.gateway = gw
+	// Every server here bounds its connections per peer (per uid on
+	// loopback) and in all: a worker's agent cannot take the descriptors
+	// kitchn's calls need.
 	for _, l := range slices.Compact([]net.Listener{ln, apiLn}) {
+		lim := connlimit.Wrap(l, o.Conns, o.Logger)
+		lim.Install(gwSrv)
 		go func() {
-			if err := gwSrv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := gwSrv.Serve(lim); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				o.Logger.Error("gateway", "err", err)
 			}
 		}()

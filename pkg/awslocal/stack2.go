@@ -31,6 +31,7 @@ import (
 	"github.com/galley-run/galley/local/gateway"
 	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/pkg/cfntemplate"
+	"github.com/galley-run/galley/pkg/connlimit"
 	"github.com/galley-run/galley/pkg/gitserve"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/lambdaapp"
@@ -188,7 +189,9 @@ func (s *Stack) serveTLS(ln net.Listener, h http.Handler, cfg *tls.Config) {
 	srv := &http.Server{Handler: h, TLSConfig: cfg, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
 	s.servers = append(s.servers, srv)
-	go srv.Serve(tls.NewListener(ln, cfg))
+	lim := connlimit.Wrap(ln, connlimit.Limits{}, s.cfg.Options.Logger)
+	lim.Install(srv)
+	go srv.Serve(tls.NewListener(lim, cfg))
 }
 
 // handlerClient is an HTTP client that serves every request with h in

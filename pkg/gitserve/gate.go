@@ -64,6 +64,16 @@ const (
 // options are refused (nothing here could check or honour them). A gzipped
 // body is forwarded decompressed.
 func PushGate(policy RefPolicy, next http.Handler) http.Handler {
+	return BudgetedPushGate(policy, nil, next)
+}
+
+// BudgetedPushGate is PushGate that also refuses a push whose pack does not
+// fit in budget (nil: no budget), the way it refuses a ref: the pusher sees
+// "! [remote rejected]" with the budget's figures, and nothing of the push
+// reaches next. Pushes accepted before stay as they are. The pack is read
+// to a temporary file before it is forwarded, so a refusal is decided
+// before the house repository sees a byte.
+func BudgetedPushGate(policy RefPolicy, budget *Budget, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if endpoint(r.URL.Path) != receivePack {
 			next.ServeHTTP(w, r)
@@ -118,12 +128,32 @@ func PushGate(policy RefPolicy, next http.Handler) http.Handler {
 			}
 			reasons[i], refused = reason(err), true
 		}
+		var pack io.Reader = rest
+		if !refused && budget != nil {
+			f, n, fits, err := spoolPack(rest, budget.room())
+			switch {
+			case err != nil:
+				http.Error(w, "galley: cannot read the push", http.StatusInternalServerError)
+				return
+			case !fits || !budget.take(n):
+				if f != nil {
+					f.Close()
+				}
+				for i := range reasons {
+					reasons[i] = budget.refusal()
+				}
+				refuse(w, p, reasons)
+				return
+			}
+			defer f.Close()
+			pack = f
+		}
 		if !refused {
 			r = r.Clone(r.Context())
 			r.Body = struct {
 				io.Reader
 				io.Closer
-			}{io.MultiReader(&head, rest), r.Body}
+			}{io.MultiReader(&head, pack), r.Body}
 			if gzipped {
 				r.Header.Del("Content-Encoding")
 				r.ContentLength = -1

@@ -138,6 +138,10 @@ type Config struct {
 	Repository  string
 	Branch      string // empty: the branch galley names in Self
 	AgentBinDir string
+	// PushLimit and PushBudget bound what the agent's pushes bring through
+	// the push gate: bytes per push and in all (EnvPushLimit,
+	// EnvPushBudget; zero: DefaultPushLimit, DefaultPushBudget).
+	PushLimit, PushBudget int64
 	// GitCache is the shared git object cache's folder; empty for none.
 	// ConfigFromEnv reads EnvGitCache.
 	GitCache string
@@ -281,6 +285,10 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			return cfg, galleyerr.E(op, galleyerr.Invalid, EnvProgress+" must be a positive Go duration")
 		}
 		cfg.Progress = d
+	}
+	var err error
+	if cfg.PushLimit, cfg.PushBudget, err = pushBudgetFromEnv(getenv); err != nil {
+		return cfg, galleyerr.E(op, galleyerr.Invalid, err)
 	}
 	return cfg, nil
 }
@@ -476,6 +484,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if c.PushLimit <= 0 {
+		c.PushLimit = DefaultPushLimit
+	}
+	if c.PushBudget <= 0 {
+		c.PushBudget = DefaultPushBudget
 	}
 	if c.Prepare == nil {
 		c.Prepare = prepareWith(c.GitUsername, c.GitCredential, c.GitCache, c.Logger)

@@ -7,13 +7,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/connlimit"
 	"github.com/galley-run/galley/pkg/gitserve"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
@@ -57,13 +60,13 @@ func (h *harness) startGate(repoURL, branch string) (*pushGate, error) {
 	}
 	secret := hex.EncodeToString(raw)
 	handler := gitserve.BasicAuth(gateRealm, gitserve.Credential(GateUser, secret),
-		gitserve.PushGate(h.reportPushes(gitserve.OnlyBranch(branch)), upstream))
+		gitserve.BudgetedPushGate(h.reportPushes(gitserve.OnlyBranch(branch)), gitserve.NewBudget(h.cfg.PushLimit, h.cfg.PushBudget), upstream))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	go func() { _ = srv.Serve(limitConns(ln, srv, h.log)) }()
 	gateURL := "http://" + ln.Addr().String() + gatePath
 	auth := base64.StdEncoding.EncodeToString([]byte(GateUser + ":" + secret))
 	return &pushGate{
@@ -125,4 +128,48 @@ func redactURL(s string) string {
 		return "…" + s[at:]
 	}
 	return s
+}
+
+// limitConns bounds the connections the agent may hold to one of the
+// harness's servers (the push gate, the MCP server), so that a flood of
+// them cannot take the harness's descriptors (pkg/connlimit).
+func limitConns(ln net.Listener, srv *http.Server, log *slog.Logger) net.Listener {
+	lim := connlimit.Wrap(ln, connlimit.Limits{PerPeer: harnessConns, Total: harnessConns}, log)
+	lim.Install(srv)
+	return lim
+}
+
+// harnessConns is how many connections the agent may hold to each of the
+// harness's servers: far more than an agent's git and MCP client open.
+const harnessConns = 256
+
+// The push budget's settings and defaults (gitserve.Budget). A worker's
+// pushes go to its own branch only, but each one's pack stays in the house
+// repository until git collects it, referenced or not (a force-push's old
+// commits): the budget bounds what one worker adds there.
+const (
+	EnvPushLimit      = "GALLEY_PUSH_LIMIT"  // bytes of one push's pack
+	EnvPushBudget     = "GALLEY_PUSH_BUDGET" // bytes of all of a worker's pushes
+	DefaultPushLimit  = 100 << 20
+	DefaultPushBudget = 512 << 20
+)
+
+// pushBudgetFromEnv reads EnvPushLimit and EnvPushBudget: 0 when unset
+// (the defaults apply), an error when not a positive number of bytes.
+func pushBudgetFromEnv(getenv func(string) string) (limit, budget int64, err error) {
+	for _, v := range []struct {
+		name string
+		to   *int64
+	}{{EnvPushLimit, &limit}, {EnvPushBudget, &budget}} {
+		s := strings.TrimSpace(getenv(v.name))
+		if s == "" {
+			continue
+		}
+		n, perr := strconv.ParseInt(s, 10, 64)
+		if perr != nil || n <= 0 {
+			return 0, 0, fmt.Errorf("%s must be a positive number of bytes", v.name)
+		}
+		*v.to = n
+	}
+	return limit, budget, nil
 }

@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/galley-run/galley/pkg/dpop"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/workerapi"
@@ -70,6 +71,16 @@ type harness struct {
 // not do its job.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.setDefaults()
+	// The worker's credential is bound to this key, made here and never
+	// written anywhere: the bootstrap exchange binds it, or, for a
+	// credential given directly, the first call (made before the agent
+	// starts). Whoever reads the credential without the key can use it
+	// for nothing (pkg/dpop).
+	key, err := dpop.NewKey()
+	if err != nil {
+		return galleyerr.E(galleyerr.Op("harness.key"), "could not make the worker's proof key", err)
+	}
+	cfg.ClientOptions = append(slices.Clone(cfg.ClientOptions), client.WithProofKey(key))
 	if cfg.Token == "" && cfg.Bootstrap != "" {
 		// The claim is drawn once and repeated on every retry of the
 		// exchange, so a lost answer can be retried.

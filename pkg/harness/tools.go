@@ -88,8 +88,8 @@ func (h *harness) startMCP() (*mcpServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	go func() { _ = srv.Serve(limitConns(ln, srv, h.log)) }()
 	return &mcpServer{url: "http://" + ln.Addr().String() + MCPPath, secret: secret, srv: srv}, nil
 }
 

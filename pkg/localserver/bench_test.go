@@ -238,11 +238,18 @@ func benchRoutes(b *testing.B, bn *bench) {
 	})
 }
 
-// BenchmarkReadThroughput drives the four read routes with 8 concurrent
-// clients, against galley and, in the same run, against a bare net/http
-// handler doing the same JSON work (decode the body, encode an answer of
-// the same size). ratio-vs-bare is galley's throughput over the baseline's.
+// BenchmarkReadThroughput drives the four read routes with 8 and with 16
+// concurrent clients, against galley and, in the same run, against a bare
+// net/http handler doing the same JSON work (decode the body, encode an
+// answer of the same size). ratio-vs-bare is galley's throughput over the
+// baseline's.
 func BenchmarkReadThroughput(b *testing.B) {
+	for _, clients := range []int{8, 16} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) { benchReadThroughput(b, clients) })
+	}
+}
+
+func benchReadThroughput(b *testing.B, clients int) {
 	bn := newBench(b)
 	out := bn.call(b, "POST", "/v1/effects", envelope("k-seed", launchEffect))
 	var ans struct {
@@ -266,15 +273,15 @@ func BenchmarkReadThroughput(b *testing.B) {
 		{"GET", "/v1/descriptor", ""}, {"POST", "/v1/workers/observe", observe},
 		{"GET", "/v1/inventory", ""}, {"POST", "/v1/deliveries/next", `{"run":"run-empty","coordinator":"c1"}`},
 	}
-	// drive sends n calls from 8 clients to base and returns the rate and
-	// the latencies.
+	// drive sends n calls from the clients to base and returns the rate
+	// and the latencies.
 	drive := func(b *testing.B, base string, n int) (float64, latencies) {
 		var lat latencies
 		var mu sync.Mutex
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		start := time.Now()
-		for range 8 {
+		for range clients {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

@@ -1,10 +1,12 @@
 package localserver
 
 import (
+	"crypto/subtle"
 	"io"
 	"net/http"
 	"time"
 
+	"github.com/galley-run/galley/pkg/connlimit"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
 
@@ -33,6 +35,22 @@ func (o *Options) limits() {
 	if o.MaxUnauthenticated <= 0 {
 		o.MaxUnauthenticated = DefaultMaxUnauthenticated
 	}
+	o.Conns = o.Conns.WithDefaults()
+}
+
+// trustKitchn marks the connection of a request that carries kitchn's
+// token as reserved capacity (connlimit.Trust): agents share kitchn's
+// loopback address, so per-peer bounds alone cannot tell them apart, and a
+// flood of their connections must not close kitchn's. The handler still
+// authenticates the request itself; a connection is trusted once.
+func trustKitchn(h http.Handler, token []byte) http.Handler {
+	want := "Bearer " + string(token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if got := r.Header.Get("Authorization"); len(got) == len(want) && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
+			connlimit.Trust(r.Context())
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // newHTTPServer is the server for h under o's limits. It sets no

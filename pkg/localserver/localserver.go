@@ -20,11 +20,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/galley-run/galley/pkg/agents"
 	"github.com/galley-run/galley/pkg/api"
+	"github.com/galley-run/galley/pkg/connlimit"
 	"github.com/galley-run/galley/pkg/doorbell/localbell"
 	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/githost"
@@ -85,6 +87,17 @@ type Options struct {
 	// NoEventLog records nothing in the workers' event log: only for
 	// measuring what the log costs the worker's calls.
 	NoEventLog bool
+	// Conns bounds the connections held per peer and in all; kitchn's
+	// connections (once a call on one carried its token) are reserved
+	// capacity outside the counts (pkg/connlimit).
+	Conns connlimit.Limits
+	// WorkerLogLimit is each worker's log budget in bytes (default
+	// harness.DefaultLogLimit, 16 MiB): <data>/workers/<handle>/harness.log.
+	WorkerLogLimit int64
+	// PushLimit and PushBudget bound each worker's pushes, bytes per push
+	// and in all (0: harness.DefaultPushLimit, 100 MiB, and
+	// harness.DefaultPushBudget, 512 MiB).
+	PushLimit, PushBudget int64
 	// Logger receives the request log; default JSON on stderr, buffered
 	// (pkg/logbuf) and written out at least every 100 ms.
 	Logger *slog.Logger
@@ -120,7 +133,7 @@ type Server struct {
 	opts     Options
 	Endpoint string // http://host:port
 	http     *http.Server
-	listener net.Listener
+	listener *connlimit.Listener
 	closers  []io.Closer
 	Service  *service.Service
 }
@@ -221,10 +234,16 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 
-	ln, err := net.Listen("tcp", o.Listen)
+	// Every connection costs a descriptor: use all the process may have,
+	// and bound the connections to half of it (connlimit.WithDefaults).
+	if n, err := connlimit.RaiseNoFile(); err != nil {
+		o.Logger.Warn("could not raise the open-file limit", "limit", n, "err", err)
+	}
+	inner, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
+	ln := connlimit.Wrap(inner, o.Conns, o.Logger)
 	s.listener = ln
 	s.Endpoint = "http://" + LoopbackAddr(ln.Addr().String())
 
@@ -248,6 +267,15 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		if u.v != "" {
 			rtOpts = append(rtOpts, localproc.WithEnv(u.env, u.v))
 		}
+	}
+	if o.WorkerLogLimit > 0 {
+		rtOpts = append(rtOpts, localproc.WithLogLimit(o.WorkerLogLimit))
+	}
+	if o.PushLimit > 0 {
+		rtOpts = append(rtOpts, localproc.WithEnv(harness.EnvPushLimit, strconv.FormatInt(o.PushLimit, 10)))
+	}
+	if o.PushBudget > 0 {
+		rtOpts = append(rtOpts, localproc.WithEnv(harness.EnvPushBudget, strconv.FormatInt(o.PushBudget, 10)))
 	}
 	if o.AgentBinDir != "" {
 		dir, err := filepath.Abs(o.AgentBinDir)
@@ -285,7 +313,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	rt.WatchInherited(inheritedPoll)
 	h := withOperator(operator.New(operatorToken, svc, evlog, evbell, o.Logger),
 		confined(o.Logger, rt.Confinement(), api.New(api.WithService(svc), api.WithAuthenticator(api.StaticToken(token)), api.WithLogger(o.Logger))))
-	s.http = newHTTPServer(h, o)
+	s.http = newHTTPServer(trustKitchn(h, token), o)
+	ln.Install(s.http)
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			o.Logger.Error("serve", "err", err)
@@ -360,6 +389,9 @@ func PrintReady(w io.Writer, o Options, endpoint, tokenFile string) {
 
 // OperatorTokenFile is where the operator token lives.
 func (s *Server) OperatorTokenFile() string { return s.opts.OperatorTokenFile }
+
+// ConnStats are the listener's connection counts (pkg/connlimit).
+func (s *Server) ConnStats() connlimit.Stats { return s.listener.Stats() }
 
 // TokenFile is where the bearer token lives.
 func (s *Server) TokenFile() string { return s.opts.TokenFile }

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 
+	"github.com/galley-run/galley/pkg/dpop"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/runtime/ecsrt/bootstrap"
@@ -17,10 +18,18 @@ import (
 // not settled, and only to the first claim (a second claimant, say one who
 // read the code from the task's overrides, is refused and logged). Every
 // refusal is the same Unauthorized error, so a caller learns nothing of why.
-func (s *Service) ExchangeBootstrap(ctx context.Context, handle, code, claim string) (string, error) {
+//
+// The exchange carries a DPoP proof (pkg/dpop) without a credential: the
+// credential is bound to the proof's key with the claim, and a retry of
+// the first claim must come with the same key.
+func (s *Service) ExchangeBootstrap(ctx context.Context, handle, code, claim string, proof dpop.Request) (string, error) {
 	refused := galleyerr.Errorf(galleyerr.Unauthorized, "bootstrap code refused")
 	if handle == "" || len(claim) < 16 || len(claim) > 256 {
 		return "", refused
+	}
+	checked, err := dpop.Verify(proof.Proof, proof.Method, proof.Path, "", s.clock.Now())
+	if err != nil {
+		return "", galleyerr.E(galleyerr.Unauthorized, err.Error())
 	}
 	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
 	if galleyerr.Is(galleyerr.NotFound, err) {
@@ -46,16 +55,19 @@ func (s *Service) ExchangeBootstrap(ctx context.Context, handle, code, claim str
 	want := hex.EncodeToString(sum[:])
 	_, err = s.updateWorker(ctx, handle, func(w *store.Worker) error {
 		switch {
-		case w.CredentialClaim == "":
-			w.CredentialClaim = want
+		case w.CredentialClaim == "" && w.CredentialJKT == "":
+			w.CredentialClaim, w.CredentialJKT = want, checked.JKT
 			return nil
-		case subtle.ConstantTimeCompare([]byte(w.CredentialClaim), []byte(want)) == 1:
+		case subtle.ConstantTimeCompare([]byte(w.CredentialClaim), []byte(want)) == 1 && w.CredentialJKT == checked.JKT:
 			return errNoChange // a retry of the first claim
 		}
 		s.log.Warn("a second claim presented a worker's bootstrap code", "worker", handle)
 		return refused
 	})
 	if err != nil {
+		return "", err
+	}
+	if err := s.useProof(ctx, handle, checked); err != nil {
 		return "", err
 	}
 	return token, nil

@@ -17,6 +17,7 @@ type Store interface {
 	store.Mailboxes
 	store.Inboxes
 	store.Counters
+	store.Nonces
 }
 
 // ErrStartRefused marks a Start error that is a definite refusal: this

@@ -53,28 +53,33 @@ var errBadCredential = galleyerr.Errorf(galleyerr.Unauthorized, "bad worker cred
 // not been released. Every refusal is Unauthorized (401); a store failure
 // is Unavailable.
 func (s *Service) AuthenticateWorker(ctx context.Context, token string) (string, error) {
+	handle, _, err := s.authenticateWorker(ctx, token)
+	return handle, err
+}
+
+func (s *Service) authenticateWorker(ctx context.Context, token string) (string, store.Resource, error) {
 	handle, ok := workerapi.TokenHandle(token)
 	if !ok {
-		return "", galleyerr.Errorf(galleyerr.Unauthorized, "malformed worker credential")
+		return "", store.Resource{}, galleyerr.Errorf(galleyerr.Unauthorized, "malformed worker credential")
 	}
 	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
 	if galleyerr.Is(galleyerr.NotFound, err) {
-		return "", errBadCredential
+		return "", res, errBadCredential
 	}
 	if err != nil {
-		return "", err
+		return "", res, err
 	}
 	if res.Worker == nil {
-		return "", errBadCredential
+		return "", res, errBadCredential
 	}
 	mac := token[len(handle)+1:]
 	if !hmac.Equal([]byte(mac), []byte(s.workerMAC(handle, res.Worker.CredentialNonce))) {
-		return "", errBadCredential
+		return "", res, errBadCredential
 	}
 	if res.Released {
-		return "", galleyerr.Errorf(galleyerr.Unauthorized, "the worker was released; its credential is void")
+		return "", res, galleyerr.Errorf(galleyerr.Unauthorized, "the worker was released; its credential is void")
 	}
-	return handle, nil
+	return handle, res, nil
 }
 
 // RevokeWorkerCredential voids the worker's current credential (and the

@@ -153,6 +153,10 @@ type Worker struct {
 	// CredentialClaim is the hex SHA-256 of the claim that exchanged the
 	// worker's bootstrap code; no other claim is ever answered.
 	CredentialClaim string `json:"credentialClaim,omitempty"`
+	// CredentialJKT is the thumbprint of the key the worker's harness
+	// holds (pkg/dpop): once set, the credential serves only calls that
+	// carry a proof signed by that key.
+	CredentialJKT string `json:"credentialJkt,omitempty"`
 	// CredentialNonce enters the MAC of the worker's credential: replacing
 	// it revokes that one credential. "" on records made before nonces,
 	// whose credential is the MAC of the handle alone.

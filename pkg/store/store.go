@@ -1,6 +1,9 @@
 package store
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // The contract below is what storetest checks. Errors carry galleyerr
 // kinds: NotFound when a Get finds nothing, Conflict when a conditional write
@@ -63,6 +66,18 @@ type Counters interface {
 	NextCount(ctx context.Context, name string) (int64, error)
 }
 
+// Nonces remembers single-use values (the ids of workers' DPoP proofs)
+// until they expire.
+type Nonces interface {
+	// UseNonce records key until expires and answers true, or answers
+	// false when key is recorded and has not expired: of any number of
+	// calls with one key, concurrent or not, from any process, one answers
+	// true while the key lives. An expired key may be used again (and may
+	// be forgotten at any time). After Unavailable the key may or may not
+	// be recorded: a caller uses a fresh key rather than resend.
+	UseNonce(ctx context.Context, key string, expires time.Time) (bool, error)
+}
+
 // CounterAgentUID is the counter that numbers the house's agent uids
 // (Worker.AgentUID).
 const CounterAgentUID = "agent-uid"
@@ -74,5 +89,6 @@ type Store interface {
 	Mailboxes
 	Inboxes
 	Counters
+	Nonces
 	Close() error
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/localserver"
 )
 
@@ -146,6 +147,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.WorkerBin, "worker-bin", "", "the galley-worker binary (default: beside galley, or on PATH)")
 	fs.DurationVar(&o.AwaitCap, "await-cap", 25*time.Second, "longest hold of deliveries/await")
 	fs.IntVar(&o.MaxWorkers, "max-workers", 0, "most unsettled workers; 0 for no bound")
+	fs.IntVar(&o.Conns.PerPeer, "max-conns-per-peer", 0, "most connections held from one address, on loopback from one uid (0: 1024)")
+	fs.IntVar(&o.Conns.Total, "max-conns", 0, "most connections held in all (0: 4096, at most half the open-file limit)")
+	fs.Int64Var(&o.PushLimit, "push-limit", harness.DefaultPushLimit, "bytes of one push of a worker's")
+	fs.Int64Var(&o.PushBudget, "push-budget", harness.DefaultPushBudget, "bytes of all of a worker's pushes")
+	fs.Int64Var(&o.WorkerLogLimit, "worker-log-limit", harness.DefaultLogLimit, "each worker's log budget in bytes (<data>/workers/<handle>/harness.log)")
 	storeKind := fs.String("store", "bolt", "record store: bolt (embedded, under --data) or dynamodb (AWS_ENDPOINT_URL_DYNAMODB, AWS_REGION, ...)")
 	bellKind := fs.String("doorbell", "local", "await doorbell: local (in-process) or sqs (AWS_ENDPOINT_URL_SQS, AWS_REGION, ...)")
 	stack := fs.String("stack", "local", "local (one process) or aws-local (the AWS shape on this machine: gateway, functions under the Lambda emulator, DynamoDB Local, fauxqs, the ECS stand-in)")

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/galley-run/galley/pkg/harness"
@@ -20,6 +21,7 @@ const (
 	EnvBranch     = "GALLEY_BRANCH"            // the worker's branch
 	EnvHandle     = "GALLEY_WORKER_HANDLE"     // the worker's handle
 	EnvConfine    = harness.EnvConfine         // how the agent is confined (Runtime.Confinement)
+	EnvLogLimit   = harness.EnvLogLimit        // the worker's log budget in bytes (WithLogLimit)
 )
 
 // allowedEnv names the server variables a harness inherits: what a process
@@ -45,7 +47,7 @@ const reservedPrefix = "GALLEY_"
 // worker's token itself never travels in a variable, only its file's path.
 var runtimeOwned = []string{
 	EnvTokenFile, EnvEndpoint, EnvWorkspace, EnvRepository, EnvBranch, EnvHandle, EnvConfine,
-	"GALLEY_WORKER_TOKEN",
+	EnvLogLimit, "GALLEY_WORKER_TOKEN",
 }
 
 // checkEnvName reports why name cannot be given to a harness, or "".
@@ -75,7 +77,7 @@ func (r *Runtime) harnessEnv(handle, tokenFile, workspace, branch string) []stri
 		}
 	}
 	maps.Copy(vars, r.extraEnv)
-	env := make([]string, 0, len(vars)+6)
+	env := make([]string, 0, len(vars)+8)
 	for _, k := range slices.Sorted(maps.Keys(vars)) {
 		env = append(env, k+"="+vars[k])
 	}
@@ -87,5 +89,6 @@ func (r *Runtime) harnessEnv(handle, tokenFile, workspace, branch string) []stri
 		EnvBranch+"="+branch,
 		EnvHandle+"="+handle,
 		EnvConfine+"="+string(r.enforcement.Mode),
+		EnvLogLimit+"="+strconv.FormatInt(r.logLimit, 10),
 	)
 }

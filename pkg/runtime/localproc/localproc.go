@@ -57,6 +57,7 @@ type Runtime struct {
 	grace      time.Duration
 	nice       int
 	onExit     func(handle string)
+	logLimit   int64  // each harness.log's budget (WithLogLimit)
 	optErr     string // the first bad option, reported by New
 	// enforcement is how agents are confined, chosen at New (confine).
 	enforcement harness.Enforcement
@@ -142,6 +143,12 @@ func WithClock(c service.Clock) Option { return func(r *Runtime) { r.clock = c }
 // whose harness died without reporting (a SIGKILL, a crash).
 func WithOnExit(f func(handle string)) Option { return func(r *Runtime) { r.onExit = f } }
 
+// WithLogLimit sets each worker's log budget in bytes (default
+// harness.DefaultLogLimit): the harness caps what it writes to its log
+// file (harness.EnvLogLimit), and a log found past it when its harness
+// ends (written around the harness, by an unconfined agent) is cut to it.
+func WithLogLimit(n int64) Option { return func(r *Runtime) { r.logLimit = n } }
+
 // WithGrace sets how long Stop waits after SIGTERM before SIGKILL.
 func WithGrace(d time.Duration) Option { return func(r *Runtime) { r.grace = d } }
 
@@ -155,13 +162,14 @@ func WithNice(n int) Option { return func(r *Runtime) { r.nice = n } }
 func New(opts ...Option) (*Runtime, error) {
 	const op = galleyerr.Op("localproc.new")
 	r := &Runtime{
-		log:     slog.New(slog.DiscardHandler),
-		clock:   service.SystemClock,
-		grace:   DefaultGrace,
-		nice:    DefaultNice,
-		sigchld: make(chan os.Signal, 1),
-		done:    make(chan struct{}),
-		workers: map[string]*worker{},
+		log:      slog.New(slog.DiscardHandler),
+		clock:    service.SystemClock,
+		grace:    DefaultGrace,
+		nice:     DefaultNice,
+		logLimit: harness.DefaultLogLimit,
+		sigchld:  make(chan os.Signal, 1),
+		done:     make(chan struct{}),
+		workers:  map[string]*worker{},
 	}
 	for _, o := range opts {
 		o(r)
@@ -179,6 +187,8 @@ func New(opts ...Option) (*Runtime, error) {
 		return nil, galleyerr.E(op, galleyerr.Invalid, "the stop grace must be positive")
 	case r.log == nil || r.clock == nil:
 		return nil, galleyerr.E(op, galleyerr.Invalid, "nil logger or clock")
+	case r.logLimit < 4096:
+		return nil, galleyerr.E(op, galleyerr.Invalid, "the worker log budget must be at least 4096 bytes")
 	}
 	var err error
 	if r.dir, err = filepath.Abs(r.dir); err != nil {
@@ -340,7 +350,7 @@ func (r *Runtime) spawn(spec service.WorkerSpec) (*worker, error) {
 	if err := writeNew(filepath.Join(wdir, "meta.json"), append(m, '\n')); err != nil {
 		return nil, err
 	}
-	logf, err := os.OpenFile(filepath.Join(wdir, "harness.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(r.logFile(h), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -726,6 +736,40 @@ func (r *Runtime) markExited(w *worker) {
 	if err := os.Remove(r.tokenFile(w.handle)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		r.log.Error("cannot delete a worker's token file", "handle", w.handle, "err", err)
 	}
+	if err := cutLog(r.logFile(w.handle), r.logLimit); err != nil {
+		r.log.Error("cannot cut a worker's log to its budget", "handle", w.handle, "err", err)
+	}
+}
+
+// logFile is the harness's stdout and stderr.
+func (r *Runtime) logFile(h string) string { return filepath.Join(r.workerDir(h), "harness.log") }
+
+// cutLog cuts a log past limit to it, ending with harness.CutLine. The
+// harness keeps its own log within the budget; only an agent that wrote
+// around it (one left unconfined, which can open the harness's stderr)
+// leaves more, and only until its harness ends.
+func cutLog(path string, limit int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() <= limit {
+		return err
+	}
+	line := harness.CutLine(limit)
+	keep := limit - int64(len(line))
+	if err := f.Truncate(keep); err != nil {
+		return err
+	}
+	if _, err := f.WriteAt([]byte(line), keep); err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // recordExit notes how the harness ended, for operators.

@@ -281,7 +281,7 @@ func TestHarnessEnvironment(t *testing.T) {
 	rec := awaitRecord(t, spec.WorkspacePath)
 
 	allowed := map[string]bool{"PROVIDER_KEY_FOR_TEST": true, "EXTRA_FOR_TEST": true, "GALLEY_HEARTBEAT_INTERVAL": true}
-	for _, k := range slices.Concat(AllowedEnv(), []string{EnvTokenFile, EnvEndpoint, EnvWorkspace, EnvRepository, EnvBranch, EnvHandle, EnvConfine}) {
+	for _, k := range slices.Concat(AllowedEnv(), []string{EnvTokenFile, EnvEndpoint, EnvWorkspace, EnvRepository, EnvBranch, EnvHandle, EnvConfine, EnvLogLimit}) {
 		allowed[k] = true
 	}
 	env := map[string]string{}
@@ -306,6 +306,7 @@ func TestHarnessEnvironment(t *testing.T) {
 		"PROVIDER_KEY_FOR_TEST":     "provider-test-value",
 		"EXTRA_FOR_TEST":            "extra-value",
 		"GALLEY_HEARTBEAT_INTERVAL": "1s",
+		EnvLogLimit:                 strconv.Itoa(harness.DefaultLogLimit),
 	}
 	for k, v := range want {
 		if env[k] != v {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -47,7 +48,9 @@ var (
 	bucketInboxes       = []byte("inboxes")
 	bucketMessageIDs    = []byte("message-ids")
 	bucketCounters      = []byte("counters")
-	allBuckets          = [][]byte{bucketMeta, bucketEffects, bucketResources, bucketResourceOrder, bucketMailboxes, bucketMessages, bucketInboxes, bucketMessageIDs, bucketCounters}
+	bucketNonces        = []byte("nonces")       // key -> expiry (unix ns)
+	bucketNonceExpiry   = []byte("nonce-expiry") // expiry (unix ns) || key -> nothing, oldest first
+	allBuckets          = [][]byte{bucketMeta, bucketEffects, bucketResources, bucketResourceOrder, bucketMailboxes, bucketMessages, bucketInboxes, bucketMessageIDs, bucketCounters, bucketNonces, bucketNonceExpiry}
 )
 
 // formatVersion names the layout above; a file of another format is
@@ -562,6 +565,49 @@ func (s *Store) AppendInbox(ctx context.Context, worker string, item store.Inbox
 
 func (s *Store) ListInbox(ctx context.Context, worker string, after int64) ([]store.InboxItem, error) {
 	return listFrom[store.InboxItem](s, ctx, "boltstore.ListInbox", bucketInboxes, worker, after, 0)
+}
+
+// UseNonce records key in one write transaction (bbolt serializes them),
+// and drops up to 64 expired nonces in it, oldest first, so that the
+// buckets hold about the nonces of one expiry window.
+func (s *Store) UseNonce(ctx context.Context, key string, expires time.Time) (fresh bool, err error) {
+	const op = galleyerr.Op("boltstore.UseNonce")
+	if err := needKeys(op, key); err != nil {
+		return false, err
+	}
+	now := time.Now().UnixNano()
+	err = s.update(ctx, op, func(tx *bolt.Tx) error {
+		b, ex := tx.Bucket(bucketNonces), tx.Bucket(bucketNonceExpiry)
+		var old [][]byte
+		c := ex.Cursor()
+		for k, _ := c.First(); k != nil && len(old) < 64; k, _ = c.Next() {
+			if len(k) < 8 || int64(binary.BigEndian.Uint64(k[:8])) > now {
+				break
+			}
+			old = append(old, slices.Clone(k))
+		}
+		for _, k := range old {
+			if err := b.Delete(k[8:]); err != nil {
+				return err
+			}
+			if err := ex.Delete(k); err != nil {
+				return err
+			}
+		}
+		if v := b.Get([]byte(key)); len(v) == 8 && int64(binary.BigEndian.Uint64(v)) > now {
+			return nil
+		}
+		fresh = true
+		exp := u64(uint64(expires.UnixNano()))
+		if err := b.Put([]byte(key), exp); err != nil {
+			return err
+		}
+		return ex.Put(append(exp, key...), nil)
+	})
+	if err != nil {
+		return false, err
+	}
+	return fresh, nil
 }
 
 // NextCount counts in the counters bucket, one write transaction (bbolt

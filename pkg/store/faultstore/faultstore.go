@@ -58,7 +58,7 @@ var Methods = []string{
 	"GetResource", "PutResource", "ListResources",
 	"GetMailbox", "PutMailbox", "AppendMessage", "ListMessages",
 	"AppendInbox", "ListInbox",
-	"NextCount",
+	"NextCount", "UseNonce",
 	"Close",
 }
 
@@ -399,6 +399,17 @@ func (s *Store) NextCount(ctx context.Context, name string) (n int64, err error)
 		return 0, err
 	}
 	return n, nil
+}
+
+func (s *Store) UseNonce(ctx context.Context, key string, expires time.Time) (fresh bool, err error) {
+	err = s.do(ctx, Call{"UseNonce", key}, func() (err error) {
+		fresh, err = s.inner.UseNonce(ctx, key, expires)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	return fresh, nil
 }
 
 func (s *Store) ListInbox(ctx context.Context, worker string, after int64) (items []store.InboxItem, err error) {

@@ -64,6 +64,7 @@ func fullResource(kind, handle string) store.Resource {
 			Outcome:  protocol.OutcomeSucceeded,
 			// An unanswered question maps to "": the entry must survive.
 			CredentialClaim: "sha256:fedcba9876543210",
+			CredentialJKT:   "jkt-0123456789abcdef",
 			Questions:       map[string]string{"q-1": "", "q-2": "yes"},
 			Usage: &protocol.UsageReport{
 				Source: "agent",

@@ -40,6 +40,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	})
 	t.Run("Inboxes", func(t *testing.T) { testInboxes(t, open) })
 	t.Run("Counters", func(t *testing.T) { testCounters(t, open) })
+	t.Run("Nonces", func(t *testing.T) { testNonces(t, open) })
 	t.Run("Aliasing", func(t *testing.T) { testAliasing(t, open) })
 	t.Run("LargeValues", func(t *testing.T) { testLargeValues(t, open) })
 	t.Run("LargestWorker", func(t *testing.T) { testLargestWorker(t, open) })

@@ -5,7 +5,8 @@
 // answers are retried: a 429 (the worker's posting budget, with its
 // Retry-After in RetryAfterSeconds), 401, 403 or 409 is final for the call,
 // but for the bootstrap exchange, whose throttled 429 is tried again. The worker token goes only into the
-// Authorization header; no error or log line ever holds it.
+// Authorization header; no error or log line ever holds it. With a proof
+// key (WithProofKey), every attempt also carries a fresh DPoP proof.
 package client
 
 import (
@@ -25,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/dpop"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/workerapi"
@@ -54,6 +56,7 @@ type Client struct {
 	attempts    int
 	backoffBase time.Duration
 	backoffCap  time.Duration
+	key         *dpop.Key
 }
 
 // Option configures a Client.
@@ -62,6 +65,11 @@ type Option func(*Client)
 // WithHTTPClient sets the HTTP client; its redirect policy is replaced so
 // that a 3xx is an answer, never followed with the token.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithProofKey makes every attempt carry a fresh DPoP proof signed by k
+// (pkg/dpop), and the credential under the DPoP scheme: galley serves a
+// worker credential only to the key it is bound to.
+func WithProofKey(k *dpop.Key) Option { return func(c *Client) { c.key = k } }
 
 // WithCallTimeout bounds each attempt of a call (an inbox long poll gets its
 // wait on top).
@@ -293,7 +301,17 @@ func (c *Client) attempt(ctx context.Context, path string, body []byte, out any,
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	if c.token != "" {
+	if c.key != nil {
+		// A proof per attempt: a retried call must not replay one.
+		proof, err := c.key.Proof(http.MethodPost, u.String(), c.token, time.Now())
+		if err != nil {
+			return attemptError{err: galleyerr.E(galleyerr.Other, "making the call's proof", err)}
+		}
+		req.Header.Set(dpop.Header, proof)
+		if c.token != "" {
+			req.Header.Set("Authorization", dpop.Scheme+" "+c.token)
+		}
+	} else if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.hc.Do(req)

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/galley-run/galley/pkg/dpop"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
@@ -225,7 +226,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.attempts[r.URL.Path]++
-		if r.Header.Get("Authorization") != "Bearer "+s.token {
+		if !s.authorized(r) {
 			s.refused++
 			s.notifyLocked()
 			s.mu.Unlock()
@@ -420,4 +421,18 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	s.notifyLocked()
 	s.mu.Unlock()
 	answer(w, workerapi.Ack{})
+}
+
+// authorized checks the credential as galley does: under the DPoP scheme,
+// with a valid proof for this call (its replay cache aside), or, from a
+// client without a proof key, as a bearer token.
+func (s *Server) authorized(r *http.Request) bool {
+	switch r.Header.Get("Authorization") {
+	case "Bearer " + s.token:
+		return r.Header.Get(dpop.Header) == ""
+	case dpop.Scheme + " " + s.token:
+		_, err := dpop.Verify(r.Header.Get(dpop.Header), r.Method, r.URL.Path, s.token, time.Now())
+		return err == nil
+	}
+	return false
 }

@@ -41,7 +41,15 @@ func main() {
 func run(ctx context.Context, args []string) int {
 	switch {
 	case len(args) == 0:
-		log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+		// Everything the harness writes (its lines and its agent's output)
+		// stays within the worker's log budget: the local log file's, and
+		// on AWS what reaches CloudWatch.
+		limit, err := harness.LogLimitFromEnv(os.Getenv)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "galley-worker: bad configuration:", err)
+			return 2
+		}
+		log := slog.New(slog.NewJSONHandler(harness.CappedWriter(os.Stderr, limit), nil))
 		cfg, err := harness.ConfigFromEnv(os.Getenv)
 		if err != nil {
 			log.Error("bad configuration", "err", err)
