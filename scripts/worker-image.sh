@@ -250,15 +250,17 @@ build() {
   ref=$(worker_ref)
   [ -f "$ca_bundle" ] && secret=(--secret "id=build-ca,src=$ca_bundle")
   say "building $ref from worker/Dockerfile (log: $log)"
+  # --platform sets TARGETOS and TARGETARCH, which buildah leaves unset
+  # otherwise; --jobs 2 builds the harness and the agents stages at once.
   if ! (cd "$here" && buildah bud "${runtime_flags[@]}" "${ulimit_flags[@]}" --pull=never --layers \
-    --ignorefile worker/.dockerignore -f worker/Dockerfile "${secret[@]}" \
+    --platform "linux/$darch" --jobs 2 --ignorefile worker/.dockerignore -f worker/Dockerfile "${secret[@]}" \
     -t "$ref" -t "$repo:test" . > "$log" 2>&1); then
     tail -40 "$log" >&2
     say "build failed"
     exit 1
   fi
   local steps cached kind size
-  steps=$(grep -c -E '^(\[[0-9]+/[0-9]+\] )?STEP [0-9]+/[0-9]+: (RUN|COPY|ADD|ENV|WORKDIR|USER|ENTRYPOINT)' "$log" || true)
+  steps=$(grep -E '^(\[[0-9]+/[0-9]+\] )?STEP [0-9]+/[0-9]+: ' "$log" | grep -c -v -E ': FROM ' || true)
   cached=$(grep -c -- '--> Using cache' "$log" || true)
   # Warm: the bases were there and the layer cache answered at least once.
   if [ "$made" -eq 0 ] && [ "$cached" -gt 0 ]; then kind=warm; else kind=cold; fi
