@@ -42,7 +42,15 @@ build:
 	$(GO) build -o $(BIN)/galley-worker ./worker/cmd/galley-worker
 
 ## test: every test: vet, Go tests against DynamoDB Local and fauxqs (installed, started and stopped here), the CDK app
-test: vet synth-local lint-template browser-deps test-go bench-smoke test-infra
+test: vet synth-local lint-template image browser-deps test-go bench-smoke test-infra
+
+## image: the worker image from worker/Dockerfile, built with buildah (its bases made here once; docs/worker-image.md)
+.PHONY: image
+image:
+	scripts/worker-image.sh build > /dev/null
+
+# The worker image's tests (worker/image_test.go) check the image of the current inputs.
+test-go bench-smoke: export GALLEY_WORKER_IMAGE = $(shell scripts/worker-image.sh --print-ref)
 
 vet:
 	@bad=$$(gofmt -l $(wildcard pkg local worker functions scripts)); if [ -n "$$bad" ]; then echo "not gofmt-clean: $$bad"; exit 1; fi
