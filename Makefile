@@ -62,7 +62,7 @@ test-go:
 	clis="$$(scripts/agent-clis.sh)"; \
 	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) \
 	  GALLEY_AWSLOCAL_TEMPLATE=$(CURDIR)/$(LOCAL_TEMPLATE) GALLEY_REQUIRE_REAL_CLIS=1 GALLEY_AGENT_CLIS_BIN="$$clis" \
-	  GALLEY_REQUIRE_BROWSER=1 $(GO) test -count=1 -timeout 15m $(PKGS)
+	  GALLEY_REQUIRE_BROWSER=1 $(GO) test -count=1 -timeout 30m $(PKGS)
 
 # The console's browser test drives Debian's Chromium with playwright-core.
 browser-deps:
