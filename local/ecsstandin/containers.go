@@ -2,7 +2,9 @@ package ecsstandin
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/galley-run/galley/local/container"
 	"github.com/galley-run/galley/pkg/runtime/localproc"
+	"github.com/galley-run/galley/pkg/safepath"
 	"github.com/galley-run/galley/pkg/service"
 )
 
@@ -126,31 +129,44 @@ func (s *Server) mountRoot(efs *EFSVolume) (string, *AccessPoint, bool) {
 	return filepath.Join(dir, filepath.Clean("/"+efs.RootDirectory)), nil, true
 }
 
-// ensureRoot makes an access point's root folder as EFS does when a mount
-// finds it missing: with the creation info's owner and mode, or the mount
-// fails.
-func ensureRoot(dir string, ap *AccessPoint) string {
-	if _, err := os.Lstat(dir); err == nil || ap == nil {
+// ensureRoot makes an access point's root folder dir, beneath the file
+// system's folder fsRoot, as EFS does when a mount finds it missing: with
+// the creation info's owner and mode, or the mount fails. It works as root
+// on a file system agents write to, so it follows no link (pkg/safepath).
+func ensureRoot(fsRoot, dir string, ap *AccessPoint) string {
+	const failed = "ResourceInitializationError: "
+	root, err := safepath.Open(fsRoot)
+	if err != nil {
+		return failed + err.Error()
+	}
+	defer root.Close()
+	rel, err := filepath.Rel(fsRoot, dir)
+	if err != nil {
+		return failed + err.Error()
+	}
+	if _, err := root.Lstat(rel); err == nil || ap == nil {
 		if err != nil {
-			return "ResourceInitializationError: failed to invoke EFS utils commands to set up EFS volumes: mount.nfs4: access denied by server while mounting " + dir
+			return failed + "failed to invoke EFS utils commands to set up EFS volumes: mount.nfs4: access denied by server while mounting " + dir
 		}
 		return ""
 	}
 	if ap.CreationInfo == nil {
-		return "ResourceInitializationError: failed to invoke EFS utils commands to set up EFS volumes: the access point's root directory does not exist and the access point has no creation info"
+		return failed + "failed to invoke EFS utils commands to set up EFS volumes: the access point's root directory does not exist and the access point has no creation info"
 	}
 	ci := ap.CreationInfo
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return "ResourceInitializationError: " + err.Error()
+	if parent := filepath.Dir(rel); parent != "." {
+		if err := root.MkdirAll(parent, 0o755); err != nil {
+			return failed + err.Error()
+		}
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
-		return "ResourceInitializationError: " + err.Error()
+	if err := root.Mkdir(rel, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return failed + err.Error()
 	}
-	if err := os.Lchown(dir, ci.OwnerUID, ci.OwnerGID); err != nil {
-		return "ResourceInitializationError: " + err.Error()
+	if err := root.Lchown(rel, ci.OwnerUID, ci.OwnerGID); err != nil {
+		return failed + err.Error()
 	}
-	if err := os.Chmod(dir, ci.Permissions); err != nil {
-		return "ResourceInitializationError: " + err.Error()
+	if err := root.Chmod(rel, ci.Permissions); err != nil {
+		return failed + err.Error()
 	}
 	return ""
 }

@@ -415,7 +415,7 @@ func (s *Server) prepare(t *task) (map[string]string, Image, string) {
 	for _, v := range t.def.Volumes {
 		if efs := v.EFSVolumeConfiguration; efs != nil {
 			if dir, ap, ok := s.mountRoot(efs); ok {
-				if reason := ensureRoot(dir, ap); reason != "" {
+				if reason := ensureRoot(s.fileSystems[efs.FileSystemID], dir, ap); reason != "" {
 					return nil, Image{}, reason
 				}
 			}
