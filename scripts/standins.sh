@@ -14,7 +14,10 @@
 #                                      (stand-ins already running are reused and left running)
 #
 # Progress goes to stderr, so `eval "$(scripts/standins.sh start)"` works.
-# Ports: STANDINS_DYNAMODB_PORT (18000), STANDINS_SQS_PORT (19324).
+# Ports: STANDINS_DYNAMODB_PORT and STANDINS_SQS_PORT when set (a port taken
+# by another program is then an error). Otherwise the first free port from
+# 18000 (DynamoDB Local) and 19324 (fauxqs) up, so that two checkouts on one
+# machine each get their own; the port chosen is kept beside the pid file.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,8 +25,13 @@ DIR="$ROOT/.standins"
 DDB_PKG="amplify-dynamodb-simulator@2.9.30"
 DDB_INTEGRITY="sha512-xTeeRLvzEfqyd5lh3bH4c0kHvSHHmmhD5ZDsHFKAQ5g2Zl6JqlFdutaQhCLHzxEp6Ry1o7TB6niIoXuQAnSewQ=="
 DDB_DIR="$DIR/dynamodb-local"
+DDB_PORT_SET="${STANDINS_DYNAMODB_PORT:-}"
+SQS_PORT_SET="${STANDINS_SQS_PORT:-}"
 DDB_PORT="${STANDINS_DYNAMODB_PORT:-18000}"
 SQS_PORT="${STANDINS_SQS_PORT:-19324}"
+# A stand-in already running keeps the port it was started on.
+[ -z "$DDB_PORT_SET" ] && [ -s "$DIR/dynamodb.port" ] && DDB_PORT=$(cat "$DIR/dynamodb.port")
+[ -z "$SQS_PORT_SET" ] && [ -s "$DIR/fauxqs.port" ] && SQS_PORT=$(cat "$DIR/fauxqs.port")
 READY_TIMEOUT="${STANDINS_READY_TIMEOUT:-90}" # seconds; a cold JVM on a busy CI runner is slow
 
 say() { printf 'standins: %s\n' "$*" >&2; }
@@ -117,6 +125,38 @@ port_busy() {
 	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
+# free_port NAME FROM SET: FROM when free; when SET is empty (no port asked
+# for), the next free one of the 100 above it.
+free_port() {
+	local name=$1 port=$2 set=$3 i
+	if [ -n "$set" ]; then
+		port_busy "$port" && die "port $port for $name is taken by another process"
+		echo "$port"
+		return
+	fi
+	for i in $(seq 0 99); do
+		if ! port_busy $((port + i)); then
+			echo $((port + i))
+			return
+		fi
+	done
+	die "no free port for $name in $port-$((port + 99))"
+}
+
+# owns_port PID PORT: process PID (or a child of it) holds the socket
+# listening on PORT. Another checkout's stand-in on the same port would
+# answer too; only the socket's owner says it is ours.
+owns_port() {
+	local pid=$1 port=$2 line
+	line=$(ss -Hltnp "sport = :$port" 2>/dev/null) || return 0 # no ss: cannot tell
+	local p
+	for p in $(printf '%s' "$line" | grep -o 'pid=[0-9]*' | cut -d= -f2); do
+		[ "$p" = "$pid" ] && return 0
+		[ "$(ps -o ppid= -p "$p" 2>/dev/null | tr -d ' ')" = "$pid" ] && return 0
+	done
+	return 1
+}
+
 wait_ready() { # NAME URL TARGET PIDFILE LOG
 	local name=$1 url=$2 target=$3 pidfile=$4 log=$5 start=$SECONDS
 	printf 'standins: waiting for %s at %s ' "$name" "$url" >&2
@@ -143,7 +183,7 @@ start_dynamodb() {
 		say "DynamoDB Local already running (pid $(cat "$pidfile"))"
 		return
 	fi
-	port_busy "$DDB_PORT" && die "port $DDB_PORT is taken by another process; set STANDINS_DYNAMODB_PORT"
+	DDB_PORT=$(free_port "DynamoDB Local" "${DDB_PORT_SET:-18000}" "$DDB_PORT_SET")
 	# No bind-address flag exists: it listens on every interface, hence the
 	# unusual port. -sharedDb: one database whatever the key and region.
 	(cd "$DDB_DIR" && exec setsid nohup java -Xmx512m -Djava.library.path=./DynamoDBLocal_lib \
@@ -151,6 +191,8 @@ start_dynamodb() {
 		</dev/null >"$log" 2>&1) &
 	echo $! >"$pidfile"
 	wait_ready "DynamoDB Local" "http://127.0.0.1:$DDB_PORT" DynamoDB_20120810.ListTables "$pidfile" "$log"
+	owns_port "$(cat "$pidfile")" "$DDB_PORT" || { cmd_stop; die "another process took port $DDB_PORT before DynamoDB Local bound it; run again"; }
+	echo "$DDB_PORT" >"$DIR/dynamodb.port"
 }
 
 start_fauxqs() {
@@ -159,7 +201,7 @@ start_fauxqs() {
 		say "fauxqs already running (pid $(cat "$pidfile"))"
 		return
 	fi
-	port_busy "$SQS_PORT" && die "port $SQS_PORT is taken by another process; set STANDINS_SQS_PORT"
+	SQS_PORT=$(free_port fauxqs "${SQS_PORT_SET:-19324}" "$SQS_PORT_SET")
 	# fauxqs's cli.js forces its request logger on; starting it through its
 	# module lets FAUXQS_LOGGER=false keep a line per request out of the log.
 	(cd "$ROOT" && FAUXQS_PORT="$SQS_PORT" FAUXQS_LOGGER=false exec setsid nohup node --input-type=module \
@@ -167,6 +209,8 @@ start_fauxqs() {
 		</dev/null >"$log" 2>&1) &
 	echo $! >"$pidfile"
 	wait_ready "fauxqs" "http://127.0.0.1:$SQS_PORT" AmazonSQS.ListQueues "$pidfile" "$log"
+	owns_port "$(cat "$pidfile")" "$SQS_PORT" || { cmd_stop; die "another process took port $SQS_PORT before fauxqs bound it; run again"; }
+	echo "$SQS_PORT" >"$DIR/fauxqs.port"
 }
 
 cmd_env() {
@@ -191,7 +235,7 @@ cmd_start() {
 stop_one() { # NAME PIDFILE PATTERN
 	local name=$1 pidfile=$2 pattern=$3 pid
 	if ! alive "$pidfile" "$pattern"; then
-		rm -f "$pidfile"
+		rm -f "$pidfile" "${pidfile%.pid}.port"
 		return
 	fi
 	pid=$(cat "$pidfile")
@@ -203,7 +247,7 @@ stop_one() { # NAME PIDFILE PATTERN
 	if kill -0 "$pid" 2>/dev/null; then
 		kill -9 "$pid" 2>/dev/null || true
 	fi
-	rm -f "$pidfile"
+	rm -f "$pidfile" "${pidfile%.pid}.port"
 	say "stopped $name (pid $pid)"
 }
 

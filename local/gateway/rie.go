@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -44,7 +43,9 @@ type EmulatorProcess struct {
 
 // StartEmulator starts the emulator on two free loopback ports (always
 // both addresses: the emulator otherwise listens on 0.0.0.0:8080) and
-// returns once it accepts connections. The function itself starts on the
+// returns once it is the one listening on its port (another program can
+// take a port picked free before the emulator binds it; then it tries
+// again on other ports). The function itself starts on the
 // first invocation: that is the cold start.
 func StartEmulator(ctx context.Context, c EmulatorConfig) (*EmulatorProcess, error) {
 	if c.Timeout <= 0 {
@@ -105,9 +106,7 @@ func startEmulator(ctx context.Context, c EmulatorConfig, boot string) (*Emulato
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			conn.Close()
+		if ours, err := listensOn(cmd.Process.Pid, apiPort); err == nil && ours {
 			return p, nil
 		}
 		select {
@@ -120,7 +119,7 @@ func startEmulator(ctx context.Context, c EmulatorConfig, boot string) (*Emulato
 		}
 		if time.Now().After(deadline) {
 			p.Close()
-			return nil, errors.New("the emulator did not listen within 10 s")
+			return nil, fmt.Errorf("the emulator did not listen on %s within 10 s", addr)
 		}
 	}
 }
