@@ -2,7 +2,7 @@
 // it really does: it starts aws-local from the synthesized template (the
 // functions under the Lambda emulator, DynamoDB Local, fauxqs, the ECS
 // stand-in running real harness processes), drives a scenario through it,
-// reads the stack's Usage (pkg/awslocal) before and after each phase, and
+// reads the stack's Usage (local/awslocal) before and after each phase, and
 // prints the counts and their price at prices.go's table as Markdown that
 // docs/cost.md takes as it is.
 //
@@ -42,7 +42,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/localserver"
 	"github.com/galley-run/galley/pkg/protocol"

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 )
 

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/localserver"
 )

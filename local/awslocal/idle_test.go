@@ -21,7 +21,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/galley-run/galley/local/iamgate"
-	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"

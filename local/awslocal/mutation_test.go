@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/local/iamgate"
-	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
 )

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/galley-run/galley/local/ecsstandin"
-	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
 )

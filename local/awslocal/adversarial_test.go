@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/local/standin-cli/standin"
-	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/protocol"
 )

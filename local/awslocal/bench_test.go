@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/local/gateway"
-	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 )
 
@@ -26,7 +26,7 @@ import (
 // building the AWS clients and the service, and the request), warm the
 // requests after it. Each request touches the store once or twice.
 //
-//	scripts/standins.sh run -- go test -run '^$' -bench . -benchtime 20x ./pkg/awslocal/
+//	scripts/standins.sh run -- go test -run '^$' -bench . -benchtime 20x ./local/awslocal/
 
 type probe struct {
 	method, path, body string

@@ -14,7 +14,7 @@ import (
 
 	"github.com/galley-run/galley/local/container"
 	"github.com/galley-run/galley/local/iamgate"
-	"github.com/galley-run/galley/pkg/awslocal"
+	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/localserver"
 )
