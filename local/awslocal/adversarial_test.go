@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/galley-run/galley/local/standin-cli/standin"
 	"github.com/galley-run/galley/local/awslocal"
+	"github.com/galley-run/galley/local/standin-cli/standin"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/protocol"
 )

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/galley-run/galley/local/gateway"
 	"github.com/galley-run/galley/local/awslocal"
+	"github.com/galley-run/galley/local/gateway"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 )
 

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/galley-run/galley/local/ecsstandin"
 	"github.com/galley-run/galley/local/awslocal"
+	"github.com/galley-run/galley/local/ecsstandin"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
 )

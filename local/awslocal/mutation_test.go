@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/local/awslocal"
+	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
 )
