@@ -54,7 +54,7 @@ func dumpHistory(t *testing.T, ops []history.Op) {
 // every resource an applied launch created must still be listed.
 func TestFaultSIGKILLUnderLoad(t *testing.T) {
 	data := t.TempDir()
-	addr := freePort(t)
+	addr := "" // the first server picks its port; restarts keep it
 	iterations := 2
 	if faultLong() {
 		iterations = 5
@@ -66,7 +66,7 @@ func TestFaultSIGKILLUnderLoad(t *testing.T) {
 	var all []history.Op
 	kills := 0
 	for i := range iterations {
-		srv := startServer(t, data, "--listen", addr)
+		srv := serverOn(t, data, &addr)
 		cfg := drive.MixedConfig{
 			Target:       drive.Target{Endpoint: srv.Endpoint, Token: srv.Token, House: "origin89", Backend: "galley", Credential: "galley-token"},
 			Duration:     4 * time.Second,
@@ -92,7 +92,7 @@ func TestFaultSIGKILLUnderLoad(t *testing.T) {
 		rec.Cut()
 		kills++
 		time.Sleep(time.Duration(50+rng.IntN(700)) * time.Millisecond)
-		again := startServer(t, data, "--listen", addr)
+		again := serverOn(t, data, &addr)
 		res := <-done
 		if res == nil {
 			t.FailNow()

@@ -27,11 +27,11 @@ func TestFaultSIGKILLAtLaunches(t *testing.T) {
 		t.Skip("GALLEY_FAULT_LAUNCHES=1 runs it")
 	}
 	data := t.TempDir()
-	addr := freePort(t)
+	addr := "" // the first server picks its port; restarts keep it
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 1))
 	t.Logf("seed %d", seed)
-	srv := startServer(t, data, "--listen", addr)
+	srv := serverOn(t, data, &addr)
 	servers := []*server{srv}
 	cfg := drive.MixedConfig{
 		Target:       drive.Target{Endpoint: srv.Endpoint, Token: srv.Token, House: "origin89", Backend: "galley", Credential: "galley-token"},
@@ -63,7 +63,7 @@ loop:
 		srv.kill()
 		kills++
 		time.Sleep(time.Duration(50+rng.IntN(700)) * time.Millisecond)
-		srv = startServer(t, data, "--listen", addr)
+		srv = serverOn(t, data, &addr)
 		servers = append(servers, srv)
 	}
 	if res == nil {

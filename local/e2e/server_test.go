@@ -49,17 +49,59 @@ type server struct {
 
 func startServer(t *testing.T, data string, flags ...string) *server {
 	t.Helper()
+	s, err := tryStartServer(t, data, flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// restartServer starts galley serve again on the address a stopped server
+// listened on (its workers call back there). For a moment after the kill
+// another program can hold that port (an outgoing connection takes its
+// port from the same range), so it tries again for a while; a port that
+// stays taken fails the test.
+func restartServer(t *testing.T, data, addr string, flags ...string) *server {
+	t.Helper()
+	flags = append([]string{"--listen", addr}, flags...)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s, err := tryStartServer(t, data, flags...)
+		if err == nil {
+			return s
+		}
+		if !strings.Contains(err.Error(), "address already in use") || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// serverOn starts galley serve on *addr, or, when *addr is empty, on a
+// port it binds itself, and keeps that address in *addr for the restarts.
+func serverOn(t *testing.T, data string, addr *string, flags ...string) *server {
+	t.Helper()
+	if *addr != "" {
+		return restartServer(t, data, *addr, flags...)
+	}
+	s := startServer(t, data, flags...)
+	*addr = strings.TrimPrefix(s.Endpoint, "http://")
+	return s
+}
+
+func tryStartServer(t *testing.T, data string, flags ...string) (*server, error) {
+	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--house", "origin89",
 		"--backend", "galley", "--default-agent", "script"}, flags...)
 	cmd := exec.Command(filepath.Join(binDir, "galley"), args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	s := &server{cmd: cmd, Data: data, stderr: &stderr}
 	lines := make(chan string)
@@ -75,13 +117,15 @@ func startServer(t *testing.T, data string, flags ...string) *server {
 		select {
 		case line, ok := <-lines:
 			if !ok {
-				t.Fatalf("galley serve exited: %s", stderr.String())
+				_ = cmd.Wait()
+				return nil, fmt.Errorf("galley serve exited: %s", stderr.String())
 			}
 			if i := strings.Index(line, " at http://"); i >= 0 && strings.HasPrefix(line, "galley serving") {
 				s.Endpoint = strings.TrimSpace(line[i+len(" at "):])
 			}
 		case <-timeout:
-			t.Fatal("galley serve did not print its endpoint")
+			_ = cmd.Process.Kill()
+			return nil, fmt.Errorf("galley serve did not print its endpoint")
 		}
 	}
 	go func() {
@@ -90,7 +134,8 @@ func startServer(t *testing.T, data string, flags ...string) *server {
 	}()
 	tok, err := os.ReadFile(filepath.Join(data, "token"))
 	if err != nil {
-		t.Fatal(err)
+		s.kill()
+		return nil, err
 	}
 	s.Token = strings.TrimSpace(string(tok))
 	t.Cleanup(func() {
@@ -98,7 +143,7 @@ func startServer(t *testing.T, data string, flags ...string) *server {
 		killWorkers(data)
 		keepOnFailure(t, s)
 	})
-	return s
+	return s, nil
 }
 
 // keepOnFailure copies a failed test's server log and data directory

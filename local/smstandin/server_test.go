@@ -53,7 +53,31 @@ func newHarness(t *testing.T, opts ...Option) *harness {
 func newClient(url string, creds aws.CredentialsProvider) *secretsmanager.Client {
 	return secretsmanager.New(secretsmanager.Options{
 		Region: DefaultRegion, BaseEndpoint: aws.String(url), Credentials: creds, RetryMaxAttempts: 1,
+		HTTPClient: &http.Client{Transport: ownedBody{http.DefaultTransport}},
 	})
+}
+
+// ownedBody hands the transport a copy of each request body. smithy-go
+// closes the body it built as soon as the response's headers arrive, and
+// net/http's write loop still reads the body once more after its
+// Content-Length, to find its end; a loopback server answers before that
+// read, the read fails, and the transport closes the connection under the
+// response being read ("use of closed network connection",
+// aws/aws-sdk-go-v2#2737). With no retry, that is a failed call that says
+// nothing about the stand-in.
+type ownedBody struct{ next http.RoundTripper }
+
+func (o ownedBody) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil && r.Body != http.NoBody {
+		b, err := io.ReadAll(r.Body)
+		r.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		r = r.Clone(r.Context())
+		r.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	return o.next.RoundTrip(r)
 }
 
 // value is a random secret value: no fixture holds a secret.
