@@ -31,7 +31,7 @@ func openParents(t *testing.T, dir string) {
 // taskOf finds the ECS stand-in's task of a worker.
 func taskOf(t *testing.T, s *awslocal.Stack, handle string) (id, workspace string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		for _, task := range s.ECS().Tasks() {
 			if task.Env["GALLEY_WORKER_HANDLE"] == handle && task.Workspace != "" {
 				return task.ID, task.Workspace

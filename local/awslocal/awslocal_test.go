@@ -180,7 +180,7 @@ func TestConformanceAWSLocal(t *testing.T) {
 		}
 	}
 	// Cancels stop tasks, whose state changes reach the reconciler.
-	for deadline := time.Now().Add(30 * time.Second); s.Instances()[lambdaapp.Reconciler] == 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(2 * time.Minute); s.Instances()[lambdaapp.Reconciler] == 0 && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if inst = s.Instances(); inst[lambdaapp.Reconciler] == 0 {

@@ -267,7 +267,7 @@ func TestAgentCLIs(t *testing.T) {
 			tc.want.Source = w
 			want, _ := json.Marshal(tc.want)
 			var last []byte
-			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 				status, rep := usageOf(t, s, w)
 				last, _ = json.Marshal(rep)
 				if status == "reported" && string(last) == string(want) {

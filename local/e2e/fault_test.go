@@ -213,7 +213,7 @@ func (f *faultCoordinator) rowsUntil(wait time.Duration, bound time.Duration, ma
 
 func harnessPid(t *testing.T, data, handle string) int {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		b, err := os.ReadFile(filepath.Join(data, "workers", handle, "pid"))
 		if err == nil {
 			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
@@ -229,7 +229,7 @@ func harnessPid(t *testing.T, data, handle string) int {
 // harness).
 func childOf(t *testing.T, pid int) int {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		dirs, _ := filepath.Glob("/proc/[0-9]*")
 		for _, d := range dirs {
 			child, err := strconv.Atoi(filepath.Base(d))

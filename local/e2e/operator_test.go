@@ -259,7 +259,7 @@ func TestOperator(t *testing.T) {
 	}
 	// The events the actions made arrive (the recorder is asynchronous).
 	var final []store.Event
-	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		final = eventsOf(t, s2, h)
 		if hasEvent(final, "state", map[string]string{"state": "settled", "outcome": "cancelled"}) && hasEvent(final, "credential", nil) {
 			break
