@@ -80,8 +80,10 @@ func (s *Server) containerImage(ref string) (containerImage, bool) {
 
 // AccessPoint is an EFS access point: the file system it opens, the
 // folder that is the root of its mounts (made with CreationInfo when
-// missing), and the POSIX user it would impose (not modelled: files keep
-// the uid of the process that makes them; docs/runtime-ecs.md).
+// missing), and the POSIX user it imposes. That is not modelled (a bind
+// mount cannot make every operation as one uid): a task mounting through
+// an access point with a PosixUser fails to start, naming it
+// (docs/runtime-ecs.md).
 type AccessPoint struct {
 	FileSystemID  string
 	RootDirectory string
