@@ -61,6 +61,10 @@ func startContainers(ctx context.Context, image, dir, data string, log *slog.Log
 	}
 	log.Info("aws-local: worker tasks run as containers", "image", image, "network", n.Name, "gateway", n.Gateway.String(),
 		"nofile", rt.Nofile())
+	if rt.Nofile() < container.FargateNofile {
+		log.Warn("aws-local: worker containers get fewer open files than Fargate gives a task: this process's hard limit is lower",
+			"nofile", rt.Nofile(), "fargate", container.FargateNofile)
+	}
 	return &workerContainers{rt: rt, net: n, image: image}, nil
 }
 

@@ -291,6 +291,12 @@ func (s *Server) startContainer(t *task, ci containerImage, env map[string]strin
 	}
 	spec.Capabilities = caps
 	spec.ReadOnlyRoot = c.ReadonlyRootFilesystem != nil && *c.ReadonlyRootFilesystem
+	for _, u := range c.Ulimits {
+		if u.SoftLimit < 0 || u.HardLimit < 0 {
+			return fmt.Errorf("ulimit %s: negative limit", u.Name)
+		}
+		spec.Ulimits = append(spec.Ulimits, container.Ulimit{Name: u.Name, Soft: uint64(u.SoftLimit), Hard: uint64(u.HardLimit)})
+	}
 	vols := map[string]Volume{}
 	for _, v := range t.def.Volumes {
 		vols[v.Name] = v
