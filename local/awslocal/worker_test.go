@@ -430,8 +430,10 @@ func TestImageCLIsWorkerAWSLocal(t *testing.T) {
 					ua = c.UserAgent
 				}
 			}
-			if steps < 4 {
-				t.Errorf("the provider played %d scripted steps, want 4", steps)
+			// Up to finish's call; the text after it may come or not before
+			// the harness ends the agent.
+			if steps < 3 {
+				t.Errorf("the provider played %d scripted steps, want the 3 up to finish", steps)
 			}
 			if want := map[string]string{"claude": "claude-cli/2.1.332", "codex": "0.171.0"}[fam]; !strings.Contains(ua, want) {
 				t.Errorf("the model calls' User-Agent %q is not the image's pinned %s (%s)", ua, fam, want)
