@@ -38,6 +38,8 @@ type kitchn struct {
 	run   string
 	// pending rows read and acknowledged, not yet looked at.
 	pending []protocol.MailMessage
+	// patience bounds each wait for a row (default 90 s).
+	patience time.Duration
 }
 
 func newKitchn(t *testing.T, s *awslocal.Stack, token, run string) *kitchn {
@@ -71,7 +73,11 @@ func (k *kitchn) observe(handle string) protocol.Observation {
 // acknowledging every batch it reads.
 func (k *kitchn) next(what string, match func(protocol.MailMessage) bool) protocol.MailMessage {
 	k.t.Helper()
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); {
+	patience := k.patience
+	if patience == 0 {
+		patience = 90 * time.Second
+	}
+	for deadline := time.Now().Add(patience); time.Now().Before(deadline); {
 		for len(k.pending) > 0 {
 			r := k.pending[0]
 			k.pending = k.pending[1:]
@@ -393,6 +399,9 @@ func TestImageCLIsWorkerAWSLocal(t *testing.T) {
 				}
 			}()
 			k := newKitchn(t, s, token, "run-image-"+fam)
+			// A real CLI's start and its model turns, on a loaded machine:
+			// a bound against a hang, not a time to meet.
+			k.patience = 10 * time.Minute
 			branch := "image-cli/" + fam
 			st, rc := k.effect("k-image-"+fam, fmt.Sprintf(`{"type":"launch-worker","role":"station-cook",`+
 				`"workspace":{"type":"isolated"},"brief":"Add a greeting file, push it, and finish.","branch":%q,"agent":{"agent":%q}}`, branch, fam))
