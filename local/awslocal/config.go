@@ -61,6 +61,9 @@ func fillDefaults(cfg *Config) error {
 	if cfg.WorkerImage == "" {
 		cfg.WorkerImage = os.Getenv(EnvWorkerImage)
 	}
+	if cfg.ImageAgentCLIs && cfg.WorkerImage == "" {
+		return fmt.Errorf("aws-local: the image's agent CLIs need a worker image (%s)", EnvWorkerImage)
+	}
 	return nil
 }
 

@@ -61,6 +61,10 @@ func startContainers(ctx context.Context, image, dir, data string, log *slog.Log
 	}
 	log.Info("aws-local: worker tasks run as containers", "image", image, "network", n.Name, "gateway", n.Gateway.String(),
 		"nofile", rt.Nofile())
+	if rt.Nofile() < container.FargateNofile {
+		log.Warn("aws-local: worker containers get fewer open files than Fargate gives a task: this process's hard limit is lower",
+			"nofile", rt.Nofile(), "fargate", container.FargateNofile)
+	}
 	return &workerContainers{rt: rt, net: n, image: image}, nil
 }
 
@@ -102,19 +106,24 @@ func (w *workerContainers) ecsOptions(s *Stack) ([]ecsstandin.Option, error) {
 		Env: map[string]string{
 			"AWS_ENDPOINT_URL_SQS": s.gateURLs[iamgate.SQS],
 			"AWS_CA_BUNDLE":        containerCA,
-			// The forge is served over TLS by the stack's CA: git's and
-			// Go's own trust.
-			"GIT_SSL_CAINFO": containerCA,
-			"SSL_CERT_FILE":  containerCA,
-			// The stand-in CLIs stand first, where the real image has the
-			// real ones (they need the provider's network).
-			"PATH":                 containerAgents + ":" + path,
-			"GALLEY_AGENT_BIN_DIR": containerAgents,
+			// The forge and the worker services are served over TLS by
+			// the stack's CA: git's, Go's and the CLIs' own trust (Node's
+			// and Claude Code's read NODE_EXTRA_CA_CERTS, which the
+			// harness passes to the agent with SSL_CERT_FILE).
+			"GIT_SSL_CAINFO":      containerCA,
+			"SSL_CERT_FILE":       containerCA,
+			"NODE_EXTRA_CA_CERTS": containerCA,
 		},
 		Mounts: []container.Mount{
 			{Source: s.CAFile(), Target: containerCA, ReadOnly: true},
-			{Source: mustAbs(s.cfg.Bin.Agents), Target: containerAgents, ReadOnly: true},
 		},
+	}
+	if !s.cfg.ImageAgentCLIs {
+		// The stand-in CLIs stand first, where the real image has the
+		// real ones (they would call the providers' public APIs).
+		img.Env["PATH"] = containerAgents + ":" + path
+		img.Env["GALLEY_AGENT_BIN_DIR"] = containerAgents
+		img.Mounts = append(img.Mounts, container.Mount{Source: mustAbs(s.cfg.Bin.Agents), Target: containerAgents, ReadOnly: true})
 	}
 	if wb := s.cfg.Options.WorkerBin; wb != "" {
 		// --worker-bin: this harness, mounted in, instead of the image's.

@@ -54,6 +54,9 @@ type deployment struct {
 	// substitute replaces literal values the template holds that name
 	// something outside this machine (the house repository's URL).
 	substitute map[string]string
+	// origins replaces the origin (scheme and host) of URLs the template
+	// holds that name a service outside AWS (Config.WorkerServices).
+	origins map[string]string
 }
 
 func newDeployment(t *cfntemplate.Template, stack, apiURL string) *deployment {
@@ -126,7 +129,7 @@ func (d *deployment) deploy(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		props = substitute(props, d.substitute).(map[string]any)
+		props = substitute(props, d.substitute, d.origins).(map[string]any)
 		d.props[id] = props
 		if err := d.create(ctx, id, res.Type, props); err != nil {
 			return fmt.Errorf("deploy %s (%s): %w", id, res.Type, err)
@@ -388,20 +391,27 @@ func (d *deployment) createSecret(ctx context.Context, id string, p map[string]a
 	return aws.ToString(out.ARN), nil
 }
 
-// substitute replaces every string value equal to a key of subs.
-func substitute(v any, subs map[string]string) any {
+// substitute replaces every string value equal to a key of subs, and the
+// origin of every URL whose origin is a key of origins (the value is that
+// origin, or it goes on with a "/").
+func substitute(v any, subs, origins map[string]string) any {
 	switch x := v.(type) {
 	case string:
 		if r, ok := subs[x]; ok {
 			return r
 		}
+		for from, to := range origins {
+			if rest, ok := strings.CutPrefix(x, from); ok && (rest == "" || rest[0] == '/') {
+				return to + rest
+			}
+		}
 	case map[string]any:
 		for k, e := range x {
-			x[k] = substitute(e, subs)
+			x[k] = substitute(e, subs, origins)
 		}
 	case []any:
 		for i, e := range x {
-			x[i] = substitute(e, subs)
+			x[i] = substitute(e, subs, origins)
 		}
 	}
 	return v

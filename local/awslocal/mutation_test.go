@@ -14,6 +14,7 @@ import (
 
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
 )
@@ -267,6 +268,72 @@ func TestTemplateMutations(t *testing.T) {
 				}
 			}
 			t.Logf("%s: %v", tc.name, err)
+		})
+	}
+}
+
+// TestTemplateDropsACapabilityTheHarnessNeeds: a copy of the template whose
+// worker drops one more capability of harness.UIDCapabilities does not run
+// its agents under anything weaker than their own uid: the worker fails,
+// and the failure kitchn sees names the capability and the operation that
+// needed it. SETUID is what becoming the agent's uid takes, FOWNER what the
+// task definition once lacked (the worktree's chmod 0700). Only
+// containers apply a task definition's capabilities: this test needs the
+// worker image, and fails without it under GALLEY_REQUIRE_STANDINS=1.
+func TestTemplateDropsACapabilityTheHarnessNeeds(t *testing.T) {
+	if img := requireWorkerImage(t); img == "" {
+		t.Skipf("%s is not set: a task definition's capabilities apply only to containers", awslocal.EnvWorkerImage)
+	}
+	for _, drop := range []string{"SETUID", "FOWNER"} {
+		t.Run(drop, func(t *testing.T) {
+			why := ""
+			for _, c := range harness.UIDCapabilities {
+				if c.Name == drop {
+					why = c.Why
+				}
+			}
+			if why == "" {
+				t.Fatalf("%s is not among harness.UIDCapabilities", drop)
+			}
+			tpl := mutatedTemplate(t, func(res map[string]any) error {
+				lp, err := workerLinux(res)
+				if err != nil {
+					return err
+				}
+				caps, _ := lp["Capabilities"].(map[string]any)
+				drops, _ := caps["Drop"].([]any)
+				for _, d := range drops {
+					if d == drop || d == "ALL" {
+						return fmt.Errorf("the worker already drops %s", d)
+					}
+				}
+				caps["Drop"] = append(drops, drop)
+				return nil
+			})
+			s, token, logs := startStackLogged(t, func(c *awslocal.Config) { c.Template = tpl })
+			house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
+			if err := s.PutSecret(context.Background(), "galley/"+house+"/anthropic", randomValue(t, "sk-ant-test-")); err != nil {
+				t.Fatal(err)
+			}
+			err := smoke(s, token, logs)
+			if err == nil {
+				t.Fatalf("without %s the smoke run passed: an agent ran under weaker confinement than its own uid", drop)
+			}
+			// What kitchn heard: the worker's settled body.
+			for _, w := range []string{"CAP_" + drop, why} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("without %s, the failure does not name %q:\n%v", drop, w, err)
+				}
+			}
+			// No agent ran: no container's harness confined one, under
+			// any mode.
+			for _, task := range s.ECS().Tasks() {
+				b, _ := s.ECS().ContainerLog(task.ID)
+				if strings.Contains(string(b), `"msg":"agent confined"`) {
+					t.Errorf("without %s, task %s's harness confined an agent:\n%s", drop, task.ID, b)
+				}
+			}
+			t.Logf("without %s: %v", drop, err)
 		})
 	}
 }

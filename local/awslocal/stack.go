@@ -80,6 +80,21 @@ type Config struct {
 	// then run as containers on a network of the stack's own
 	// (containers.go). Empty: as host programs.
 	WorkerImage string
+	// ImageAgentCLIs runs the worker image's own Claude Code and Codex
+	// CLIs in its containers instead of the stand-in CLIs mounted over
+	// them. They call the provider the template's base URLs name
+	// (anthropicBaseUrl, openaiBaseUrl): a WorkerServices entry, since a
+	// worker container reaches nothing else. Needs a worker image.
+	ImageAgentCLIs bool
+	// WorkerServices are services outside AWS that the template names by
+	// URL and worker tasks call (an LLM gateway or proxy, as
+	// anthropicBaseUrl and openaiBaseUrl name one), by origin
+	// ("https://llm-gateway.example"). Each handler is served where worker
+	// tasks reach the stack (workerservices.go: over TLS with the stack's CA on the
+	// container network, its port admitted through the network's
+	// firewall), and every URL of the template with that origin is
+	// rewritten to that address, as DNS would point it there.
+	WorkerServices map[string]http.Handler
 }
 
 // Stack is a running aws-local galley.
@@ -375,6 +390,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		s.gitURL = "https://" + strings.TrimPrefix(s.gitURL, "http://")
 	}
 	d.substitute = map[string]string{repoURL: s.gitURL}
+	if d.origins, err = s.serveWorkerServices(serverTLS); err != nil {
+		return nil, err
+	}
 	if err := d.deploy(ctx); err != nil {
 		return nil, err
 	}

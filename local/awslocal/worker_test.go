@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +21,11 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/local/providerstandin"
+	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/workerapi"
 )
 
 // kitchn is a kitchn client of one stack: effects, observe, usage and a
@@ -33,6 +38,8 @@ type kitchn struct {
 	run   string
 	// pending rows read and acknowledged, not yet looked at.
 	pending []protocol.MailMessage
+	// patience bounds each wait for a row (default 90 s).
+	patience time.Duration
 }
 
 func newKitchn(t *testing.T, s *awslocal.Stack, token, run string) *kitchn {
@@ -66,7 +73,11 @@ func (k *kitchn) observe(handle string) protocol.Observation {
 // acknowledging every batch it reads.
 func (k *kitchn) next(what string, match func(protocol.MailMessage) bool) protocol.MailMessage {
 	k.t.Helper()
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); {
+	patience := k.patience
+	if patience == 0 {
+		patience = 90 * time.Second
+	}
+	for deadline := time.Now().Add(patience); time.Now().Before(deadline); {
 		for len(k.pending) > 0 {
 			r := k.pending[0]
 			k.pending = k.pending[1:]
@@ -305,5 +316,146 @@ func TestTaskRoleIsCheckedAWSLocal(t *testing.T) {
 		if !errors.As(err, &api) || api.ErrorCode() != "AccessDeniedException" || !strings.Contains(api.ErrorMessage(), "secretsmanager:GetSecretValue") {
 			t.Errorf("the task role read %s's secret: %v", env, err)
 		}
+	}
+}
+
+// TestImageCLIsWorkerAWSLocal runs the worker image's own pinned Claude
+// Code and Codex CLIs (worker/agent-clis, installed in the image) as the
+// deployed workers, against the provider stand-in (local/providerstandin)
+// that the template's provider base URLs name: what context keys
+// anthropicBaseUrl and openaiBaseUrl set in the task definition
+// (GALLEY_ANTHROPIC_BASE_URL, GALLEY_OPENAI_BASE_URL), an https URL of a
+// gateway that aws-local serves on the container network with the
+// stack's CA (Config.WorkerServices). Each CLI, under the agent's own uid
+// in its container, follows the stand-in's script through galley's MCP
+// tools: it commits and pushes its branch through the harness's push gate
+// and finishes.
+func TestImageCLIsWorkerAWSLocal(t *testing.T) {
+	if img := requireWorkerImage(t); img == "" {
+		t.Skipf("%s is not set: the image's CLIs run only in its containers", awslocal.EnvWorkerImage)
+	}
+	const (
+		anthropicOrigin = "https://anthropic.llm-gateway.example"
+		openaiOrigin    = "https://openai.llm-gateway.example"
+	)
+	keys := map[string]string{"claude": randomValue(t, "sk-ant-test-"), "codex": randomValue(t, "sk-test-")}
+	shell := "id -u > agent-uid.txt && printf 'hello\\n' > greeting.txt && git add greeting.txt agent-uid.txt && " +
+		"git -c user.name=agent -c user.email=agent@example.com commit -qm 'add greeting' && git push -q origin HEAD"
+	codexCall := func(tool, args string) string {
+		return "const r = await tools." + tool + "(" + args + ");\n" +
+			"text(typeof r === \"string\" ? r : (r.content || []).map((c) => c.text).join(\"\\n\"));\n"
+	}
+	shellJS, _ := json.Marshal(shell)
+	provs := map[string]*providerstandin.Server{
+		"claude": providerstandin.New(keys["claude"], []providerstandin.Step{
+			{Tool: "ToolSearch", Input: map[string]any{"query": "select:mcp__galley__finish"}},
+			{Tool: "Bash", Input: map[string]any{"command": shell, "description": "commit and push the greeting"}},
+			{Tool: "mcp__galley__finish", Input: map[string]any{"outcome": "succeeded", "body": "greeting pushed"}},
+			{Text: "Done."},
+		}),
+		// codex 0.171's code mode: one exec tool whose JavaScript calls the
+		// nested tools (realcli's script).
+		"codex": providerstandin.New(keys["codex"], []providerstandin.Step{
+			{Tool: "exec", Code: "text(ALL_TOOLS.filter((t) => t.name.startsWith(\"mcp__galley__\")).map((t) => t.name).sort().join(\",\"));\n"},
+			{Tool: "exec", Code: "const r = await tools.exec_command({cmd: " + string(shellJS) + "});\ntext(JSON.stringify(r));\n"},
+			{Tool: "exec", Code: codexCall("mcp__galley__finish", `{outcome: "succeeded", body: "greeting pushed"}`)},
+			{Text: "Done."},
+		}),
+	}
+	for _, p := range provs {
+		t.Cleanup(p.Close)
+	}
+	tpl := mutatedTemplate(t, func(res map[string]any) error {
+		for _, p := range resourcesOf(res, "AWS::ECS::TaskDefinition") {
+			c := p["ContainerDefinitions"].([]any)[0].(map[string]any)
+			env, _ := c["Environment"].([]any)
+			c["Environment"] = append(env,
+				map[string]any{"Name": harness.EnvAnthropicBaseURL, "Value": anthropicOrigin},
+				map[string]any{"Name": harness.EnvOpenAIBaseURL, "Value": openaiOrigin + "/v1"})
+			return nil
+		}
+		return fmt.Errorf("no task definition")
+	})
+	s, token := startStack(t, func(c *awslocal.Config) {
+		c.Template = tpl
+		c.ImageAgentCLIs = true
+		c.WorkerServices = map[string]http.Handler{anthropicOrigin: provs["claude"].Config.Handler, openaiOrigin: provs["codex"].Config.Handler}
+	})
+	house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
+	for name, fam := range map[string]string{"anthropic": "claude", "openai": "codex"} {
+		if err := s.PutSecret(context.Background(), "galley/"+house+"/"+name, keys[fam]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, fam := range []string{"claude", "codex"} {
+		t.Run(fam, func(t *testing.T) {
+			prov := provs[fam]
+			defer func() {
+				if t.Failed() {
+					for _, c := range prov.Calls() {
+						t.Logf("provider call: api=%s step=%d ua=%q results=%q", c.API, c.Step, c.UserAgent, c.Results)
+					}
+					t.Logf("provider refusals: %v", prov.Refused())
+				}
+			}()
+			k := newKitchn(t, s, token, "run-image-"+fam)
+			// A real CLI's start and its model turns, on a loaded machine:
+			// a bound against a hang, not a time to meet.
+			k.patience = 10 * time.Minute
+			branch := "image-cli/" + fam
+			st, rc := k.effect("k-image-"+fam, fmt.Sprintf(`{"type":"launch-worker","role":"station-cook",`+
+				`"workspace":{"type":"isolated"},"brief":"Add a greeting file, push it, and finish.","branch":%q,"agent":{"agent":%q}}`, branch, fam))
+			if st != "applied" {
+				t.Fatalf("launch: %s", st)
+			}
+			w := rc.Created[0].Handle
+			done := k.next("worker-done", kind(protocol.MsgWorkerDone, ""))
+			if done.Outcome != protocol.OutcomeSucceeded || done.Body != "greeting pushed" {
+				t.Fatalf("worker-done: %+v", done)
+			}
+			if obs := k.observe(w); obs.State != protocol.StateSettled || obs.Outcome != protocol.OutcomeSucceeded {
+				t.Fatalf("settled as %+v", obs)
+			}
+			show := func(file string) string {
+				out, err := exec.Command("git", "--git-dir", s.Repository(), "show", branch+":"+file).CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s on the pushed branch %s: %v %s", file, branch, err, out)
+				}
+				return string(out)
+			}
+			if got := show("greeting.txt"); got != "hello\n" {
+				t.Errorf("pushed greeting.txt = %q", got)
+			}
+			uid, err := strconv.Atoi(strings.TrimSpace(show("agent-uid.txt")))
+			if err != nil || uid < workerapi.AgentUIDBase || uid >= workerapi.AgentUIDEnd {
+				t.Errorf("the agent ran as uid %q, not one of the service's agent uids", show("agent-uid.txt"))
+			}
+			// The real CLI called the provider stand-in (the stand-in CLIs
+			// call no provider), with the key, for every step.
+			steps, ua := 0, ""
+			for _, c := range prov.Calls() {
+				if c.Step >= 0 {
+					steps++
+					ua = c.UserAgent
+				}
+			}
+			// Up to finish's call; the text after it may come or not before
+			// the harness ends the agent.
+			if steps < 3 {
+				t.Errorf("the provider played %d scripted steps, want the 3 up to finish", steps)
+			}
+			if want := map[string]string{"claude": "claude-cli/2.1.332", "codex": "0.171.0"}[fam]; !strings.Contains(ua, want) {
+				t.Errorf("the model calls' User-Agent %q is not the image's pinned %s (%s)", ua, fam, want)
+			}
+			// Claude Code checks that its base URL answers (HEAD
+			// /api/hello, unless CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC
+			// is set, which the image does not set); the stand-in serves
+			// only the APIs, and claude goes on when it is refused.
+			for _, r := range prov.Refused() {
+				if r != "no such endpoint HEAD /api/hello" {
+					t.Errorf("the provider refused: %s", r)
+				}
+			}
+		})
 	}
 }

@@ -198,12 +198,48 @@ type Spec struct {
 	Mounts    []Mount
 	// ReadOnlyRoot mounts the image's root file system read-only.
 	ReadOnlyRoot bool
+	// Ulimits replace the runtime's limits of the same names (nofile and
+	// nproc by default: Nofile). A hard limit above this process's own is
+	// refused: the container could not be given it.
+	Ulimits []Ulimit
 	// Network is the podman network to join ("" is podman's default);
 	// Hosts adds names to the container's /etc/hosts.
 	Network string
 	Hosts   map[string]string
 	// Stdout and Stderr receive the container's output (nil: dropped).
 	Stdout, Stderr io.Writer
+}
+
+// Ulimit is a resource limit (a name of setrlimit's, as podman's --ulimit
+// takes it: nofile, nproc, core, ...).
+type Ulimit struct {
+	Name       string
+	Soft, Hard uint64
+}
+
+// ulimitArgs are the --ulimit flags for spec: the runtime's nofile and
+// nproc unless spec sets them, then spec's.
+func (r *Runtime) ulimitArgs(spec Spec) ([]string, error) {
+	limits := []Ulimit{{"nofile", r.nofile, r.nofile}, {"nproc", r.nproc, r.nproc}}
+	res := map[string]int{"nofile": syscall.RLIMIT_NOFILE, "nproc": 6 /* RLIMIT_NPROC */}
+	for _, u := range spec.Ulimits {
+		if u.Soft > u.Hard {
+			return nil, fmt.Errorf("container: ulimit %s: soft limit %d above hard limit %d", u.Name, u.Soft, u.Hard)
+		}
+		if n, ok := res[u.Name]; ok {
+			var rl syscall.Rlimit
+			if err := syscall.Getrlimit(n, &rl); err == nil && u.Hard > rl.Max {
+				return nil, fmt.Errorf("container: ulimit %s hard limit %d is above this process's hard limit %d, which a container here cannot exceed", u.Name, u.Hard, rl.Max)
+			}
+		}
+		limits = slices.DeleteFunc(limits, func(l Ulimit) bool { return l.Name == u.Name })
+		limits = append(limits, u)
+	}
+	var args []string
+	for _, l := range limits {
+		args = append(args, "--ulimit", fmt.Sprintf("%s=%d:%d", l.Name, l.Soft, l.Hard))
+	}
+	return args, nil
 }
 
 // Container is a created and started container.
@@ -281,11 +317,14 @@ func (r *Runtime) createArgs(spec Spec) (args []string, envFile string, podEnv [
 		"--pull", "never",
 		"--stop-signal", "SIGTERM",
 		"--stop-timeout", strconv.Itoa(int((spec.StopTimeout + time.Second - 1) / time.Second)),
-		"--ulimit", fmt.Sprintf("nofile=%d:%d", r.nofile, r.nofile),
-		"--ulimit", fmt.Sprintf("nproc=%d:%d", r.nproc, r.nproc),
 		// The image's own environment stays; the host's never comes in.
 		"--env-host=false", "--http-proxy=false",
 	}
+	ul, err := r.ulimitArgs(spec)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	args = append(args, ul...)
 	caps := spec.Capabilities
 	if caps == nil {
 		caps = DockerDefaults()

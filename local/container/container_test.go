@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -465,5 +466,32 @@ func TestNetworkAdmitsOnlyAllowedPorts(t *testing.T) {
 		if got := v["dial:"+a]; len(got) != 1 || got[0] != w {
 			t.Errorf("%s: %v, want %s", a, got, w)
 		}
+	}
+}
+
+// TestUlimits: a Spec's limit replaces the runtime's of that name, and a
+// hard limit above this process's own is refused naming it (runc would
+// fail "error setting rlimit" at start, or a runtime with the capability
+// would silently give more than the host does elsewhere).
+func TestUlimits(t *testing.T) {
+	r := testRuntime(t)
+	img := probeImage(t)
+	// Soft equal to hard: the probe, a Go program, raises its soft limit
+	// to the hard one at start.
+	code, out := run(t, r, Spec{Image: img, Command: []string{"status"}, Ulimits: []Ulimit{{Name: "nofile", Soft: 2048, Hard: 2048}}})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	if got := values(out)["nofile"]; len(got) != 1 || got[0] != "2048:2048" {
+		t.Errorf("nofile %v, want 2048:2048", got)
+	}
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Max == ^uint64(0) {
+		t.Skipf("this process's nofile hard limit is unlimited (%v): nothing to exceed", err)
+	}
+	_, err := r.Start(context.Background(), Spec{Name: "galley-test-" + randHex(6), Image: img, Command: []string{"status"},
+		Ulimits: []Ulimit{{Name: "nofile", Soft: rl.Max + 1, Hard: rl.Max + 1}}})
+	if err == nil || !strings.Contains(err.Error(), "ulimit nofile hard limit") || !strings.Contains(err.Error(), fmt.Sprint(rl.Max)) {
+		t.Errorf("a nofile limit above this process's hard limit: %v", err)
 	}
 }

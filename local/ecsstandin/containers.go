@@ -80,8 +80,10 @@ func (s *Server) containerImage(ref string) (containerImage, bool) {
 
 // AccessPoint is an EFS access point: the file system it opens, the
 // folder that is the root of its mounts (made with CreationInfo when
-// missing), and the POSIX user it would impose (not modelled: files keep
-// the uid of the process that makes them; docs/runtime-ecs.md).
+// missing), and the POSIX user it imposes. That is not modelled (a bind
+// mount cannot make every operation as one uid): a task mounting through
+// an access point with a PosixUser fails to start, naming it
+// (docs/runtime-ecs.md).
 type AccessPoint struct {
 	FileSystemID  string
 	RootDirectory string
@@ -289,6 +291,12 @@ func (s *Server) startContainer(t *task, ci containerImage, env map[string]strin
 	}
 	spec.Capabilities = caps
 	spec.ReadOnlyRoot = c.ReadonlyRootFilesystem != nil && *c.ReadonlyRootFilesystem
+	for _, u := range c.Ulimits {
+		if u.SoftLimit < 0 || u.HardLimit < 0 {
+			return fmt.Errorf("ulimit %s: negative limit", u.Name)
+		}
+		spec.Ulimits = append(spec.Ulimits, container.Ulimit{Name: u.Name, Soft: uint64(u.SoftLimit), Hard: uint64(u.HardLimit)})
+	}
 	vols := map[string]Volume{}
 	for _, v := range t.def.Volumes {
 		vols[v.Name] = v

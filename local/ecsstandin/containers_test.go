@@ -131,10 +131,15 @@ func probeValues(out string) map[string]string {
 // TestContainerTaskAppliesTheDefinition: a task of the probe image runs as
 // a container with its definition applied: the capability set after the
 // drops, the user, working folder, environment, cpu and memory of the
-// task size, a read-only root, and the access point's root as the mount.
+// task size, a read-only root, its ulimits, and the access point's root as
+// the mount.
 func TestContainerTaskAppliesTheDefinition(t *testing.T) {
 	fsDir := t.TempDir()
-	h := containerHarness(t, probeDef("status"), fsDir)
+	td := probeDef("status")
+	// Soft equal to hard: the probe, a Go program, raises its soft limit
+	// to the hard one at start.
+	td.ContainerDefinitions[0].Ulimits = []Ulimit{{Name: "nofile", SoftLimit: 2048, HardLimit: 2048}}
+	h := containerHarness(t, td, fsDir)
 	out, err := h.client().RunTask(context.Background(), runInput("galley-worker", "galley"))
 	if err != nil {
 		t.Fatal(err)
@@ -152,6 +157,9 @@ func TestContainerTaskAppliesTheDefinition(t *testing.T) {
 	}
 	if v["Uid"] != "0" || v["cwd"] != "/mnt/workspaces" || v["rootfs"] != "readonly" {
 		t.Errorf("uid %s cwd %s rootfs %s", v["Uid"], v["cwd"], v["rootfs"])
+	}
+	if v["nofile"] != "2048:2048" {
+		t.Errorf("nofile %q, want the definition's 2048:2048", v["nofile"])
 	}
 	m, ok := v["cgroup:/sys/fs/cgroup/memory/memory.limit_in_bytes"]
 	if !ok {

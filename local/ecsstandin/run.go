@@ -415,6 +415,14 @@ func (s *Server) prepare(t *task) (map[string]string, Image, string) {
 	for _, v := range t.def.Volumes {
 		if efs := v.EFSVolumeConfiguration; efs != nil {
 			if dir, ap, ok := s.mountRoot(efs); ok {
+				if ap != nil && ap.PosixUser != nil {
+					// EFS would run every file operation of the mount as
+					// that user; a bind mount cannot, so the task would
+					// run with other permissions than on AWS. Refused, not
+					// run unlike AWS (docs/runtime-ecs.md, The stand-in).
+					return nil, Image{}, fmt.Sprintf("ResourceInitializationError: the ECS stand-in does not model access point %s's PosixUser (%d:%d): "+
+						"EFS makes every file operation through the mount as that user, a bind mount cannot", efs.AuthorizationConfig.AccessPointID, ap.PosixUser.UID, ap.PosixUser.GID)
+				}
 				if reason := ensureRoot(s.fileSystems[efs.FileSystemID], dir, ap); reason != "" {
 					return nil, Image{}, reason
 				}

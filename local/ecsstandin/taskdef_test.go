@@ -600,3 +600,41 @@ func TestFileSystemMount(t *testing.T) {
 		t.Errorf("task mounting an unknown file system = %+v", ti)
 	}
 }
+
+// TestAccessPointPosixUserIsRefused: EFS makes every file operation through
+// an access point with a POSIX user as that user, which a bind mount cannot
+// model; a task mounting through one fails to start naming it, rather than
+// run with the permissions of whoever writes.
+func TestAccessPointPosixUserIsRefused(t *testing.T) {
+	fsDir := t.TempDir()
+	td := workerDef()
+	var efs EFSVolume
+	if err := json.Unmarshal([]byte(`{"fileSystemId":"fs-0123","transitEncryption":"ENABLED","authorizationConfig":{"accessPointId":"fsap-1","iam":"ENABLED"}}`), &efs); err != nil {
+		t.Fatal(err)
+	}
+	td.Volumes = []Volume{{Name: "workspaces", EFSVolumeConfiguration: &efs}}
+	td.ContainerDefinitions[0].MountPoints = []MountPoint{{SourceVolume: "workspaces", ContainerPath: "/mnt/workspaces"}}
+	for _, tc := range []struct {
+		name string
+		pu   *PosixUser
+	}{{"no POSIX user", nil}, {"POSIX user", &PosixUser{UID: 1000, GID: 1001}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarnessDef(t, td, WithFileSystem("fs-0123", fsDir), WithAccessPoint("fsap-1", AccessPoint{FileSystemID: "fs-0123",
+				RootDirectory: "/ws", CreationInfo: &CreationInfo{Permissions: 0o711}, PosixUser: tc.pu}))
+			out, err := h.client().RunTask(context.Background(), runInput("galley-worker", "galley"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ti := h.await(t, aws.ToString(out.Tasks[0].TaskArn), statusStopped)
+			if tc.pu == nil {
+				if ti.StopCode == "TaskFailedToStart" {
+					t.Fatalf("a task mounting through an access point without a POSIX user failed to start: %s", ti.StoppedReason)
+				}
+				return
+			}
+			if ti.StopCode != "TaskFailedToStart" || ti.Launched || !strings.Contains(ti.StoppedReason, "fsap-1's PosixUser (1000:1001)") {
+				t.Errorf("task mounting through an access point with a POSIX user = %+v", ti)
+			}
+		})
+	}
+}

@@ -78,6 +78,16 @@ type ContainerDefinition struct {
 	Privileged             *bool             `json:"privileged,omitempty"`
 	StopTimeout            *int              `json:"stopTimeout,omitempty"`
 	LogConfiguration       *LogConfiguration `json:"logConfiguration,omitempty"`
+	// Ulimits apply in container mode (else Fargate's nofile 65535, or
+	// this machine's hard limit if lower: container.Runtime.Nofile).
+	Ulimits []Ulimit `json:"ulimits,omitempty"`
+}
+
+// Ulimit is a container's resource limit.
+type Ulimit struct {
+	Name      string `json:"name"`
+	SoftLimit int64  `json:"softLimit"`
+	HardLimit int64  `json:"hardLimit"`
 }
 
 // KeyValue is an environment variable.
