@@ -101,10 +101,10 @@ func adversarial(t *testing.T, want harness.Confinement) {
 	mainHead := revParse(t, repo, "refs/heads/main")
 
 	targets := standin.Targets{
-		KitchnToken:    filepath.Join(s.Data, "token"),
-		WorkerSecret:   filepath.Join(s.Data, "worker-secret"),
+		KitchnToken:    filepath.Join(s.Data, "private", "token"),
+		WorkerSecret:   filepath.Join(s.Data, "private", "worker-secret"),
 		OtherToken:     filepath.Join(s.Data, "workers", victim, "token"),
-		Store:          filepath.Join(s.Data, "galley.db"),
+		Store:          filepath.Join(s.Data, "private", "galley.db"),
 		OtherWorkspace: victimWS,
 		OtherBranch:    "adv/victim",
 		SecretNames:    []string{"CODEX_API_KEY", "OPENAI_API_KEY", "GALLEY_GIT_CREDENTIAL", "GALLEY_WORKER_TOKEN", "GALLEY_WORKER_BOOTSTRAP"},
