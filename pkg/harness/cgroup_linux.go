@@ -42,6 +42,7 @@ func newAgentGroup(name string, maxPids uint64, maxMemory int64) (*agentGroup, e
 	if err != nil {
 		return nil, err
 	}
+	sweepDeadGroups(own)
 	g := &agentGroup{}
 	for _, c := range cgroupControllers {
 		dir, ok := own[c]
@@ -78,6 +79,39 @@ func newAgentGroup(name string, maxPids uint64, maxMemory int64) (*agentGroup, e
 		}
 	}
 	return g, nil
+}
+
+// sweepDeadGroups ends and removes the agents' groups, beside the ones
+// this harness makes, whose harness is gone (its pid, in the name, runs
+// no more: groupName): a harness killed before it could end its agent
+// leaves its group, and whatever still runs in it has outlived its
+// worker. A pid reused since is taken as alive, and its group left.
+func sweepDeadGroups(own map[string]string) {
+	ents, err := os.ReadDir(own["pids"])
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !e.IsDir() || !strings.HasPrefix(name, "galley-agent-") {
+			continue
+		}
+		f := strings.Split(name, "-")
+		if len(f) < 4 {
+			continue
+		}
+		pid, err := strconv.Atoi(f[len(f)-2])
+		if err != nil || pid <= 0 || !errors.Is(unix.Kill(pid, 0), unix.ESRCH) {
+			continue
+		}
+		old := &agentGroup{rel: strings.ReplaceAll(own["pids:rel"]+"/"+name, "//", "/")}
+		for _, c := range cgroupControllers {
+			old.dirs = append(old.dirs, filepath.Join(own[c], name))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), endPatience)
+		_ = old.end(ctx)
+		cancel()
+	}
 }
 
 // ownGroups finds this process's group folder in each v1 hierarchy of

@@ -177,3 +177,69 @@ func TestAgentExecWaitsForItsGroup(t *testing.T) {
 		}
 	}
 }
+
+// ownGroupDir is this process's folder in the v1 hierarchy of controller c.
+func ownGroupDir(t *testing.T, c string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.SplitN(line, ":", 3); len(f) == 3 && f[1] == c {
+			return filepath.Join("/sys/fs/cgroup", c, f[2])
+		}
+	}
+	t.Skipf("no cgroup v1 %s hierarchy", c)
+	return ""
+}
+
+// A group a killed harness left, with a process of its agent still in it,
+// is ended and removed by the next harness that makes a group beside it:
+// nothing of an agent outlives its harness for long.
+func TestDeadHarnessGroupIsSwept(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to make cgroups")
+	}
+	dirs := []string{ownGroupDir(t, "pids"), ownGroupDir(t, "memory")}
+	gone := exec.Command("/bin/true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	name := "galley-agent-w-stale-" + strconv.Itoa(gone.Process.Pid) + "-1"
+	left := exec.Command("/bin/sleep", "300")
+	if err := left.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- left.Wait() }()
+	t.Cleanup(func() { _ = left.Process.Kill() })
+	for _, d := range dirs {
+		g := filepath.Join(d, name)
+		if err := os.Mkdir(g, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Rmdir(g) })
+		if err := os.WriteFile(filepath.Join(g, "cgroup.procs"), []byte(strconv.Itoa(left.Process.Pid)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		mu   sync.Mutex
+		seen string
+	)
+	uid := workerapi.AgentUIDBase + rand.N(uint32(1_000_000))
+	if _, err := confinedWith(t, workerapi.Self{Handle: "w-sweeper", Run: "run-1", Brief: "Fix it.", Branch: testBranch, AgentUID: uid}, harness.ConfineUser, "cgroup", groupDriver{mu: &mu, seen: &seen}); err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	select {
+	case <-ended:
+	case <-testCtx(t).Done():
+		t.Fatal("the process in the dead harness's group still runs")
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, name)); !os.IsNotExist(err) {
+			t.Errorf("the dead harness's group %s was not removed: %v", filepath.Join(d, name), err)
+		}
+	}
+}
