@@ -37,7 +37,8 @@ echo "leaver $!"
 # No fork from here: the flood's sleepers hold every pid of the group.
 while read -r l; do echo "events $l"; done < "/sys/fs/cgroup/pids$P/pids.events"
 read -r m < "/sys/fs/cgroup/pids$P/pids.max"; echo "max $m"
-while IFS= read -r l; do case "$l" in *:memory:*) echo "memory ${l##*:}";; esac; done < /proc/self/cgroup
+while IFS= read -r l; do case "$l" in *:memory:*) M="${l##*:}"; echo "memory $M";; esac; done < /proc/self/cgroup
+read -r ml < "/sys/fs/cgroup/memory$M/memory.limit_in_bytes"; echo "memlimit $ml"
 echo done
 exit 0`
 	cmd := exec.Command("/bin/sh", "-c", script)
@@ -108,8 +109,8 @@ func TestAgentInItsCgroup(t *testing.T) {
 			if !strings.Contains(out, "escape refused") || field(out, "after") != group {
 				t.Errorf("the agent left its group:\n%s", out)
 			}
-			if field(out, "max") != strconv.Itoa(budget) || filepath.Base(field(out, "memory")) != name {
-				t.Errorf("pids.max is not the budget, or the memory group is not the agent's:\n%s", out)
+			if field(out, "max") != strconv.Itoa(budget) || filepath.Base(field(out, "memory")) != name || field(out, "memlimit") != strconv.Itoa(512<<20) {
+				t.Errorf("pids.max is not the budget, or the memory group is not the agent's or not of the memory budget:\n%s", out)
 			}
 			// Under uid the agent's RLIMIT_NPROC, the same budget, refuses
 			// the flood first (TestAgentIsEndedWhole); under Landlock as
