@@ -56,7 +56,7 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 		t.Fatalf("the uid confinement cannot run here (%s): agents would reach the stack's folders", why)
 	}
 	s, token, _ := startStackLogged(t, func(c *awslocal.Config) { openParents(t, c.Data) })
-	data := filepath.Dir(s.TokenFile())
+	data := filepath.Dir(filepath.Dir(s.TokenFile()))
 	k := newKitchn(t, s, token, "run-adv")
 	launch := func(key, workspace, branch, brief string) (worker, worktree string) {
 		b, _ := json.Marshal(brief)

@@ -296,10 +296,10 @@ func TestServeAWSLocal(t *testing.T) {
 	if endpoint == "" {
 		t.Fatalf("no endpoint printed:\n%s\n%s", stdout.String(), stderr.String())
 	}
-	if !strings.Contains(stdout.String(), "bearer token: "+filepath.Join(data, "token")+" (mode 600; copy it to <registry>/private/local/credentials/galley-token)") {
+	if !strings.Contains(stdout.String(), "bearer token: "+filepath.Join(data, "private", "token")+" (mode 600; copy it to <registry>/private/local/credentials/galley-token)") {
 		t.Errorf("output:\n%s", stdout.String())
 	}
-	tok, err := os.ReadFile(filepath.Join(data, "token"))
+	tok, err := os.ReadFile(filepath.Join(data, "private", "token"))
 	if err != nil {
 		t.Fatal(err)
 	}

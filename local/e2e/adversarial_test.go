@@ -82,8 +82,10 @@ func adversarial(t *testing.T, want harness.Confinement) {
 	t.Setenv("PATH", standins(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	t.Setenv("ANTHROPIC_API_KEY", randomHex(t))
 	t.Setenv("CODEX_API_KEY", randomHex(t))
-	s := startServer(t, data, "--families", "claude,codex")
+	s := startServer(t, data, "--families", "claude,codex", "--worker-log-limit", strconv.Itoa(floodLogLimit),
+		"--push-limit", strconv.Itoa(floodPushLimit), "--push-budget", strconv.Itoa(floodPushBudget))
 	t.Cleanup(func() { dumpWorkerLogs(t, s) })
+	fdsBefore := openFDsOf(t, s.cmd.Process.Pid)
 	repo := filepath.Join(s.Data, "repository.git")
 	run := "run-adv"
 	mb := &mailbox{s: s, run: run}
@@ -101,10 +103,10 @@ func adversarial(t *testing.T, want harness.Confinement) {
 	mainHead := revParse(t, repo, "refs/heads/main")
 
 	targets := standin.Targets{
-		KitchnToken:    filepath.Join(s.Data, "token"),
-		WorkerSecret:   filepath.Join(s.Data, "worker-secret"),
+		KitchnToken:    filepath.Join(s.Data, "private", "token"),
+		WorkerSecret:   filepath.Join(s.Data, "private", "worker-secret"),
 		OtherToken:     filepath.Join(s.Data, "workers", victim, "token"),
-		Store:          filepath.Join(s.Data, "galley.db"),
+		Store:          filepath.Join(s.Data, "private", "galley.db"),
 		OtherWorkspace: victimWS,
 		OtherBranch:    "adv/victim",
 		SecretNames:    []string{"CODEX_API_KEY", "OPENAI_API_KEY", "GALLEY_GIT_CREDENTIAL", "GALLEY_WORKER_TOKEN", "GALLEY_WORKER_BOOTSTRAP"},
@@ -188,9 +190,11 @@ func adversarial(t *testing.T, want harness.Confinement) {
 				// same uid reading /proc/<harness>/environ.
 				t.Skip("known gap of the Landlock confinement: " + v)
 			}
-			if name == "fork-flood" && want == harness.ConfineLandlock && os.Geteuid() == 0 && strings.Contains(v, "SUCCEEDED") {
+			if name == "fork-flood" && want == harness.ConfineLandlock && os.Geteuid() == 0 && !hasCgroupV1() && strings.Contains(v, "SUCCEEDED") {
 				// docs/security.md: under Landlock a root harness's agent
-				// is root, which RLIMIT_NPROC does not bind.
+				// is root, which RLIMIT_NPROC does not bind; only its
+				// cgroup's pids.max would, and without cgroup v1 the
+				// harness makes none.
 				t.Skip("known gap of the Landlock confinement as root: " + v)
 			}
 			if !strings.Contains(v, ": blocked (") {
@@ -312,6 +316,141 @@ func adversarial(t *testing.T, want harness.Confinement) {
 			t.Errorf("the other repository cannot read its objects: %v %s", err, out)
 		}
 	})
+
+	// A log flood and a push flood (issue 21, items 5 and 6): galley's part
+	// of the data folder (all but workspaces/, the agents' own worktrees,
+	// which galley does not bound: docs/security.md) grows by no more than
+	// the worker's log budget and push budget, with room for the store's
+	// records; the house repository by no more than the push budget.
+	galleyBefore, repoBefore := galleyBytes(t, s.Data), treeBytes(t, repo)
+	flooder, ans := agentLaunch(t, s, run, "k-flood", fmt.Sprintf("#!standin\nflood-log %d\nflood-push 3 %d\n"+
+		`tool post_status {"body":"flood: $LAST"}`+"\n"+`tool finish {"outcome":"succeeded","body":"flooded"}`, 4*floodLogLimit, floodPushEach),
+		"adv/flood", map[string]string{"agent": "claude"})
+	if flooder == "" {
+		t.Fatalf("flooder launch: %s", ans)
+	}
+	pushes := mb.next(t, "the push flood's result", kindBody(protocol.MsgStatus, "flood: "))
+	mb.next(t, "the flooder's worker-done", func(r mailRow) bool { return r.Kind == protocol.MsgWorkerDone })
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		if _, err := os.Stat(filepath.Join(s.Data, "workers", flooder, "exit")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the flooder's harness did not exit")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Run("log flood within its budget", func(t *testing.T) {
+		fi, err := os.Stat(filepath.Join(s.Data, "workers", flooder, "harness.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the flooder wrote %d bytes to stderr; its log is %d bytes (budget %d)", 4*floodLogLimit, fi.Size(), floodLogLimit)
+		if fi.Size() > floodLogLimit {
+			t.Errorf("the flooder's log is %d bytes, over its budget %d", fi.Size(), floodLogLimit)
+		}
+	})
+	t.Run("push flood within its budget", func(t *testing.T) {
+		grown := treeBytes(t, repo) - repoBefore
+		t.Logf("%s; the house repository grew by %d bytes (push budget %d)", pushes.Body, grown, floodPushBudget)
+		if pushes.Body != "flood: pushes accepted 2, refused 1 (push budget)" {
+			t.Errorf("push flood: %s, want two pushes accepted and the third refused, naming the budget", pushes.Body)
+		}
+		if grown > floodPushBudget {
+			t.Errorf("the house repository grew by %d bytes, over the push budget %d", grown, floodPushBudget)
+		}
+	})
+	t.Run("data folder within bounds", func(t *testing.T) {
+		grown := galleyBytes(t, s.Data) - galleyBefore
+		bound := int64(floodLogLimit + floodPushBudget + storeSlack)
+		t.Logf("galley's part of the data folder grew by %d bytes during the floods (bound %d: log budget + push budget + %d for the store)", grown, bound, storeSlack)
+		if grown > bound {
+			t.Errorf("galley's part of the data folder grew by %d bytes, over %d", grown, bound)
+		}
+	})
+	t.Run("galley's descriptors back within bounds", func(t *testing.T) {
+		after := openFDsOf(t, s.cmd.Process.Pid)
+		t.Logf("galley serve's open descriptors: %d before the attacks, %d after", fdsBefore, after)
+		if after > fdsBefore+fdSlack {
+			t.Errorf("galley serve holds %d descriptors after the attacks, %d before (room %d)", after, fdsBefore, fdSlack)
+		}
+	})
+}
+
+// The floods' budgets: the log budget is the worker's log file, the push
+// budget all its pushes (three pushes of floodPushEach: two fit).
+const (
+	floodLogLimit   = 1 << 20
+	floodPushLimit  = 8 << 20
+	floodPushBudget = 12 << 20
+	floodPushEach   = 5 << 20
+	// storeSlack is room for the store's records of the flooding worker
+	// (its record, events, mail) and bbolt's growth by a page run.
+	storeSlack = 4 << 20
+	// fdSlack is room for connections kept alive between calls.
+	fdSlack = 32
+)
+
+// treeBytes is the bytes of the regular files beneath dir.
+func treeBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while walking (a temporary file)
+			}
+			return err
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// galleyBytes is the size of galley's own part of the data folder: every
+// entry but workspaces/.
+func galleyBytes(t *testing.T, data string) int64 {
+	t.Helper()
+	ents, err := os.ReadDir(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, e := range ents {
+		if e.Name() != "workspaces" {
+			n += treeBytes(t, filepath.Join(data, e.Name()))
+		}
+	}
+	return n
+}
+
+// hasCgroupV1 reports whether the harness can give agents a cgroup here
+// (docs/harness.md): v1 pids and memory hierarchies, and root.
+func hasCgroupV1() bool {
+	for _, c := range []string{"pids", "memory"} {
+		if _, err := os.Stat("/sys/fs/cgroup/" + c + "/cgroup.procs"); err != nil {
+			return false
+		}
+	}
+	return os.Geteuid() == 0
+}
+
+// openFDsOf counts pid's open descriptors.
+func openFDsOf(t *testing.T, pid int) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	if err != nil {
+		t.Fatalf("counting galley serve's descriptors: %v", err)
+	}
+	return len(ents)
 }
 
 // snapshotFiles lists every file beneath dirs with its mode and content.

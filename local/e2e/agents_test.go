@@ -400,7 +400,7 @@ func TestAgentCLIHangCancelAndSecrets(t *testing.T) {
 	}
 	for _, root := range []string{s.Data, home} {
 		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || path == filepath.Join(s.Data, "token") {
+			if err != nil || d.IsDir() || path == filepath.Join(s.Data, "private", "token") {
 				return nil
 			}
 			b, err := os.ReadFile(path)

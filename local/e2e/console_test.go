@@ -63,8 +63,8 @@ func TestConsoleBrowser(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", filepath.Join(root, "local", "e2e", "testdata", "console.mjs"))
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GALLEY_ENDPOINT="+s.Endpoint, "GALLEY_OPERATOR_TOKEN_FILE="+filepath.Join(s.Data, "operator-token"),
-		"GALLEY_TOKEN_FILE="+filepath.Join(s.Data, "token"), "GALLEY_WORKER="+h, "GALLEY_RUN="+run,
+	cmd.Env = append(os.Environ(), "GALLEY_ENDPOINT="+s.Endpoint, "GALLEY_OPERATOR_TOKEN_FILE="+filepath.Join(s.Data, "private", "operator-token"),
+		"GALLEY_TOKEN_FILE="+filepath.Join(s.Data, "private", "token"), "GALLEY_WORKER="+h, "GALLEY_RUN="+run,
 		"GALLEY_QUESTION="+q.ID, "GALLEY_SHOT_DIR="+shots, "GALLEY_CHROMIUM="+chromiumPath)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -356,7 +356,7 @@ func TestFaultStalledDoorbell(t *testing.T) {
 				_ = srv.Shutdown(context.Background())
 				killWorkers(data)
 			})
-			tok, _ := os.ReadFile(filepath.Join(data, "token"))
+			tok, _ := os.ReadFile(filepath.Join(data, "private", "token"))
 			rec := history.NewRecorder()
 			run := "bell-" + mode
 			f := newFaultCoordinator(t, srv.Endpoint, strings.TrimSpace(string(tok)), run, rec)

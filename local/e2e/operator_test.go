@@ -24,7 +24,7 @@ func operatorCmd(t *testing.T, s *server, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	full := append(args, "--endpoint", s.Endpoint, "--token-file", filepath.Join(s.Data, "operator-token"))
+	full := append(args, "--endpoint", s.Endpoint, "--token-file", filepath.Join(s.Data, "private", "operator-token"))
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "galley"), full...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -107,7 +107,7 @@ func opCall(t *testing.T, s *server, method, path, token string, header ...strin
 // act through the service, and kitchn's observe agrees.
 func TestOperator(t *testing.T) {
 	s := startServer(t, t.TempDir())
-	b, err := os.ReadFile(filepath.Join(s.Data, "operator-token"))
+	b, err := os.ReadFile(filepath.Join(s.Data, "private", "operator-token"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestOperator(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	follow := exec.CommandContext(ctx, filepath.Join(binDir, "galley"), "events", h, "--follow", "--json",
-		"--endpoint", s.Endpoint, "--token-file", filepath.Join(s.Data, "operator-token"))
+		"--endpoint", s.Endpoint, "--token-file", filepath.Join(s.Data, "private", "operator-token"))
 	out, err := follow.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

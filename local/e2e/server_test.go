@@ -132,7 +132,7 @@ func tryStartServer(t *testing.T, data string, flags ...string) (*server, error)
 		for range lines {
 		}
 	}()
-	tok, err := os.ReadFile(filepath.Join(data, "token"))
+	tok, err := os.ReadFile(filepath.Join(data, "private", "token"))
 	if err != nil {
 		s.kill()
 		return nil, err
@@ -173,7 +173,7 @@ func keepOnFailure(t *testing.T, s *server) {
 	// No credential is kept: kitchn's token, the operator token, the worker secret, the
 	// workers' tokens.
 	secrets, _ := filepath.Glob(filepath.Join(kept, "workers", "*", "token"))
-	for _, f := range append(secrets, filepath.Join(kept, "token"), filepath.Join(kept, "operator-token"), filepath.Join(kept, "worker-secret")) {
+	for _, f := range append(secrets, filepath.Join(kept, "private", "token"), filepath.Join(kept, "private", "operator-token"), filepath.Join(kept, "private", "worker-secret")) {
 		_ = os.Remove(f)
 	}
 	t.Logf("kept the server log and data under %s", dir)

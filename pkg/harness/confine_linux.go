@@ -187,10 +187,13 @@ func landlockRestrict(rw, ro []string) error {
 // back what it lost), enters the Landlock domain the flags describe, and
 // executes the agent. Arguments:
 //
-//	[--nproc <n>] [--rw <dir>]... [--ro <dir>]... -- <program> <argv0> <args>...
+//	[--nproc <n>] [--wait-fd <fd>] [--rw <dir>]... [--ro <dir>]... -- <program> <argv0> <args>...
 //
 // --nproc sets RLIMIT_NPROC (soft and hard) to n: the agent's uid may then
 // run at most n processes (threads) at once, which bounds a fork flood.
+// --wait-fd makes it wait, before anything else, for one byte on fd: the
+// harness sends it once it has put this process in the agent's cgroup, and
+// closes fd without it when it could not.
 //
 // It returns only on failure, with an exit code.
 func RunAgentExec(args []string) int {
@@ -210,6 +213,18 @@ func RunAgentExec(args []string) int {
 			rw = append(rw, args[i+1])
 		case "--ro":
 			ro = append(ro, args[i+1])
+		case "--wait-fd":
+			fd, err := strconv.Atoi(args[i+1])
+			if err != nil || fd < 3 {
+				return fail("--wait-fd needs a descriptor above 2")
+			}
+			f := os.NewFile(uintptr(fd), "gate")
+			b := make([]byte, 1)
+			n, _ := f.Read(b)
+			f.Close()
+			if n != 1 {
+				return fail("the harness did not put the agent in its cgroup; not starting it")
+			}
 		case "--nproc":
 			n, err := strconv.ParseUint(args[i+1], 10, 32)
 			if err != nil || n == 0 {

@@ -209,13 +209,19 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 		h.rep.report(workerapi.EventWarning, "the agent is not confined", "mode", string(jail.mode), "why", jail.why)
 	} else {
 		h.rep.report(workerapi.EventConfinement, "agent confined", "mode", string(jail.mode), "why", jail.why)
-		h.log.Info("agent confined", "confinement", string(jail.mode), "uid", jail.uid, "why", jail.why)
+		h.log.Info("agent confined", "confinement", string(jail.mode), "uid", jail.uid, "why", jail.why, "cgroup", jail.groupDesc())
 	}
 	stdout, stdoutW := io.Pipe()
 	stderr := &lineLogger{log: h.log}
 	cmd.Stdout, cmd.Stderr = stdoutW, stderr
 	if err := cmd.Start(); err != nil {
+		jail.closeGate()
 		return h.notStarted(ctx, "starting the agent failed", err)
+	}
+	if err := jail.started(cmd.Process.Pid); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return h.notStarted(ctx, "confining the agent failed", err)
 	}
 	h.log.Info("agent started", "pid", cmd.Process.Pid, "agent", self.Agent.Agent, "mcp", srv.url)
 	h.rep.report(workerapi.EventAgentStarted, "agent started", "agent", self.Agent.Agent, "model", self.Agent.Model, "pid", strconv.Itoa(cmd.Process.Pid))

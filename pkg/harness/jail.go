@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,8 +31,59 @@ type jail struct {
 	tmp      string
 	rw, ro   []string
 	nproc    uint64 // the agent's RLIMIT_NPROC, 0 for none
-	ended    bool   // endJail ran
-	endErr   error
+	// group is the agent's cgroup, nil where none could be made (groupWhy
+	// says why); gateR and gateW hold agent-exec until the harness has put
+	// it in the group.
+	group        *agentGroup
+	groupWhy     string
+	groupName    string // made by enter, under ConfineUser and ConfineLandlock
+	maxPids      uint64
+	maxMemory    int64
+	gateR, gateW *os.File
+	ended        bool // endJail ran
+	endErr       error
+}
+
+// EnvAgentMaxMemory sets the memory, in bytes, an agent's cgroup may use
+// (memory.limit_in_bytes), where the harness makes one. Default
+// DefaultAgentMaxMemory.
+const EnvAgentMaxMemory = "GALLEY_AGENT_MAX_MEMORY"
+
+// DefaultAgentMaxMemory is the agent's memory budget when
+// EnvAgentMaxMemory is unset: 4 GiB, room for a CLI on Node, its git and a
+// test run.
+const DefaultAgentMaxMemory = 4 << 30
+
+// agentMaxMemory is the memory budget EnvAgentMaxMemory sets.
+func agentMaxMemory() (int64, error) {
+	v := os.Getenv(EnvAgentMaxMemory)
+	if v == "" {
+		return DefaultAgentMaxMemory, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 64<<20 {
+		return 0, fmt.Errorf("%s must be a number of bytes, at least 67108864 (64 MiB)", EnvAgentMaxMemory)
+	}
+	return n, nil
+}
+
+// groups numbers the agents' cgroups this process makes.
+var groups atomic.Uint64
+
+// groupName is the agent's cgroup's name: its worker's handle, this
+// harness's pid and a count of the groups it made, since harnesses of two
+// houses on one machine may share a handle (and tests run several
+// harnesses of one handle in one process). A group of the same name is
+// then a dead process's (its pid was this one's), which newAgentGroup
+// ends and makes afresh.
+func groupName(handle string) string {
+	b := []byte("galley-agent-")
+	for _, c := range []byte(handle) {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+			b = append(b, c)
+		}
+	}
+	return string(b) + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(groups.Add(1), 10)
 }
 
 // EnvAgentMaxProcs sets how many processes (threads, as the kernel counts
@@ -118,6 +170,10 @@ func (h *harness) chooseJail() (*jail, error) {
 			return nil, err
 		}
 		j.nproc = n
+		if j.maxMemory, err = agentMaxMemory(); err != nil {
+			return nil, err
+		}
+		j.maxPids, j.groupName = n, groupName(h.self.Handle)
 		if j.mode == ConfineLandlock {
 			// The agent shares the harness's uid, whose threads (galley
 			// serve's, every harness's) RLIMIT_NPROC counts too: the
@@ -137,6 +193,14 @@ func (h *harness) chooseJail() (*jail, error) {
 func (j *jail) enter(workspace string, agentEnv []string, binDir string) error {
 	if j.mode == ConfineNone {
 		return nil
+	}
+	// The pids limit binds where RLIMIT_NPROC does not: an agent that
+	// runs as root (Landlock as root) is exempt from the rlimit.
+	var err error
+	if j.group, err = newAgentGroup(j.groupName, j.maxPids, j.maxMemory); err != nil {
+		j.groupWhy = err.Error()
+	} else if j.gateR, j.gateW, err = os.Pipe(); err != nil {
+		return err
 	}
 	base, err := os.MkdirTemp("", "galley-agent-")
 	if err != nil {
@@ -232,6 +296,10 @@ func (j *jail) wrap(cmd *exec.Cmd) {
 	if j.nproc > 0 {
 		args = append(args, "--nproc", strconv.FormatUint(j.nproc, 10))
 	}
+	if j.gateR != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, j.gateR)
+		args = append(args, "--wait-fd", strconv.Itoa(2+len(cmd.ExtraFiles)))
+	}
 	for _, d := range j.rw {
 		args = append(args, "--rw", d)
 	}
@@ -251,22 +319,67 @@ func (j *jail) wrap(cmd *exec.Cmd) {
 // endPatience bounds how long ending an agent's processes may take.
 const endPatience = 30 * time.Second
 
-// end ends what of the agent still runs, under ConfineUser every process
-// of its uid (one that left the process group, forked anew or fights
-// back), from the harness: outside the agent's uid, so nothing the agent
-// runs can stop it. It checks that none remains, and answers an error if
-// some does.
-func (j *jail) end(ctx context.Context) error {
-	if j.mode != ConfineUser || j.uid == 0 {
+// started puts the agent's first process, agent-exec, in its cgroup and
+// then lets it go on to execute the agent: everything the agent runs is
+// in the group from its first instruction. When that fails agent-exec is
+// let go without the byte it waits for, and ends without running the
+// agent.
+func (j *jail) started(pid int) error {
+	if j.gateW == nil {
 		return nil
 	}
+	j.gateR.Close()
+	defer func() { j.gateW.Close(); j.gateR, j.gateW = nil, nil }()
+	if err := j.group.add(pid); err != nil {
+		return err
+	}
+	_, err := j.gateW.Write([]byte{1})
+	return err
+}
+
+// groupDesc says which cgroup holds the agent, or why none does.
+func (j *jail) groupDesc() string {
+	if j.group == nil {
+		if j.groupWhy == "" {
+			return "none"
+		}
+		return "none: " + j.groupWhy
+	}
+	return strings.Join(j.group.dirs, " ")
+}
+
+// closeGate closes the gate of an agent that did not start.
+func (j *jail) closeGate() {
+	for _, f := range []*os.File{j.gateR, j.gateW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	j.gateR, j.gateW = nil, nil
+}
+
+// end ends what of the agent still runs, from the harness, outside
+// the agent's uid and group, so nothing the agent runs can stop it: every
+// process of its cgroup (one that left the process group, forked anew or
+// fights back; under Landlock too), then under ConfineUser every process
+// of its uid. It checks that none remains, and answers an error if some
+// does.
+func (j *jail) end(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endPatience)
 	defer cancel()
-	return endUID(ctx, j.uid)
+	var errs []error
+	if j.group != nil {
+		errs = append(errs, j.group.end(ctx))
+	}
+	if j.mode == ConfineUser && j.uid != 0 {
+		errs = append(errs, endUID(ctx, j.uid))
+	}
+	return errors.Join(errs...)
 }
 
 // leave removes the agent's home and tmp once it has ended.
 func (j *jail) leave() error {
+	j.closeGate()
 	if j.mode == ConfineNone || j.base == "" {
 		return nil
 	}

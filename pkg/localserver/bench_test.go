@@ -100,7 +100,7 @@ func newBenchWith(b *testing.B, opts localserver.Options, worker string, be ...b
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	tok, err := os.ReadFile(filepath.Join(data, "token"))
+	tok, err := os.ReadFile(filepath.Join(data, "private", "token"))
 	if err != nil {
 		b.Fatal(err)
 	}

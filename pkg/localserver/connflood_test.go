@@ -19,8 +19,13 @@ import (
 	"github.com/galley-run/galley/pkg/connlimit"
 )
 
-// TestMain lets the test binary act as the flooding agent (floodMain).
+// TestMain lets the test binary act as the flooding agent (floodMain) or
+// as an agent probing galley's secrets (probeMain).
 func TestMain(m *testing.M) {
+	if spec := os.Getenv("GALLEY_TEST_PROBE"); spec != "" {
+		probeMain(spec)
+		return
+	}
 	if addr := os.Getenv("GALLEY_TEST_FLOOD"); addr != "" {
 		floodMain(addr)
 		return

@@ -36,7 +36,7 @@ func BenchmarkHandler(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer srv.Shutdown(context.Background())
-	tok, err := os.ReadFile(filepath.Join(data, "token"))
+	tok, err := os.ReadFile(filepath.Join(data, "private", "token"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -45,9 +45,9 @@ type Options struct {
 	House      string // default "local"
 	Backend    string // default "galley"
 	Credential string // default "galley-token"
-	TokenFile  string // default <data>/token
+	TokenFile  string // default <data>/private/token
 	// OperatorTokenFile holds the operator token (the operator API and
-	// console, package operator); default <data>/operator-token.
+	// console, package operator); default <data>/private/operator-token.
 	OperatorTokenFile string
 	Data              string // default .galley
 	Repository        string // default a bare repository under <data>/repository.git
@@ -117,10 +117,10 @@ func (o *Options) Defaults() {
 	set(&o.Data, ".galley")
 	set(&o.DefaultAgent, "script")
 	if o.TokenFile == "" {
-		o.TokenFile = filepath.Join(o.Data, "token")
+		o.TokenFile = filepath.Join(o.Data, PrivateDir, "token")
 	}
 	if o.OperatorTokenFile == "" {
-		o.OperatorTokenFile = filepath.Join(o.Data, "operator-token")
+		o.OperatorTokenFile = filepath.Join(o.Data, PrivateDir, "operator-token")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -176,6 +176,20 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Agents may resolve every path directly in the data folder (datadir.go).
+	keep := map[string]bool{}
+	for _, f := range []struct{ name, path, flag string }{{"token", o.TokenFile, "--token-file"}, {"operator-token", o.OperatorTokenFile, "--operator-token-file"}} {
+		if inDataFolder(data, f.path) {
+			return nil, fmt.Errorf("%s %s is directly in the data folder, whose paths agents can resolve: leave %s unset (default %s) or name a file elsewhere",
+				f.flag, f.path, f.flag, filepath.Join(data, PrivateDir, f.name))
+		}
+		if abs, err := filepath.Abs(f.path); err != nil || abs != filepath.Join(data, PrivateDir, f.name) {
+			keep[f.name] = true
+		}
+	}
+	if err := prepareData(data, keep); err != nil {
+		return nil, err
+	}
 	token, err := SecretFile(o.TokenFile, 32)
 	if err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
@@ -187,7 +201,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if string(operatorToken) == string(token) {
 		return nil, errors.New("the operator token must differ from kitchn's token: one would open the other's routes")
 	}
-	workerSecret, err := SecretFile(filepath.Join(data, "worker-secret"), 32)
+	workerSecret, err := SecretFile(filepath.Join(data, PrivateDir, "worker-secret"), 32)
 	if err != nil {
 		return nil, fmt.Errorf("worker secret: %w", err)
 	}
@@ -203,7 +217,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	st := o.Store
 	if st == nil {
-		bs, err := boltstore.Open(filepath.Join(data, "galley.db"))
+		bs, err := boltstore.Open(filepath.Join(data, PrivateDir, "galley.db"))
 		if err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}

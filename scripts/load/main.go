@@ -54,7 +54,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		mode      = fs.String("mode", "mixed", "mixed (coordinators, scripted workers, readers), reads (read throughput against a bare net/http baseline), writes (durable writes: the store alone, then effects) or takeover (effects cut by SIGKILLs of a server it starts, and AWS faults, then every key looked up)")
 		bareIn    = fs.Bool("bare-in-process", false, "run the reads baseline inside the load generator instead of as a process of its own (reads)")
 		endpoint  = fs.String("endpoint", "http://127.0.0.1:8080", "galley endpoint: http on a loopback address only")
-		tokenFile = fs.String("token-file", ".galley/token", "file holding the bearer token")
+		tokenFile = fs.String("token-file", ".galley/private/token", "file holding the bearer token")
 		house     = fs.String("house", "local", "the house the endpoint serves")
 		backend   = fs.String("backend", "galley", "the backend namespace the endpoint serves")
 		cred      = fs.String("credential", "galley-token", "the credential name effects carry")

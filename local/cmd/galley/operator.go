@@ -22,7 +22,7 @@ func runOperator(ctx context.Context, cmd string, args []string, stdout, stderr 
 	fs := flag.NewFlagSet("galley "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	endpoint := fs.String("endpoint", "http://127.0.0.1:8080", "the galley endpoint")
-	tokenFile := fs.String("token-file", ".galley/operator-token", "the operator token file (the local server's by default)")
+	tokenFile := fs.String("token-file", ".galley/private/operator-token", "the operator token file (the local server's by default)")
 	asJSON := fs.Bool("json", false, "JSON output (events: one object per line)")
 	var follow *bool
 	var after *int64

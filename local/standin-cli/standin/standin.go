@@ -29,6 +29,11 @@
 //	                               all) and post "attack <name>: blocked (<why>)" or
 //	                               "attack <name>: SUCCEEDED (<what>)"
 //	git <args>                     run plain git in the worktree ($LAST is its output)
+//	flood-log <bytes>              write that many bytes to stderr, in lines (a log flood)
+//	flood-push <n> <bytes>         n force-pushes of the branch, each one commit of that
+//	                               many fresh random bytes (a push flood); $LAST says
+//	                               "pushes accepted <a>, refused <r>" and, when a refusal
+//	                               named the push budget, "(push budget)"
 //
 // Like the real CLIs (2.1.332, 0.171.0), and so as strict: claude finds
 // galley's deferred tools through ToolSearch before its first galley call of
@@ -292,6 +297,17 @@ func (r *runner) do(ctx context.Context, line string) (code int, stop bool) {
 		if err != nil {
 			r.last = "git failed: " + err.Error() + ": " + r.last
 		}
+	case "flood-log":
+		n, _ := strconv.Atoi(rest)
+		line := strings.Repeat("x", 1023) + "\n"
+		for left := n; left > 0; left -= len(line) {
+			_, _ = io.WriteString(r.errw, line[:min(left, len(line))])
+		}
+		r.last = fmt.Sprintf("wrote %d bytes to stderr", n)
+	case "flood-push":
+		var n, size int
+		_, _ = fmt.Sscan(rest, &n, &size)
+		r.last = floodPush(ctx, n, size)
 	case "env-report":
 		b, _ := json.Marshal(map[string]any{"body": EnvReport(os.Environ())})
 		r.callTool(ctx, "post_status", string(b))
@@ -466,4 +482,43 @@ func (r *runner) call(ctx context.Context, name string, in map[string]any) (*mcp
 		return nil, context.Cause(ctx)
 	}
 	return res, err
+}
+
+// floodPush force-pushes the worktree's branch n times, each time one
+// commit of size fresh random bytes (so no push shares objects with
+// another), and says how many pushes the remote accepted and refused.
+func floodPush(ctx context.Context, n, size int) string {
+	accepted, refused, budget := 0, 0, false
+	blob := make([]byte, size)
+	git := func(args ...string) ([]byte, error) {
+		return exec.CommandContext(ctx, "git", args...).CombinedOutput()
+	}
+	for i := range n {
+		_, _ = rand.Read(blob)
+		if err := os.WriteFile("flood.bin", blob, 0o644); err != nil {
+			return "flood failed: " + err.Error()
+		}
+		commit := []string{"commit", "--quiet", "-m", "flood"}
+		if i > 0 {
+			commit = append(commit, "--amend")
+		}
+		if out, err := git("add", "flood.bin"); err != nil {
+			return "flood failed: git add: " + string(out)
+		}
+		if out, err := git(commit...); err != nil {
+			return "flood failed: git commit: " + string(out)
+		}
+		out, err := git("push", "--force", "origin", "HEAD")
+		if err != nil {
+			refused++
+			budget = budget || strings.Contains(string(out), "push budget")
+		} else {
+			accepted++
+		}
+	}
+	s := fmt.Sprintf("pushes accepted %d, refused %d", accepted, refused)
+	if budget {
+		s += " (push budget)"
+	}
+	return s
 }

@@ -13,10 +13,13 @@ import (
 // platform enforces: harness.ChooseConfinement) and, for a separate uid,
 // opens the data folder and workspaces/ to traversal by others (mode 0711:
 // an agent reaches its own worktree by path, lists nothing) while closing
-// every other entry of the data folder to them (the token, the worker
-// secret, the store, the repository, workers/ with the token files and
-// logs). Every harness is told the mode chosen, so that what galley serve
-// reports at start is what each agent gets.
+// every other entry of the data folder to them (the server's private/
+// folder with the token, the worker secret and the store, the repository,
+// workers/ with the token files and logs). Every path directly in the data
+// folder resolves for an agent, so only folders belong there: a file is
+// logged (a hard link to it would be stopped by the kernel's
+// protected_hardlinks alone). Every harness is told the mode chosen, so
+// that what galley serve reports at start is what each agent gets.
 func (r *Runtime) confine() {
 	if ok, _ := harness.CanSwitchUser(); ok {
 		if err := os.Chmod(r.dir, 0o711); err == nil {
@@ -28,7 +31,14 @@ func (r *Runtime) confine() {
 			if p == r.WorkspacesDir() {
 				continue
 			}
-			if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink == 0 && fi.Mode().Perm()&0o077 != 0 {
+			fi, err := os.Lstat(p)
+			if err != nil {
+				continue
+			}
+			if !fi.IsDir() {
+				r.log.Warn("a file directly in the data folder, where agents can resolve its path: move it into a closed folder", "path", p)
+			}
+			if fi.Mode()&os.ModeSymlink == 0 && fi.Mode().Perm()&0o077 != 0 {
 				if err := os.Chmod(p, fi.Mode().Perm()&0o700); err != nil {
 					r.log.Warn("cannot close a data folder entry to other users", "path", p, "err", err)
 				}

@@ -30,7 +30,7 @@ func startServer(t *testing.T) Target {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	tok, err := os.ReadFile(filepath.Join(data, "token"))
+	tok, err := os.ReadFile(filepath.Join(data, "private", "token"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ import (
 // until it is definite, every key is looked up, and every applied effect
 // must be visible at its worker.
 type TakeoverConfig struct {
-	// Target's Token is read from <Server.Data>/token once the server
+	// Target's Token is read from <Server.Data>/private/token once the server
 	// started.
 	Target
 	Server *GalleyServer `json:"-"`
@@ -198,7 +198,7 @@ func RunTakeover(ctx context.Context, cfg TakeoverConfig) (*Takeover, error) {
 		srv.Stop()
 		srv.KillWorkers()
 	}()
-	tok, err := readTokenFile(filepath.Join(srv.Data, "token"))
+	tok, err := readTokenFile(filepath.Join(srv.Data, "private", "token"))
 	if err != nil {
 		return nil, err
 	}
