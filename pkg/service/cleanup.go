@@ -28,6 +28,25 @@ func (s *Service) stopOwed(ctx context.Context, handle string) error {
 	return nil
 }
 
+// oweStop records on a worker's record, settled or released, that its
+// compute is to be stopped, unless it owes that already.
+func (s *Service) oweStop(ctx context.Context, handle string) error {
+	for range claimAttempts {
+		res, v, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
+		if err != nil {
+			return err
+		}
+		if res.Cleanup == store.CleanupStop {
+			return nil
+		}
+		res.Cleanup = store.CleanupStop
+		if _, err := s.store.PutResource(ctx, res, v); !galleyerr.Is(galleyerr.Conflict, err) {
+			return err
+		}
+	}
+	return galleyerr.Errorf(galleyerr.InFlight, "worker %s is contended", quoteShort(handle))
+}
+
 // startRemoval starts removal attempt try of a worktree's files and answers
 // the reference of what runs behind, "" when nothing does (a runtime that
 // removes at once, or one whose workspaces go with their task).

@@ -211,7 +211,12 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 	if cur, _, err := s.store.GetResource(ctx, protocol.KindWorker, plan.Worker); err != nil {
 		return nil, err
 	} else if workerGone(cur) {
-		if err := s.runtime.Stop(ctx, plan.Worker); err != nil {
+		// The settle's own stop came before this Start, and may have
+		// cleared the stop its record owed: owe this one again.
+		if err := s.oweStop(ctx, plan.Worker); err != nil {
+			return nil, err
+		}
+		if err := s.stopOwed(ctx, plan.Worker); err != nil {
 			return nil, err
 		}
 	}
