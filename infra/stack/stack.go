@@ -778,10 +778,13 @@ func (g *Galley) addFunctions() {
 			fenv[EnvSecretGit] = g.ProviderSecrets[SecretGit].SecretArn()
 			fenv[EnvGitUsername] = jsii.String(cfg.GitUsername)
 		}
-		if name == FnEffects {
+		if name == FnEffects || name == FnReconciler {
 			// Launch makes the worker's worktree on the workspaces file
-			// system; release removes it with a cleanup task.
+			// system; release removes it with a cleanup task, which
+			// housekeeping starts again when one failed to start.
 			fenv[EnvWorkspaceRoot] = jsii.String(WorkspaceMount)
+		}
+		if name == FnEffects {
 			if cfg.ScriptAgent {
 				fenv[EnvDefaultAgent] = jsii.String("script")
 			}
@@ -936,6 +939,15 @@ func (g *Galley) grantFunctions() {
 	// settle those whose task is gone, a lost STOPPED event.
 	stmt(reconciler, "StopAndDescribeWorkerTasks", []string{"ecs:StopTask", "ecs:DescribeTasks"}, tasks, inCluster)
 	listTasks(reconciler)
+	// Housekeeping starts a worktree's cleanup task again when the last
+	// one ended without removing it (service.RetryCleanups): the effects
+	// function's RunTask, on the worker task definition alone.
+	stmt(reconciler, "RunCleanupTasks", []string{"ecs:RunTask"}, []*string{g.TaskDefinition.TaskDefinitionArn()}, inCluster)
+	stmt(reconciler, "TagCleanupTasksOnRun", []string{"ecs:TagResource"}, tasks,
+		map[string]any{"StringEquals": map[string]any{"ecs:CreateAction": "RunTask"}})
+	stmt(reconciler, "PassWorkerRolesToEcsTasks", []string{"iam:PassRole"},
+		[]*string{g.TaskRole.RoleArn(), g.ExecutionRole.RoleArn()},
+		map[string]any{"StringEquals": map[string]any{"iam:PassedToService": "ecs-tasks.amazonaws.com"}})
 }
 
 func titled(name string) string {

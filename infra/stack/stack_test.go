@@ -449,8 +449,10 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 		{stack.FnWorkerAPI, join(logs, dynamoWrite, ring, secret, []string{"sts:AssumeRole"})},
 		// The sweep of idle doorbell queues: exactly these three; and
 		// what the on-failure destination needs of its queue.
+		// And it starts a worktree's cleanup task again (RunTask, its
+		// tags, the roles it passes).
 		{stack.FnReconciler, join(logs, dynamoWrite, ring, failures, []string{"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks",
-			"sqs:ListQueues", "sqs:ListQueueTags", "sqs:DeleteQueue"})},
+			"sqs:ListQueues", "sqs:ListQueueTags", "sqs:DeleteQueue", "ecs:RunTask", "ecs:TagResource", "iam:PassRole"})},
 	}
 	table := s.id(s.g.Table)
 	cluster := getArn(s.id(s.g.Cluster))

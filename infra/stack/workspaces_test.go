@@ -182,10 +182,13 @@ func TestWorkspacesVolumeAndMount(t *testing.T) {
 	if root != stack.WorkspaceMount {
 		t.Errorf("container %s = %v, want %s", stack.EnvWorkspaceRoot, root, stack.WorkspaceMount)
 	}
-	// The effects function makes and removes worktrees there.
-	env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[stack.FnEffects])])["Environment"].(map[string]any)["Variables"].(map[string]any)
-	if env[stack.EnvWorkspaceRoot] != stack.WorkspaceMount {
-		t.Errorf("effects %s = %v, want %s", stack.EnvWorkspaceRoot, env[stack.EnvWorkspaceRoot], stack.WorkspaceMount)
+	// The effects function makes and removes worktrees there; the
+	// reconciler starts a removal again that failed to start.
+	for _, fn := range []string{stack.FnEffects, stack.FnReconciler} {
+		env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[fn])])["Environment"].(map[string]any)["Variables"].(map[string]any)
+		if env[stack.EnvWorkspaceRoot] != stack.WorkspaceMount {
+			t.Errorf("%s %s = %v, want %s", fn, stack.EnvWorkspaceRoot, env[stack.EnvWorkspaceRoot], stack.WorkspaceMount)
+		}
 	}
 }
 

@@ -15,7 +15,8 @@ import (
 // it is). The tick in each hour's first five minutes also sweeps the
 // doorbell queues unused for Config.QueueIdle when the doorbell can sweep
 // (the SQS doorbell; localbell keeps no queues). Each tick also settles
-// the workers whose task is gone without a settle (service.SettleLost).
+// the workers whose task is gone without a settle (service.SettleLost),
+// and does again the cleanups a record still owes (service.RetryCleanups).
 // opts apply after these,
 // so a test can send the metrics elsewhere.
 func (a *App) NewReconciler(opts ...reconcile.Option) *reconcile.Reconciler {
@@ -24,7 +25,9 @@ func (a *App) NewReconciler(opts ...reconcile.Option) *reconcile.Reconciler {
 	if s, ok := a.Runtime.(reconcile.Stopper); ok {
 		// A runtime that can stop tasks can read them: housekeeping
 		// settles the workers whose task is gone (a lost STOPPED event).
-		all = append(all, reconcile.WithStopper(s), reconcile.WithLostSettler(a.Service))
+		// It also retries the cleanups the records owe (a failed
+		// stop, a worktree removal whose task failed to start).
+		all = append(all, reconcile.WithStopper(s), reconcile.WithLostSettler(a.Service), reconcile.WithCleaner(a.Service))
 	}
 	if s, ok := a.Doorbell.(reconcile.Sweeper); ok {
 		all = append(all, reconcile.WithSweeper(s, a.Config.QueueIdle))

@@ -3,7 +3,9 @@
 // on EventBridge's 5-minute housekeeping "Scheduled Event": a worker whose
 // task stopped without a report settles failed, and its coordinator gets a
 // worker-done row saying why; a task that still runs for a worker that
-// already settled (a cancel that raced the launch) is stopped.
+// already settled (a cancel that raced the launch) is stopped; and a
+// cleanup a record still owes (a stop that failed, a worktree removal
+// whose task failed to start) is done again until it is done.
 //
 // Every housekeeping tick emits the worker gauges the alarms read
 // (LiveWorkers and StuckWorkers, package metrics) as an embedded metric
@@ -74,6 +76,13 @@ type LostSettler interface {
 	SettleLost(ctx context.Context) (int, error)
 }
 
+// Cleaner does the cleanups the records still owe (a failed stop of a
+// settled worker's task, a worktree removal whose task failed to start).
+// *service.Service implements it.
+type Cleaner interface {
+	RetryCleanups(ctx context.Context) (int, error)
+}
+
 // Gauger counts the workers for the gauges: live, what the launch cap
 // counts, and stuck, the live ones without a sign of life in time.
 // *service.Service implements it.
@@ -120,6 +129,7 @@ type Reconciler struct {
 	tick      time.Duration
 	gauger    Gauger
 	lost      LostSettler
+	cleaner   Cleaner
 	house     string
 	out       io.Writer
 	gauges    *metrics.Writer
@@ -160,6 +170,10 @@ func WithGauges(g Gauger, house string) Option {
 // compute is gone without a settle, so a lost STOPPED event needs no
 // manual redrive.
 func WithLostSettler(l LostSettler) Option { return func(r *Reconciler) { r.lost = l } }
+
+// WithCleaner has every housekeeping tick do the cleanups the records
+// still owe, so a failed one is retried without anyone asking again.
+func WithCleaner(c Cleaner) Option { return func(r *Reconciler) { r.cleaner = c } }
 
 // WithMetrics sets where the gauges' embedded metric format lines go
 // (default os.Stdout, where Lambda hands them to CloudWatch Logs).
@@ -232,6 +246,9 @@ func (r *Reconciler) housekeeping(ctx context.Context, eventID, at string) error
 	if err := r.settleLost(ctx, eventID); err != nil {
 		errs = append(errs, err)
 	}
+	if err := r.retryCleanups(ctx, eventID); err != nil {
+		errs = append(errs, err)
+	}
 	if err := r.emitGauges(ctx, eventID); err != nil {
 		errs = append(errs, err)
 	}
@@ -258,6 +275,23 @@ func (r *Reconciler) settleLost(ctx context.Context, eventID string) error {
 	}
 	if n > 0 {
 		r.log.Info("housekeeping settled lost workers", "event", eventID, "settled", n)
+	}
+	return nil
+}
+
+// retryCleanups does the owed cleanups: after settleLost, whose settles
+// may owe none but must not wait a tick for the ones they do.
+func (r *Reconciler) retryCleanups(ctx context.Context, eventID string) error {
+	if r.cleaner == nil {
+		return nil
+	}
+	n, err := r.cleaner.RetryCleanups(ctx)
+	if err != nil {
+		r.log.Error("housekeeping could not do every owed cleanup", "event", eventID, "done", n, "err", err.Error())
+		return err
+	}
+	if n > 0 {
+		r.log.Info("housekeeping did owed cleanups", "event", eventID, "done", n)
 	}
 	return nil
 }

@@ -211,7 +211,12 @@ func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall
 	if cur, _, err := s.store.GetResource(ctx, protocol.KindWorker, plan.Worker); err != nil {
 		return nil, err
 	} else if workerGone(cur) {
-		if err := s.runtime.Stop(ctx, plan.Worker); err != nil {
+		// The settle's own stop came before this Start, and may have
+		// cleared the stop its record owed: owe this one again.
+		if err := s.oweStop(ctx, plan.Worker); err != nil {
+			return nil, err
+		}
+		if err := s.stopOwed(ctx, plan.Worker); err != nil {
 			return nil, err
 		}
 	}
@@ -567,7 +572,7 @@ func (s *Service) cancel(ctx context.Context, c *claim, eff protocol.WorkerEffec
 		}
 		return nil, err
 	}
-	if err := s.runtime.Stop(ctx, handle); err != nil {
+	if err := s.stopOwed(ctx, handle); err != nil {
 		return nil, err
 	}
 	s.event(handle, eventlog.KindCompute, "compute stop requested (cancel)", "event", "stop-requested")
@@ -598,7 +603,7 @@ func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffe
 		if err := s.settle(ctx, r.Handle, protocol.OutcomeCancelled, settleOther); err != nil {
 			return nil, err
 		}
-		if err := s.runtime.Stop(ctx, r.Handle); err != nil {
+		if err := s.stopOwed(ctx, r.Handle); err != nil {
 			return nil, err
 		}
 	case protocol.KindWorktree:
@@ -610,9 +615,14 @@ func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffe
 		if err := s.act(ctx, c); err != nil {
 			return nil, err
 		}
-		if err := s.runtime.RemoveWorkspace(ctx, r.Handle, res.Path); err != nil {
+		ref, err := s.startRemoval(ctx, r.Handle, res.Path, res.CleanupTries)
+		if err != nil {
 			return nil, err
 		}
+		if err := s.markReleasedOwing(ctx, r.Kind, r.Handle, ref); err != nil {
+			return nil, err
+		}
+		return s.touchedReceipt(c, s.resource(r.Kind, r.Handle))
 	case protocol.KindBranch:
 		if err := s.git.DeleteBranch(ctx, r.Handle); err != nil {
 			return nil, err
@@ -627,6 +637,13 @@ func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffe
 }
 
 func (s *Service) markReleased(ctx context.Context, kind, handle string) error {
+	return s.markReleasedOwing(ctx, kind, handle, "")
+}
+
+// markReleasedOwing is markReleased, recording in the same write the
+// workspace removal ref that runs behind the release (a removal the
+// runtime did at once is ""): housekeeping follows it to its end.
+func (s *Service) markReleasedOwing(ctx context.Context, kind, handle, removal string) error {
 	for range claimAttempts {
 		res, v, err := s.store.GetResource(ctx, kind, handle)
 		if err != nil {
@@ -636,6 +653,9 @@ func (s *Service) markReleased(ctx context.Context, kind, handle string) error {
 			return nil
 		}
 		res.Released = true
+		if removal != "" {
+			res.Cleanup, res.CleanupRef = store.CleanupWorkspace, removal
+		}
 		if _, err = s.store.PutResource(ctx, res, v); !galleyerr.Is(galleyerr.Conflict, err) {
 			return err
 		}
@@ -703,6 +723,12 @@ func (s *Service) updateWorker(ctx context.Context, handle string, fn func(*stor
 // updateWorkerWhy is updateWorker, recording a state change its write
 // makes in the worker's event log with why as its evidence.
 func (s *Service) updateWorkerWhy(ctx context.Context, handle, why string, fn func(*store.Worker) error) (store.Resource, error) {
+	return s.updateWorkerRecord(ctx, handle, why, func(r *store.Resource) error { return fn(r.Worker) })
+}
+
+// updateWorkerRecord is updateWorkerWhy with the whole record given to fn
+// (its Cleanup beside the worker).
+func (s *Service) updateWorkerRecord(ctx context.Context, handle, why string, fn func(*store.Resource) error) (store.Resource, error) {
 	for range claimAttempts {
 		res, ver, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
 		if galleyerr.Is(galleyerr.NotFound, err) || (err == nil && (res.Released || res.Worker == nil)) {
@@ -715,7 +741,7 @@ func (s *Service) updateWorkerWhy(ctx context.Context, handle, why string, fn fu
 			res.Worker.Questions = map[string]string{}
 		}
 		before := res.Worker.State
-		if err := fn(res.Worker); err != nil {
+		if err := fn(&res); err != nil {
 			if errors.Is(err, errNoChange) {
 				return res, nil
 			}

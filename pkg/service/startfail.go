@@ -37,16 +37,17 @@ func definiteStart(err error) bool {
 // settles failed and its coordinator gets the worker-done row saying why,
 // so the launch ends definite (applied, its worker failed) and the worker
 // no longer counts against MaxWorkers. A task an earlier attempt may have
-// started is stopped (best effort: the reconciler stops any task of a
+// started is stopped, the stop owed in the record until done (a failed one
+// is retried by housekeeping; the reconciler also stops any task of a
 // settled worker it sees running, and its harness's bootstrap exchange is
 // refused for a settled worker).
 func (s *Service) failStart(ctx context.Context, handle, why string) error {
 	ctx = context.WithoutCancel(ctx)
-	res, err := s.settleRecord(ctx, handle, protocol.OutcomeFailed, settleExited)
+	res, err := s.settleRecord(ctx, handle, protocol.OutcomeFailed, settleExited, true)
 	if err != nil {
 		return err
 	}
-	if err := s.runtime.Stop(ctx, handle); err != nil {
+	if err := s.stopOwed(ctx, handle); err != nil {
 		s.log.Warn("could not stop the task of a worker that failed to start", "worker", handle, "err", err)
 	}
 	s.log.Warn("worker failed to start", "worker", handle, "why", why)

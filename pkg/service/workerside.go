@@ -154,7 +154,7 @@ func owedDone(w *store.Worker) (store.PendingRow, bool) {
 // answers its id; one that finds it settled otherwise (cancelled, another
 // outcome) is refused and appends nothing.
 func (s *Service) postDone(ctx context.Context, handle string, req workerapi.PostRequest) (workerapi.PostAnswer, error) {
-	res, err := s.settleRecord(ctx, handle, req.Outcome, settleOwn)
+	res, err := s.settleRecord(ctx, handle, req.Outcome, settleOwn, false)
 	if galleyerr.Is(galleyerr.Invalid, err) {
 		return workerapi.PostAnswer{}, galleyerr.Errorf(galleyerr.Conflict, "worker was released")
 	}
@@ -212,19 +212,30 @@ var errSettled = galleyerr.Errorf(galleyerr.Conflict, "worker has settled")
 // It writes only a bounded record (the worker's pending rows are dropped:
 // it posts nothing more), so it succeeds whatever the worker posted.
 func (s *Service) settle(ctx context.Context, handle, outcome string, how settleHow) error {
-	_, err := s.settleRecord(ctx, handle, outcome, how)
+	// A settle by the coordinator is followed by a stop of the compute,
+	// owed in the record until done.
+	_, err := s.settleRecord(ctx, handle, outcome, how, how == settleOther)
 	return err
 }
 
 // settleRecord is settle, answering the worker record as it stands after:
 // settled, by this call or before it. A settle that owes a worker-done row
 // (settleOwn, settleExited) lists it on the record in the same write.
-func (s *Service) settleRecord(ctx context.Context, handle, outcome string, how settleHow) (store.Resource, error) {
+//
+// owesStop records in the same write that the worker's compute is to be
+// stopped (store.CleanupStop), unless it is known to have ended: the
+// caller stops it next (stopOwed), and housekeeping retries that stop if
+// it fails.
+func (s *Service) settleRecord(ctx context.Context, handle, outcome string, how settleHow, owesStop bool) (store.Resource, error) {
 	settled := false
 	why := map[settleHow]string{settleOther: "cancelled or released by the coordinator", settleOwn: "the worker's own worker-done",
 		settleExited: "the worker's compute ended"}[how]
-	res, err := s.updateWorkerWhy(ctx, handle, why, func(w *store.Worker) error {
+	res, err := s.updateWorkerRecord(ctx, handle, why, func(r *store.Resource) error {
+		w := r.Worker
 		changed := false
+		if owesStop && !w.Exited && r.Cleanup == "" {
+			r.Cleanup, changed = store.CleanupStop, true
+		}
 		if how == settleExited && !w.Exited {
 			w.Exited, changed = true, true
 		}
@@ -578,7 +589,7 @@ func (s *Service) WorkerExited(ctx context.Context, handle string, code int, rea
 	if !res.Worker.Exited {
 		s.event(handle, eventlog.KindCompute, reason, "event", "stopped", "code", strconv.Itoa(code))
 	}
-	res, err = s.settleRecord(ctx, handle, protocol.OutcomeFailed, settleExited)
+	res, err = s.settleRecord(ctx, handle, protocol.OutcomeFailed, settleExited, false)
 	if err != nil {
 		return err
 	}

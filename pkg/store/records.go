@@ -74,7 +74,26 @@ type Resource struct {
 	Worker   *Worker `json:"worker,omitempty"`
 	// Path is where a worktree lives (runtime-specific).
 	Path string `json:"path,omitempty"`
+	// Cleanup is what galley still owes the platform for this record,
+	// kept here until it is done so that housekeeping retries a cleanup
+	// that failed and never repeats one that is done: CleanupStop, the
+	// task of a worker galley settled (a cancel, a release, a failed
+	// start); CleanupWorkspace, a released worktree's files. "" when
+	// nothing is owed.
+	Cleanup string `json:"cleanup,omitempty"`
+	// CleanupRef names the platform's work under way for Cleanup (the ECS
+	// task removing a worktree's files), and CleanupTries counts the
+	// attempts that ended without doing it: the next attempt is a new
+	// one.
+	CleanupRef   string `json:"cleanupRef,omitempty"`
+	CleanupTries int    `json:"cleanupTries,omitempty"`
 }
+
+// What a record's Cleanup owes.
+const (
+	CleanupStop      = "stop-compute"
+	CleanupWorkspace = "remove-workspace"
+)
 
 // Clone answers a deep copy of r that shares no pointer, map or slice with
 // it, so a caller may change the copy (a worker's fields, its Questions)

@@ -347,6 +347,7 @@ func printTakeover(w io.Writer, r *drive.Takeover) {
 			fmt.Fprintf(w, "  %-8s %v\n", e, byEffect[e])
 		}
 	}
+	fmt.Fprintf(w, "workers starting at the end: %d, of which without a live compute: %d\n", r.StartingAtEnd, r.StartingWithoutTask)
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}

@@ -87,6 +87,9 @@ func takeoverRun(t *testing.T, bin, addr, duration string) map[string]int {
 	if code != 0 {
 		t.Fatalf("takeover run exited %d", code)
 	}
+	if !strings.Contains(out.String(), "without a live compute: 0") {
+		t.Errorf("the report does not say that no worker was left starting without its compute")
+	}
 	var ends []struct {
 		Status, Effect, Visible string
 	}

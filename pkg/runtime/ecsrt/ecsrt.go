@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -484,32 +485,74 @@ const TagWorktree = "galley:worktree"
 // clientToken derives from the handle, so a retried removal makes one
 // task; the overrides carry no bootstrap code and no secret.
 func (r *Runtime) RemoveWorkspace(ctx context.Context, handle, dir string) error {
+	_, err := r.StartWorkspaceRemoval(ctx, handle, dir, 0)
+	return err
+}
+
+// StartWorkspaceRemoval is RemoveWorkspace's attempt try, answering the
+// cleanup task's ARN ("" without a workspace root): each attempt has a
+// clientToken of its own (the first the one RemoveWorkspace uses), so an
+// attempt after one whose task failed to start (an EFS mount error) is a
+// new task, and a retried attempt is the same one.
+func (r *Runtime) StartWorkspaceRemoval(ctx context.Context, handle, dir string, try int) (string, error) {
 	const op = galleyerr.Op("ecsrt.remove_workspace")
 	if r.cfg.WorkspaceRoot == "" {
-		return nil
+		return "", nil
 	}
 	if handle == "" {
-		return galleyerr.E(op, galleyerr.Invalid, "no worktree handle")
+		return "", galleyerr.E(op, galleyerr.Invalid, "no worktree handle")
 	}
 	if err := r.checkWorkspace(dir); err != nil {
-		return galleyerr.E(op, err)
+		return "", galleyerr.E(op, err)
 	}
-	in := r.cleanupInput(handle, dir)
+	in := r.cleanupInput(handle, dir, try)
 	arn, err := r.runTask(ctx, in, "")
 	if err != nil {
-		return wrap(op, err)
+		return "", wrap(op, err)
 	}
-	r.log.Info("workspace cleanup task started", "worktree", handle, "path", dir, "task", arn)
-	return nil
+	r.log.Info("workspace cleanup task started", "worktree", handle, "path", dir, "task", arn, "try", try)
+	return arn, nil
+}
+
+// WorkspaceRemoval reads how the cleanup task taskARN stands: done once it
+// stopped with its container's exit code 0, failed when it stopped
+// otherwise (it failed to start, or the command failed) or ECS no longer
+// shows it (it keeps a stopped task for an hour at least, and housekeeping
+// reads every five minutes), pending while it runs.
+func (r *Runtime) WorkspaceRemoval(ctx context.Context, taskARN string) (service.Removal, error) {
+	const op = galleyerr.Op("ecsrt.workspace_removal")
+	tasks, err := r.describe(ctx, []string{taskARN})
+	if err != nil {
+		return service.RemovalPending, wrap(op, err)
+	}
+	if len(tasks) == 0 {
+		return service.RemovalFailed, nil
+	}
+	t := tasks[0]
+	if aws.ToString(t.LastStatus) != StatusStopped {
+		return service.RemovalPending, nil
+	}
+	for _, c := range t.Containers {
+		if aws.ToString(c.Name) == r.cfg.Container && c.ExitCode != nil && *c.ExitCode == 0 {
+			return service.RemovalDone, nil
+		}
+	}
+	r.log.Warn("workspace cleanup task ended without removing the workspace", "task", taskARN,
+		"stopCode", string(t.StopCode), "reason", aws.ToString(t.StoppedReason))
+	return service.RemovalFailed, nil
 }
 
 // cleanupInput builds the cleanup task's RunTask request: a pure function
-// of handle, dir and the config, as a retry under the same clientToken
-// must send the same request.
-func (r *Runtime) cleanupInput(handle, dir string) *ecs.RunTaskInput {
+// of handle, dir, try and the config, as a retry under the same
+// clientToken must send the same request.
+func (r *Runtime) cleanupInput(handle, dir string, try int) *ecs.RunTaskInput {
 	in := r.baseInput()
 	h := sha256.Sum256([]byte(handle))
-	in.ClientToken = aws.String(ClientToken("rm:" + handle))
+	token := "rm:" + handle
+	if try > 0 {
+		token += ":" + strconv.Itoa(try)
+	}
+	in.ClientToken = aws.String(ClientToken(token))
 	in.StartedBy = aws.String(cleanupStartedBy + hex.EncodeToString(h[:])[:MaxStartedBy-len(cleanupStartedBy)])
 	in.Overrides = &types.TaskOverride{ContainerOverrides: []types.ContainerOverride{{
 		Name:    aws.String(r.cfg.Container),

@@ -151,3 +151,32 @@ func TestResendAfterOverwrite(t *testing.T) {
 		t.Errorf("stored %q at %d, want the other writer's at 2", got.Fingerprint, v)
 	}
 }
+
+// A nonce whose UpdateItem DynamoDB applied and then answered 500 (or
+// whose connection reset) is resent by the SDK: the resend fails its
+// condition on the item the first try made, which must read as this use,
+// not a replay (a worker's fresh DPoP proof was refused 401 "used before"
+// under the takeover load's resends). A second use is still refused.
+func TestNonceResentAfterAppliedWrite(t *testing.T) {
+	for _, f := range []awsfault.Fault{awsfault.ServerError, awsfault.Reset} {
+		t.Run(f.String(), func(t *testing.T) {
+			inj := awsfault.New()
+			s := wired(t, inj)
+			ctx := t.Context()
+			inj.Script(awsfault.Step{Op: "UpdateItem", Fault: f})
+			ok, err := s.UseNonce(ctx, "jti-1", time.Now().Add(time.Hour))
+			mustOK(t, "use, applied then "+f.String(), err)
+			if !ok {
+				t.Error("a first use resent by the SDK answered used before")
+			}
+			if inj.Injected("UpdateItem", f) != 1 || inj.Calls("UpdateItem") != 2 {
+				t.Fatalf("injected %d, calls %d: the SDK did not resend", inj.Injected("UpdateItem", f), inj.Calls("UpdateItem"))
+			}
+			again, err := s.UseNonce(ctx, "jti-1", time.Now().Add(time.Hour))
+			mustOK(t, "second use", err)
+			if again {
+				t.Error("a second use of a live nonce answered true")
+			}
+		})
+	}
+}

@@ -123,10 +123,17 @@ type Takeover struct {
 	// MaxConverge is the longest last fault → definite of those keys.
 	MaxConverge time.Duration
 	Calls       int
-	Report      history.Report
-	Failures    []string
-	Notes       []string
-	Ops         []history.Op `json:"-"`
+	// StartingAtEnd counts the workers still starting once every key
+	// was definite and every applied effect visible; StartingWithoutTask
+	// those among them whose compute the inventory did not show live (a
+	// worker that would count against maxWorkers for ever). The run
+	// fails on any of the latter.
+	StartingAtEnd       int
+	StartingWithoutTask int
+	Report              history.Report
+	Failures            []string
+	Notes               []string
+	Ops                 []history.Op `json:"-"`
 }
 
 type tkey struct {
@@ -278,6 +285,7 @@ func RunTakeover(ctx context.Context, cfg TakeoverConfig) (*Takeover, error) {
 	t.converge(ctx, res.LastFault.Add(2*cfg.Lease))
 	t.lookupAll(ctx)
 	t.visible(ctx)
+	res.StartingAtEnd, res.StartingWithoutTask = t.starting(ctx)
 	t.cleanup(ctx)
 	res.End = time.Now()
 
@@ -677,6 +685,60 @@ func (t *takeover) visible(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// startingBound is how long a worker still starting at the end may take
+// to show its compute live, or to leave starting.
+const startingBound = 15 * time.Second
+
+// starting finds the workers still starting at the end and checks that
+// each has its compute: the inventory's liveness live. A worker starting
+// without one was left by a launch cut between its record and its task
+// (or a task refused without a settle), and would hold a place under
+// maxWorkers for ever. It answers how many were starting, and how many of
+// those had no compute within startingBound.
+func (t *takeover) starting(ctx context.Context) (atEnd, without int) {
+	seen := map[string]bool{}
+	pending := map[string]bool{}
+	for _, w := range t.ws {
+		if w.handle == "" || w.released || seen[w.handle] {
+			continue
+		}
+		seen[w.handle] = true
+		if o, ok := t.c.observe(ctx, "audit", w.handle); ok && o.State == protocol.StateStarting {
+			pending[w.handle] = true
+		}
+	}
+	atEnd = len(pending)
+	last := map[string]string{}
+	for deadline := time.Now().Add(startingBound); len(pending) > 0; {
+		if op, err := t.c.do(ctx, "audit", history.Inventory, nil, "", 0); err == nil && op.Status == http.StatusOK {
+			var inv protocol.Inventory
+			if json.Unmarshal(op.Answer, &inv) == nil {
+				for _, row := range inv.Resources {
+					if pending[row.Resource.Handle] {
+						last[row.Resource.Handle] = row.Liveness
+						if row.Liveness == protocol.LivenessLive {
+							delete(pending, row.Resource.Handle)
+						}
+					}
+				}
+			}
+		}
+		for h := range pending {
+			if o, ok := t.c.observe(ctx, "audit", h); ok && o.State != protocol.StateStarting {
+				delete(pending, h) // it moved on: its compute ran, or it settled
+			}
+		}
+		if len(pending) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		sleep(ctx, 500*time.Millisecond)
+	}
+	for h := range pending {
+		t.fail("%s: still starting at the end with no compute live (inventory liveness %q)", h, last[h])
+	}
+	return atEnd, len(pending)
 }
 
 // cleanup cancels every worker still live (these cancels come after the
