@@ -141,7 +141,7 @@ func mixedLoad(t *testing.T, srv *server, data, id string, seed uint64, d time.D
 	rep := res.Report
 	if !rep.OK() {
 		// Only repeats may explain it.
-		rep = history.Check(folded, history.Options{Linearizability: true, LinearizeTimeout: 60 * time.Second})
+		rep = history.Check(folded, history.Options{Linearizability: true})
 		if !rep.OK() {
 			dumpHistory(t, folded)
 			t.Fatalf("the load broke an invariant:\n%s", rep)

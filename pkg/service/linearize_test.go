@@ -194,7 +194,7 @@ func linApplied(t *testing.T, l *linSvc, client string, c protocol.EffectCall) {
 
 func linCheck(t *testing.T, ops []history.Op, linearize bool) history.Report {
 	t.Helper()
-	r := history.Check(ops, history.Options{Linearizability: linearize, LinearizeTimeout: 90 * time.Second})
+	r := history.Check(ops, history.Options{Linearizability: linearize, LinearizeTimeout: history.DefaultLinearizeTimeout})
 	if !r.OK() || len(r.Unknown) > 0 {
 		if path := os.Getenv("GALLEY_HISTORY_DUMP"); path != "" {
 			_ = os.WriteFile(path, linJSON(ops), 0o600)

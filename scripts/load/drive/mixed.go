@@ -314,7 +314,7 @@ func RunMixed(ctx context.Context, cfg MixedConfig) (*Mixed, error) {
 	}
 	res.Ops = ops
 	checkStart := time.Now()
-	res.Report = history.Check(ops, history.Options{Linearizability: true, LinearizeTimeout: 60 * time.Second})
+	res.Report = history.Check(ops, history.Options{Linearizability: true})
 	res.CheckTime = time.Since(checkStart)
 	res.Routes = routeStats(ops, cfg.Recorder, res.Start, res.MainEnd)
 	m.logs = harnessLogs(cfg.Data)
