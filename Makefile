@@ -42,7 +42,7 @@ build:
 	$(GO) build -o $(BIN)/galley-worker ./worker/cmd/galley-worker
 
 ## test: every test: vet, Go tests against DynamoDB Local and fauxqs (installed, started and stopped here), the CDK app
-test: vet synth-local lint-template image browser-deps test-go bench-smoke test-infra
+test: vet synth-local lint-template image browser-deps test-go test-infra
 
 ## image: the worker image from worker/Dockerfile, built with buildah (its bases made here once; docs/worker-image.md)
 .PHONY: image
@@ -58,17 +58,19 @@ vet:
 
 # The real agent CLIs (worker/agent-clis' pins, installed from npm with their
 # checksums) run in local/realcli; every stand-in a test needs is required.
+# Every benchmark runs once too (-benchtime 1x, after each package's tests),
+# so that none rots unseen: one pass builds each test binary once.
 test-go:
 	clis="$$(scripts/agent-clis.sh)"; \
 	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) \
 	  GALLEY_AWSLOCAL_TEMPLATE=$(CURDIR)/$(LOCAL_TEMPLATE) GALLEY_REQUIRE_REAL_CLIS=1 GALLEY_AGENT_CLIS_BIN="$$clis" \
-	  GALLEY_REQUIRE_BROWSER=1 $(GO) test -count=1 -timeout 30m $(PKGS)
+	  GALLEY_REQUIRE_BROWSER=1 $(GO) test -count=1 -timeout 45m -bench . -benchtime 1x $(PKGS)
 
 # The console's browser test drives Debian's Chromium with playwright-core.
 browser-deps:
 	scripts/browser-deps.sh
 
-## bench-smoke: every benchmark once (-benchtime 1x), so that none rots unseen
+## bench-smoke: only the benchmarks, each once (-benchtime 1x; make test runs them with the tests)
 bench-smoke: build-aws-local
 	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) GALLEY_AWSLOCAL_TEMPLATE=$(CURDIR)/$(LOCAL_TEMPLATE) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x $(PKGS)
 
