@@ -171,3 +171,38 @@ func session(t *testing.T, srv *httptest.Server, auth []string) operator.Session
 	}
 	return a
 }
+
+// Follow asks a throttled poll (API Gateway's 429) again from the same
+// cursor, and ends on an error that is no throttle.
+func TestFollowRetriesThrottles(t *testing.T) {
+	var mu sync.Mutex
+	var afters []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		afters = append(afters, r.URL.Query().Get("after"))
+		n := len(afters)
+		mu.Unlock()
+		switch n {
+		case 1:
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"message":"Too Many Requests"}`))
+		case 2:
+			_, _ = w.Write([]byte(`{"events":[{"seq":1,"kind":"state"},{"seq":2,"kind":"mailbox"}],"next":2}`))
+		default:
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":"the operator token is missing or wrong"}`))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	var got []int64
+	err := operator.NewClient(srv.URL, "t").Follow(context.Background(), "w-1", 0, func(e store.Event) bool {
+		got = append(got, e.Seq)
+		return true
+	})
+	if err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+		t.Errorf("follow ended with %v, want the 401", err)
+	}
+	if len(got) != 2 || got[0] != 1 || got[1] != 2 || strings.Join(afters, ",") != "0,0,2" {
+		t.Errorf("events %v, cursors asked %v; want 1, 2 and cursors 0, 0, 2", got, afters)
+	}
+}
