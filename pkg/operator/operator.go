@@ -204,7 +204,13 @@ func sameSite(r *http.Request) bool {
 		return true
 	}
 	u, err := url.Parse(o)
-	return err == nil && u.Host == r.Host
+	if err != nil || u.Host == "" {
+		return false
+	}
+	// Behind API Gateway and Lambda the request's Host is the gateway's
+	// domain name, without a port; the Host header the client sent is
+	// kept in the headers (with the port, where there is one: aws-local).
+	return u.Host == r.Host || u.Host == r.Header.Get("Host")
 }
 
 func (h *Handler) authed(action bool, next http.HandlerFunc) http.HandlerFunc {
