@@ -12,7 +12,7 @@ PKGS := $(patsubst %,%/...,$(filter-out %/...,$(PKGS))) $(filter %/...,$(PKGS))
 
 .PHONY: run run-aws-local build build-aws-local test test-go browser-deps bench-smoke test-real-clis test-infra lint-template vet bench fuzz standins-start standins-stop clean lambdas synth synth-local deploy destroy
 
-FUNCTIONS := effects reads mailbox workerapi reconciler
+FUNCTIONS := effects reads mailbox workerapi reconciler operator
 CDK := node_modules/.bin/cdk
 HOUSE ?= main
 REPOSITORY ?=

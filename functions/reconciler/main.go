@@ -13,5 +13,5 @@ import (
 
 func main() {
 	app := lambdaapp.MustFromEnv(lambdaapp.Reconciler)
-	lambda.Start(lambdaapp.Invocation(app.NewReconciler().HandleEvent))
+	lambda.Start(app.ReconcilerHandler())
 }

@@ -75,6 +75,12 @@ func TestCatchAllAuthenticatesFirst(t *testing.T) {
 			}
 		case strings.HasPrefix(r.Path, "/worker/v1/"):
 			workers = append(workers, r.Key()+" "+r.Function)
+		case r.Path == "/operator" || strings.HasPrefix(r.Path, "/operator/"):
+			// The operator's routes: outside /v1/, so the catch-all never
+			// takes them, and served by the operator function alone.
+			if r.Function != stack.FnOperator {
+				t.Errorf("operator route %s is served by %s", r.Key(), r.Function)
+			}
 		default:
 			t.Errorf("route %s is neither kitchn's nor the workers'", r.Key())
 		}

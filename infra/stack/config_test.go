@@ -110,12 +110,16 @@ func TestFromContext(t *testing.T) {
 		{name: "queue idle age under twice the touch", ctx: map[string]any{"queueIdleHours": 1}, wantErr: "queueIdleHours"},
 		{name: "route throttles by default", check: func(t *testing.T, c stack.Config) {
 			want := map[string]stack.Throttle{
-				stack.CredentialRouteKey: {Rate: 5, Burst: 10},
-				stack.WorkerRouteKey:     {Rate: 50, Burst: 100},
-				stack.CatchAllRouteKey:   {Rate: 5, Burst: 10},
+				stack.CredentialRouteKey:       {Rate: 5, Burst: 10},
+				stack.WorkerRouteKey:           {Rate: 50, Burst: 100},
+				stack.CatchAllRouteKey:         {Rate: 5, Burst: 10},
+				stack.OperatorRouteKey:         {Rate: 10, Burst: 20},
+				stack.OperatorRedirectRouteKey: {Rate: 10, Burst: 20},
 			}
 			if got := c.RouteThrottles(); len(got) != len(want) || got[stack.CredentialRouteKey] != want[stack.CredentialRouteKey] ||
-				got[stack.WorkerRouteKey] != want[stack.WorkerRouteKey] || got[stack.CatchAllRouteKey] != want[stack.CatchAllRouteKey] {
+				got[stack.WorkerRouteKey] != want[stack.WorkerRouteKey] || got[stack.CatchAllRouteKey] != want[stack.CatchAllRouteKey] ||
+				got[stack.OperatorRouteKey] != want[stack.OperatorRouteKey] ||
+				got[stack.OperatorRedirectRouteKey] != want[stack.OperatorRedirectRouteKey] {
 				t.Errorf("route throttles %+v, want %+v", got, want)
 			}
 			if c.ThrottleRate != 50 || c.ThrottleBurst != 100 {

@@ -3,6 +3,7 @@ package stack_test
 import (
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
@@ -94,9 +95,11 @@ func TestRouteThrottles(t *testing.T) {
 		t.Errorf("default route settings %v, want %v", p["DefaultRouteSettings"], wantDefault)
 	}
 	wantRoutes := map[string]any{
-		stack.CredentialRouteKey: map[string]any{"ThrottlingRateLimit": 5.0, "ThrottlingBurstLimit": 10.0},
-		stack.WorkerRouteKey:     map[string]any{"ThrottlingRateLimit": 50.0, "ThrottlingBurstLimit": 100.0},
-		stack.CatchAllRouteKey:   map[string]any{"ThrottlingRateLimit": 5.0, "ThrottlingBurstLimit": 10.0},
+		stack.CredentialRouteKey:       map[string]any{"ThrottlingRateLimit": 5.0, "ThrottlingBurstLimit": 10.0},
+		stack.WorkerRouteKey:           map[string]any{"ThrottlingRateLimit": 50.0, "ThrottlingBurstLimit": 100.0},
+		stack.CatchAllRouteKey:         map[string]any{"ThrottlingRateLimit": 5.0, "ThrottlingBurstLimit": 10.0},
+		stack.OperatorRouteKey:         map[string]any{"ThrottlingRateLimit": 10.0, "ThrottlingBurstLimit": 20.0},
+		stack.OperatorRedirectRouteKey: map[string]any{"ThrottlingRateLimit": 10.0, "ThrottlingBurstLimit": 20.0},
 	}
 	if !jsonEq(p["RouteSettings"], wantRoutes) {
 		t.Errorf("route settings %v, want %v", p["RouteSettings"], wantRoutes)
@@ -127,7 +130,7 @@ func TestRouteThrottles(t *testing.T) {
 		}
 	}
 	for _, r := range stack.Routes {
-		if r.Function != stack.FnWorkerAPI && r.Key() != stack.CatchAllRouteKey && wantRoutes[r.Key()] != nil {
+		if strings.HasPrefix(r.Path, "/v1/") && r.Key() != stack.CatchAllRouteKey && wantRoutes[r.Key()] != nil {
 			t.Errorf("kitchn's route %s has a throttle of its own", r.Key())
 		}
 	}

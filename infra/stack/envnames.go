@@ -45,6 +45,9 @@ const (
 	// worker's doorbell queue, to grant that worker's harness its own wait
 	// (pkg/doorbell/sqsbell's Granter).
 	EnvWakeRoleArn = "GALLEY_WAKE_ROLE_ARN"
+	// EnvOperatorTokenSecretArn is the operator token's secret (the
+	// operator function only).
+	EnvOperatorTokenSecretArn = "GALLEY_OPERATOR_TOKEN_SECRET_ARN"
 )
 
 // Secrets of the worker task's container: ECS reads them from Secrets

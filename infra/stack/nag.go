@@ -42,17 +42,17 @@ func (g *Galley) addNagSuppressions() {
 	for _, name := range FunctionNames {
 		suppress(g.Roles[name], "AwsSolutions-IAM5", whyIndexes, regex(nagTableIndexes))
 	}
-	for _, name := range []string{FnEffects, FnMailbox, FnWorkerAPI, FnReconciler} {
+	for _, name := range []string{FnEffects, FnMailbox, FnWorkerAPI, FnReconciler, FnOperator} {
 		suppress(g.Roles[name], "AwsSolutions-IAM5", whyQueues, queues)
 	}
 	suppress(g.WakeRole, "AwsSolutions-IAM5", whyQueues+" Each session of this role carries a session policy "+
 		"naming one worker's queue, so what a session may receive is that queue alone.", queues)
-	for _, name := range []string{FnEffects, FnReads, FnReconciler} {
+	for _, name := range []string{FnEffects, FnReads, FnReconciler, FnOperator} {
 		suppress(g.Roles[name], "AwsSolutions-IAM5", whyTasks, regex(nagClusterTasks))
 	}
 	const whyListTasks = "ecs:ListTasks names no task (it lists a cluster's tasks by startedBy), so AWS requires " +
 		"Resource *; the statement's ecs:cluster condition keeps it to the worker cluster."
-	for _, name := range []string{FnEffects, FnReads} {
+	for _, name := range []string{FnEffects, FnReads, FnOperator} {
 		suppress(g.Roles[name], "AwsSolutions-IAM5", whyListTasks, "Resource::*")
 	}
 	// One finding covers every Resource * statement of a role.
@@ -71,6 +71,10 @@ func (g *Galley) addNagSuppressions() {
 	suppress(g.WorkerSecret, "AwsSolutions-SMG4",
 		"The key signs the credentials of running workers: a scheduled rotation would cut every running worker "+
 			"off its worker API; the operator rotates it between workloads (docs/deploy.md).")
+	suppress(g.OperatorTokenSecret, "AwsSolutions-SMG4",
+		"The operator holds the token in a file for the galley commands and types it into the console: a "+
+			"scheduled rotation would lock them out unannounced; the operator rotates with put-secret-value "+
+			"(docs/operations.md), taking effect within the token cache.")
 	for _, name := range sortedKeys(g.ProviderSecrets) {
 		suppress(g.ProviderSecrets[name], "AwsSolutions-SMG4",
 			"The value is issued by an outside provider (Anthropic, OpenAI, the git host), which no rotation "+
@@ -80,7 +84,7 @@ func (g *Galley) addNagSuppressions() {
 	suppress(g.API, "AwsSolutions-APIG4",
 		"Every route authenticates in its function before doing anything: kitchn's routes and the /v1/ catch-all "+
 			"compare the bearer token with the Secrets Manager secret (401 otherwise), the worker routes check "+
-			"per-worker tokens. "+
+			"per-worker tokens, the operator routes compare the operator token with its own secret. "+
 			"IAM, Cognito and JWT authorizers cannot verify either token, and a Lambda authorizer would repeat the "+
 			"same check in a second invocation per call.")
 

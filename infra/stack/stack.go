@@ -37,10 +37,13 @@ const (
 	FnMailbox    = "mailbox"
 	FnWorkerAPI  = "workerapi"
 	FnReconciler = "reconciler"
+	// FnOperator serves the operator API and console under /operator/
+	// (docs/operations.md), with the operator token.
+	FnOperator = "operator"
 )
 
 // FunctionNames lists every function, in deployment order.
-var FunctionNames = []string{FnEffects, FnReads, FnMailbox, FnWorkerAPI, FnReconciler}
+var FunctionNames = []string{FnEffects, FnReads, FnMailbox, FnWorkerAPI, FnReconciler, FnOperator}
 
 // Route is one API route and the function that serves it.
 type Route struct {
@@ -84,6 +87,11 @@ var Routes = []Route{
 	// function reads the bearer token already, and serves it through its
 	// one integration.
 	{"ANY", "/v1/{proxy+}", FnReads},
+	// The operator's routes (package operator): the API, the console's
+	// files, and /operator, which redirects to the console (a greedy
+	// route takes no empty path). kitchn's token opens none of them.
+	{"ANY", "/operator/{proxy+}", FnOperator},
+	{"GET", "/operator", FnOperator},
 }
 
 // Route keys throttled apart from the stage's default (Config's
@@ -95,7 +103,16 @@ const (
 	WorkerRouteKey = "POST /worker/v1/{proxy+}"
 	// CatchAllRouteKey is every /v1/ request no route of kitchn's takes.
 	CatchAllRouteKey = "ANY /v1/{proxy+}"
+	// OperatorRouteKey is every call of the operator API and console,
+	// and OperatorRedirectRouteKey the redirect to the console.
+	OperatorRouteKey         = "ANY /operator/{proxy+}"
+	OperatorRedirectRouteKey = "GET /operator"
 )
+
+// OperatorThrottle is the operator routes' throttle: one person's
+// console (a list every 2 s, a long poll per open worker) and commands
+// fit well within it, and a flood on them spends none of kitchn's budget.
+var OperatorThrottle = Throttle{Rate: 10, Burst: 20}
 
 // CatchAllThrottle is the catch-all route's throttle. kitchn never calls a
 // path galley does not serve, so only strangers take that route: a tight
@@ -119,6 +136,9 @@ func (c Config) RouteThrottles() map[string]Throttle {
 		CredentialRouteKey: {c.CredentialThrottleRate, c.CredentialThrottleBurst},
 		WorkerRouteKey:     {c.WorkerThrottleRate, c.WorkerThrottleBurst},
 		CatchAllRouteKey:   CatchAllThrottle,
+		OperatorRouteKey:   OperatorThrottle,
+		// Its own bucket too: only kitchn's routes take the default.
+		OperatorRedirectRouteKey: OperatorThrottle,
 	}
 }
 
@@ -132,6 +152,9 @@ const (
 	SecretGit         = "git-credential"
 	SecretBearerToken = "bearer-token"
 	SecretWorkerKey   = "worker-signing-key"
+	// SecretOperatorToken opens the operator API and console; it opens
+	// nothing of kitchn's, and kitchn's token does not open it.
+	SecretOperatorToken = "operator-token"
 )
 
 // fnSpec is one function's size and bound. The mailbox function outlives
@@ -149,6 +172,9 @@ var fnSpecs = map[string]fnSpec{
 	FnMailbox:    {256, 29, "galley mailbox: deliveries next/acknowledge/await, runs/adopt"},
 	FnWorkerAPI:  {256, 29, "galley worker API for the harness (per-worker tokens)"},
 	FnReconciler: {256, 30, "galley reconciler: ECS task state changes settle workers; every 5 minutes, gauges and (hourly) idle doorbell queues"},
+	// A long poll on a worker's events holds up to 25 s, below the
+	// gateway's 30 s.
+	FnOperator: {256, 29, "galley operator API and console: workers, events (long poll), cancel, revoke (operator token)"},
 }
 
 // Galley is the synthesized deployment, with the constructs tests inspect.
@@ -179,6 +205,9 @@ type Galley struct {
 	WorkspacesAccessPoint awsefs.AccessPoint
 	WorkspacesSG          awsec2.SecurityGroup
 	TokenSecret           awssecretsmanager.Secret
+	// OperatorTokenSecret opens the operator routes (/operator/); only
+	// the operator function reads it.
+	OperatorTokenSecret awssecretsmanager.Secret
 	// WorkerSecret signs the workers' own credentials (effects signs, the
 	// worker API verifies); no worker task can read it.
 	WorkerSecret awssecretsmanager.Secret
@@ -330,6 +359,19 @@ func (g *Galley) addSecrets() {
 		RemovalPolicy: keep,
 		SecretName:    jsii.String(g.Config.SecretPrefix() + SecretBearerToken),
 		Description:   jsii.String("kitchn's bearer token for galley house " + g.Config.House + "; rotate with put-secret-value"),
+		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
+			PasswordLength:     jsii.Number(48),
+			ExcludePunctuation: jsii.Bool(true),
+			IncludeSpace:       jsii.Bool(false),
+		},
+	})
+	// The operator's token, made like kitchn's: the person running galley
+	// reads it once (get-secret-value) into a file for the galley
+	// commands and the console.
+	g.OperatorTokenSecret = awssecretsmanager.NewSecret(g.Stack, jsii.String("OperatorToken"), &awssecretsmanager.SecretProps{
+		RemovalPolicy: keep,
+		SecretName:    jsii.String(g.Config.SecretPrefix() + SecretOperatorToken),
+		Description:   jsii.String("the operator token of galley house " + g.Config.House + " (operator API and console); rotate with put-secret-value"),
 		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
 			PasswordLength:     jsii.Number(48),
 			ExcludePunctuation: jsii.Bool(true),
@@ -768,8 +810,12 @@ func (g *Galley) addFunctions() {
 			fenv[k] = v
 		}
 		// kitchn's token is checked only by the functions kitchn calls.
-		if name != FnWorkerAPI && name != FnReconciler {
+		if name != FnWorkerAPI && name != FnReconciler && name != FnOperator {
 			fenv[EnvTokenSecretArn] = g.TokenSecret.SecretArn()
+		}
+		// The operator token is read by the operator function alone.
+		if name == FnOperator {
+			fenv[EnvOperatorTokenSecretArn] = g.OperatorTokenSecret.SecretArn()
 		}
 		if name == FnEffects || name == FnReads {
 			// Launch creates the worker's branch in the house repository;
@@ -948,6 +994,21 @@ func (g *Galley) grantFunctions() {
 	stmt(reconciler, "PassWorkerRolesToEcsTasks", []string{"iam:PassRole"},
 		[]*string{g.TaskRole.RoleArn(), g.ExecutionRole.RoleArn()},
 		map[string]any{"StringEquals": map[string]any{"iam:PassedToService": "ecs-tasks.amazonaws.com"}})
+
+	// The operator function lists workers and reads their event logs,
+	// long polls a worker's event doorbell (woken by each append), and
+	// acts through the service's own paths: a cancel settles the worker
+	// (ringing its coordinator's doorbell) and stops its task, a revoke
+	// writes the worker record. It reads the operator token only: neither
+	// kitchn's token nor the signing key, and it starts no task.
+	operator := g.Roles[FnOperator]
+	g.Table.GrantReadWriteData(operator)
+	stmt(operator, "ListenAndRingDoorbells", []string{"sqs:CreateQueue", "sqs:TagQueue", "sqs:SendMessage",
+		"sqs:ReceiveMessage", "sqs:DeleteMessage"}, queues, tls)
+	stmt(operator, "ReadOperatorToken", []string{"secretsmanager:GetSecretValue"},
+		[]*string{g.OperatorTokenSecret.SecretArn()}, nil)
+	stmt(operator, "StopAndDescribeWorkerTasks", []string{"ecs:StopTask", "ecs:DescribeTasks"}, tasks, inCluster)
+	listTasks(operator)
 }
 
 func titled(name string) string {

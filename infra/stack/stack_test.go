@@ -361,14 +361,16 @@ func TestFunctionEnvironment(t *testing.T) {
 		stack.EnvCluster, stack.EnvTaskDefinition, stack.EnvSubnets, stack.EnvSecurityGroup, stack.EnvAwaitCapMs,
 		stack.EnvMaxWorkers, stack.EnvAgentFamilies, stack.EnvRepository, stack.EnvWorkerEndpoint}
 	tests := []struct {
-		fn                 string
-		token, worker, git bool
+		fn                           string
+		token, worker, git, operator bool
 	}{
-		{stack.FnEffects, true, true, true},
-		{stack.FnReads, true, false, true},
-		{stack.FnMailbox, true, false, false},
-		{stack.FnWorkerAPI, false, true, false},
-		{stack.FnReconciler, false, false, false},
+		{stack.FnEffects, true, true, true, false},
+		{stack.FnReads, true, false, true, false},
+		{stack.FnMailbox, true, false, false, false},
+		{stack.FnWorkerAPI, false, true, false, false},
+		{stack.FnReconciler, false, false, false, false},
+		// The operator function reads the operator token, and no other.
+		{stack.FnOperator, false, false, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fn, func(t *testing.T) {
@@ -390,6 +392,7 @@ func TestFunctionEnvironment(t *testing.T) {
 				{stack.EnvTokenSecretArn, tt.token, ref(s.id(s.g.TokenSecret))},
 				{stack.EnvWorkerSecretArn, tt.worker, ref(s.id(s.g.WorkerSecret))},
 				{stack.EnvSecretGit, tt.git, ref(s.id(s.g.ProviderSecrets[stack.SecretGit]))},
+				{stack.EnvOperatorTokenSecretArn, tt.operator, ref(s.id(s.g.OperatorTokenSecret))},
 			} {
 				v, ok := env[c.name]
 				if ok != c.want || (ok && !jsonEq(v, c.value)) {
@@ -453,6 +456,9 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 		// tags, the roles it passes).
 		{stack.FnReconciler, join(logs, dynamoWrite, ring, failures, []string{"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks",
 			"sqs:ListQueues", "sqs:ListQueueTags", "sqs:DeleteQueue", "ecs:RunTask", "ecs:TagResource", "iam:PassRole"})},
+		// It long polls a worker's event doorbell, and a cancel rings the
+		// coordinator's and stops the worker's task; it starts none.
+		{stack.FnOperator, join(logs, dynamoWrite, listen, ring, secret, []string{"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks"})},
 	}
 	table := s.id(s.g.Table)
 	cluster := getArn(s.id(s.g.Cluster))
@@ -604,6 +610,7 @@ func TestSecretsReadOnlyByTheirUsers(t *testing.T) {
 		"anthropic": g.ProviderSecrets[stack.SecretAnthropic],
 		"openai":    g.ProviderSecrets[stack.SecretOpenAI],
 		"git":       g.ProviderSecrets[stack.SecretGit],
+		"operator":  g.OperatorTokenSecret,
 	}
 	tests := []struct {
 		who   string
@@ -619,12 +626,15 @@ func TestSecretsReadOnlyByTheirUsers(t *testing.T) {
 		{"mailbox", g.Roles[stack.FnMailbox], []string{"token"}},
 		{"workerapi", g.Roles[stack.FnWorkerAPI], []string{"workerKey"}},
 		{"reconciler", g.Roles[stack.FnReconciler], nil},
+		// kitchn's token does not open the operator routes: the operator
+		// function cannot even read it.
+		{"operator", g.Roles[stack.FnOperator], []string{"operator"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.who, func(t *testing.T) {
 			sts := s.statements(s.id(tt.role))
 			var got []string
-			for _, name := range []string{"anthropic", "git", "openai", "token", "workerKey"} {
+			for _, name := range []string{"anthropic", "git", "openai", "operator", "token", "workerKey"} {
 				secretRef := ref(s.id(secrets[name]))
 				for _, action := range []string{"secretsmanager:GetSecretValue", "secretsmanager:BatchGetSecretValue"} {
 					if allows(sts, action, secretRef) {
@@ -681,11 +691,12 @@ func secretPolicies(s *synthed) map[string][2]any {
 func TestSecretsSurviveTeardown(t *testing.T) {
 	got := secretPolicies(deployment(t))
 	want := map[string][2]any{
-		stack.SecretBearerToken: {"Retain", "Retain"},
-		stack.SecretWorkerKey:   {"Retain", "Retain"},
-		stack.SecretAnthropic:   {"Delete", "Delete"},
-		stack.SecretOpenAI:      {"Delete", "Delete"},
-		stack.SecretGit:         {"Delete", "Delete"},
+		stack.SecretBearerToken:   {"Retain", "Retain"},
+		stack.SecretWorkerKey:     {"Retain", "Retain"},
+		stack.SecretOperatorToken: {"Retain", "Retain"},
+		stack.SecretAnthropic:     {"Delete", "Delete"},
+		stack.SecretOpenAI:        {"Delete", "Delete"},
+		stack.SecretGit:           {"Delete", "Delete"},
 	}
 	if !jsonEq(got, want) {
 		t.Errorf("secrets' DeletionPolicy/UpdateReplacePolicy %v, want %v", got, want)
@@ -1301,9 +1312,11 @@ func TestDeploymentOptions(t *testing.T) {
 		want := map[string]any{
 			"DefaultRouteSettings": map[string]any{"ThrottlingBurstLimit": 8.0, "ThrottlingRateLimit": 7.0},
 			"RouteSettings": map[string]any{
-				stack.CredentialRouteKey: map[string]any{"ThrottlingBurstLimit": 2.0, "ThrottlingRateLimit": 1.0},
-				stack.WorkerRouteKey:     map[string]any{"ThrottlingBurstLimit": 30.0, "ThrottlingRateLimit": 20.0},
-				stack.CatchAllRouteKey:   map[string]any{"ThrottlingBurstLimit": 10.0, "ThrottlingRateLimit": 5.0},
+				stack.CredentialRouteKey:       map[string]any{"ThrottlingBurstLimit": 2.0, "ThrottlingRateLimit": 1.0},
+				stack.WorkerRouteKey:           map[string]any{"ThrottlingBurstLimit": 30.0, "ThrottlingRateLimit": 20.0},
+				stack.CatchAllRouteKey:         map[string]any{"ThrottlingBurstLimit": 10.0, "ThrottlingRateLimit": 5.0},
+				stack.OperatorRouteKey:         map[string]any{"ThrottlingBurstLimit": 20.0, "ThrottlingRateLimit": 10.0},
+				stack.OperatorRedirectRouteKey: map[string]any{"ThrottlingBurstLimit": 20.0, "ThrottlingRateLimit": 10.0},
 			},
 		}
 		got := map[string]any{"DefaultRouteSettings": p["DefaultRouteSettings"], "RouteSettings": p["RouteSettings"]}

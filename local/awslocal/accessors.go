@@ -19,6 +19,10 @@ func (s *Stack) Endpoint() string { return s.endpoint }
 // TokenFile is where the bearer token lives.
 func (s *Stack) TokenFile() string { return s.tokenFile }
 
+// OperatorTokenFile is where the operator token lives (the operator
+// routes, /operator/: the galley commands' --token-file).
+func (s *Stack) OperatorTokenFile() string { return s.operatorTokenFile }
+
 // ECS is the ECS stand-in (tests inspect its tasks and requests).
 func (s *Stack) ECS() *ecsstandin.Server { return s.ecs }
 

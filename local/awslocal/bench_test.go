@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -46,6 +47,8 @@ var probes = map[lambdaapp.Function]probe{
 	lambdaapp.Reconciler: {body: `{"version":"0","id":"KEY","detail-type":"ECS Task State Change","source":"aws.ecs",` +
 		`"region":"us-east-1","time":"2026-01-01T00:00:00Z","detail":{"taskArn":"arn:aws:ecs:us-east-1:000000000000:task/galley/KEY",` +
 		`"startedBy":"galley/w-KEY","lastStatus":"STOPPED","desiredStatus":"STOPPED","version":3}}`},
+	// One worker's events (none here), with the operator token.
+	lambdaapp.Operator: {"GET", "/operator/v1/workers/w-KEY/events", ""},
 }
 
 // stack is one stack per top-level benchmark (its cleanup ends it).
@@ -57,6 +60,9 @@ func instance(b *testing.B, s *awslocal.Stack, token string, fn lambdaapp.Functi
 	p, err := s.NewInstance(context.Background(), fn, out)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if fn == lambdaapp.Operator {
+		token = operatorToken(b, s)
 	}
 	n := 0
 	body := func() string {
@@ -184,4 +190,19 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// operatorToken reads the stack's operator token (its file, written from
+// the generated secret).
+func operatorToken(t testing.TB, s *awslocal.Stack) string {
+	t.Helper()
+	b, err := os.ReadFile(s.OperatorTokenFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		t.Fatal("the operator token file is empty")
+	}
+	return tok
 }

@@ -203,14 +203,15 @@ func TestDeployDocCommands(t *testing.T) {
 		case static:
 			switch {
 			case args[0] == "npx", args[0] == "npm", args[0] == "export", args[0] == "done",
-				strings.HasPrefix(c, "for f in effects reads mailbox workerapi reconciler; do"),
+				strings.HasPrefix(c, "for f in effects reads mailbox workerapi reconciler operator; do"),
 				strings.HasPrefix(c, "CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build"):
 				// The LocalStack path's build loop is the Makefile's lambdas
 				// target for x86_64; cdklocal is checked above.
 			default:
 				t.Errorf("docs/deploy.md (LocalStack): no check knows the command %q", c)
 			}
-		case strings.HasPrefix(c, "bin/galley conformance"), strings.HasPrefix(c, "bin/galley stop-workers"):
+		case strings.HasPrefix(c, "bin/galley conformance"), strings.HasPrefix(c, "bin/galley stop-workers"),
+			strings.HasPrefix(c, "bin/galley workers"):
 			// Below, against the stack.
 		case c == "make test-infra":
 			// make test runs it itself: a dry run here.
@@ -262,9 +263,11 @@ func TestDeployDocCommands(t *testing.T) {
 	conformance, stops := 0, 0
 	for _, dc := range cmds {
 		c, args := dc.cmd, strings.Fields(dc.cmd)
-		if !strings.HasPrefix(c, "bin/galley conformance") && !strings.HasPrefix(c, "bin/galley stop-workers") {
+		if !strings.HasPrefix(c, "bin/galley conformance") && !strings.HasPrefix(c, "bin/galley stop-workers") &&
+			!strings.HasPrefix(c, "bin/galley workers") {
 			continue
 		}
+		operator := args[1] == "workers" // the operator's command, with the operator token
 		var run []string
 		for i := 1; i < len(args); i++ {
 			a := strings.Trim(args[i], `"`)
@@ -273,6 +276,8 @@ func TestDeployDocCommands(t *testing.T) {
 				a = s.Endpoint()
 			case a == "$CLUSTER":
 				a = cluster
+			case args[i-1] == "--token-file" && operator:
+				a = s.OperatorTokenFile()
 			case args[i-1] == "--token-file":
 				a = s.TokenFile()
 			case a == "myhouse":
@@ -286,7 +291,7 @@ func TestDeployDocCommands(t *testing.T) {
 			// The real SDK, at the stand-in's wire, with credentials it
 			// takes without checking them.
 			cmd.Env = noCredentials("AWS_ENDPOINT_URL_ECS="+ecsURL.URL, "AWS_ACCESS_KEY_ID=AKIDDOCTEST", "AWS_SECRET_ACCESS_KEY=doctest")
-		} else {
+		} else if !operator {
 			conformance++
 		}
 		out, err := cmd.CombinedOutput()

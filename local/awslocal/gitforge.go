@@ -107,3 +107,25 @@ func (s *Stack) syncToken(ctx context.Context) error {
 	}
 	return os.WriteFile(s.tokenFile, []byte(aws.ToString(out.SecretString)+"\n"), 0o600)
 }
+
+// syncOperatorToken keeps the operator token's secret and the operator
+// token file in step, as syncToken does kitchn's: the file (written from
+// the generated secret on first start) is what the galley commands read.
+func (s *Stack) syncOperatorToken(ctx context.Context) error {
+	arn := s.model.functions[s.kinds[lambdaapp.Operator]].Env[lambdaapp.EnvOperatorTokenSecretArn]
+	if arn == "" {
+		return fmt.Errorf("the operator function has no %s", lambdaapp.EnvOperatorTokenSecretArn)
+	}
+	if b, err := os.ReadFile(s.operatorTokenFile); err == nil && len(bytes.TrimSpace(b)) > 0 {
+		_, err := s.sm.Put(arn, string(bytes.TrimSpace(b)))
+		return err
+	}
+	out, err := s.admin.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(s.operatorTokenFile), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(s.operatorTokenFile, []byte(aws.ToString(out.SecretString)+"\n"), 0o600)
+}

@@ -15,11 +15,13 @@ type FunctionSpec struct {
 	MaxInstances int
 }
 
-// Functions are the five functions' specs, by galley's name for them.
+// Functions are the six functions' specs, by galley's name for them.
 var Functions = map[lambdaapp.Function]FunctionSpec{
 	lambdaapp.Effects:    {MaxInstances: 6},
 	lambdaapp.Reads:      {MaxInstances: 6},
 	lambdaapp.Mailbox:    {MaxInstances: 8},
 	lambdaapp.WorkerAPI:  {MaxInstances: 32},
 	lambdaapp.Reconciler: {MaxInstances: 2},
+	// One per open long poll on a worker's events, and the console's list.
+	lambdaapp.Operator: {MaxInstances: 6},
 }

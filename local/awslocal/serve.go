@@ -94,6 +94,7 @@ func ServeAWSLocal(ctx context.Context, cfg Config, stdout, stderr io.Writer) er
 	o := cfg.Options
 	env := s.FunctionEnv(lambdaapp.Effects)
 	o.House, o.Backend, o.Credential = env[lambdaapp.EnvHouse], env[lambdaapp.EnvBackend], env[lambdaapp.EnvCredential]
+	o.OperatorTokenFile = s.OperatorTokenFile()
 	localserver.PrintReady(stdout, o, s.Endpoint(), s.TokenFile())
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "galley: shutting down")

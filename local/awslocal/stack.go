@@ -102,7 +102,9 @@ type Stack struct {
 	cfg       Config
 	endpoint  string
 	tokenFile string
-	dir       string // <data>/aws-local
+	// operatorTokenFile holds the operator token (the operator routes).
+	operatorTokenFile string
+	dir               string // <data>/aws-local
 
 	model  *model
 	deploy *deployment
@@ -177,6 +179,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}
 	}
 	if s.tokenFile, err = filepath.Abs(o.TokenFile); err != nil {
+		return nil, err
+	}
+	if s.operatorTokenFile, err = filepath.Abs(o.OperatorTokenFile); err != nil {
 		return nil, err
 	}
 
@@ -425,6 +430,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	if err := s.syncToken(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.syncOperatorToken(ctx); err != nil {
 		return nil, err
 	}
 

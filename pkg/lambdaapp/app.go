@@ -19,6 +19,7 @@ import (
 
 	"github.com/galley-run/galley/pkg/api"
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
+	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/githost/remote"
@@ -61,9 +62,14 @@ type App struct {
 	// queues when it can (the SQS doorbell).
 	Doorbell service.Doorbell
 	Log      *slog.Logger
+	// Events records the workers' events (nil in the functions that keep
+	// no event log: Function.recordsEvents).
+	Events *eventlog.Recorder
 
 	auth  api.Authenticator
 	clock service.Clock
+	// secrets reads Secrets Manager (the operator token).
+	secrets func() (SecretsAPI, error)
 }
 
 // MustFromEnv is FromEnv for a function's main: a configuration error is
@@ -148,9 +154,10 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 		}
 	}
 	if d.Runtime == nil {
-		// The reconciler stops a settled worker's stray task when it may
-		// (its role allows ecs:StopTask and the cluster is configured).
-		stops := fn == Reconciler && cfg.Cluster != "" && cfg.TaskDefinition != "" && len(cfg.Subnets) > 0 &&
+		// The reconciler stops a settled worker's stray task, and the
+		// operator function a cancelled worker's, when it may (its role
+		// allows ecs:StopTask and the cluster is configured).
+		stops := (fn == Reconciler || fn == Operator) && cfg.Cluster != "" && cfg.TaskDefinition != "" && len(cfg.Subnets) > 0 &&
 			cfg.WorkerEndpoint != "" && cfg.Repository != ""
 		if fn.startsTasks() || stops {
 			c, err := awsCfg()
@@ -223,19 +230,29 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 		d.Auth = ca
 	}
 
+	// The event log: appended off the call's path (package eventlog),
+	// each append ringing the worker's event topic for the operator's long
+	// polls. What is still queued when a call ends is flushed within
+	// EventFlush (FlushEvents).
+	var rec *eventlog.Recorder
+	svcOpts := []service.Option{service.WithStore(d.Store), service.WithRuntime(d.Runtime), service.WithGitHost(d.GitHost),
+		service.WithDoorbell(d.Doorbell), service.WithClock(d.Clock), service.WithLogger(d.Log),
+		service.WithWakeGranter(d.Wakes)}
+	if evlog, ok := d.Store.(eventlog.Log); ok && fn.recordsEvents() {
+		rec = eventlog.New(evlog, d.Doorbell, d.Log)
+		svcOpts = append(svcOpts, service.WithEvents(rec))
+	}
 	svc, err := service.New(service.Config{
 		House: cfg.House, Backend: cfg.Backend, Credential: cfg.Credential,
 		DefaultAgent: cfg.DefaultAgent, Families: cfg.Families, Model: len(cfg.Families) > 0,
 		Effort: "unsupported", AwaitCap: cfg.AwaitCap, ClockSkew: DefaultClockSkew,
 		MaxWorkers: cfg.MaxWorkers, WorkerSecret: workerSecret, WorkspaceRoot: cfg.WorkspaceRoot,
-	}, service.WithStore(d.Store), service.WithRuntime(d.Runtime), service.WithGitHost(d.GitHost),
-		service.WithDoorbell(d.Doorbell), service.WithClock(d.Clock), service.WithLogger(d.Log),
-		service.WithWakeGranter(d.Wakes))
+	}, svcOpts...)
 	if err != nil {
 		return nil, err
 	}
 	return &App{Config: cfg, Service: svc, Store: d.Store, Runtime: d.Runtime, Doorbell: d.Doorbell, Log: d.Log,
-		auth: d.Auth, clock: d.Clock}, nil
+		Events: rec, auth: d.Auth, clock: d.Clock, secrets: secrets}, nil
 }
 
 // gitHost returns the house repository's host for the functions that use
@@ -319,7 +336,42 @@ func (a *App) Handler(routes ...api.Option) http.Handler {
 	if a.auth != nil {
 		opts = append(opts, api.WithAuthenticator(a.auth))
 	}
-	return Bounded(rejoinKey(api.New(append(opts, routes...)...)))
+	return a.flushing(Bounded(rejoinKey(api.New(append(opts, routes...)...))))
+}
+
+// EventFlush bounds how long a call waits, before its answer is returned,
+// for the events it recorded to be appended: Lambda may freeze the
+// process once the handler returns. The appends run while the call does
+// its own work, so this is usually the tail of one append and ring; what
+// is left stays queued and is appended when the instance next runs (or is
+// lost with it: the log is best-effort, and never fails a call).
+const EventFlush = 200 * time.Millisecond
+
+// FlushEvents waits up to EventFlush (and within ctx's deadline) for the
+// recorded events to be appended.
+func (a *App) FlushEvents(ctx context.Context) {
+	if a.Events == nil {
+		return
+	}
+	d := EventFlush
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+	defer cancel()
+	if err := a.Events.Flush(fctx); err != nil {
+		a.Log.Debug("events still queued when the call ended", "err", err.Error())
+	}
+}
+
+func (a *App) flushing(h http.Handler) http.Handler {
+	if a.Events == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		a.FlushEvents(r.Context())
+	})
 }
 
 // rejoinKey undoes a split the API Gateway adapter makes: it splits every

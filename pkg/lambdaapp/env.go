@@ -46,6 +46,9 @@ const (
 	// session policy naming one worker's doorbell queue, to let that
 	// worker's harness wait on its queue itself (sqsbell.Granter).
 	EnvWakeRoleArn = "GALLEY_WAKE_ROLE_ARN"
+	// EnvOperatorTokenSecretArn names the operator token's secret: the
+	// operator function's only secret, which no other function reads.
+	EnvOperatorTokenSecretArn = "GALLEY_OPERATOR_TOKEN_SECRET_ARN"
 )
 
 // Names this package adds (not yet in infra/stack/envnames.go).
@@ -68,8 +71,9 @@ const (
 	// Secrets Manager runs: the bearer token and the worker secret come from
 	// files of mode 600. A function uses them only when the corresponding
 	// ARN is unset.
-	EnvTokenFile        = "GALLEY_TOKEN_FILE"
-	EnvWorkerSecretFile = "GALLEY_WORKER_SECRET_FILE"
+	EnvTokenFile         = "GALLEY_TOKEN_FILE"
+	EnvWorkerSecretFile  = "GALLEY_WORKER_SECRET_FILE"
+	EnvOperatorTokenFile = "GALLEY_OPERATOR_TOKEN_FILE"
 )
 
 // Function names one of galley's Lambda functions; each serves one route
@@ -82,10 +86,13 @@ const (
 	Mailbox    Function = "mailbox"
 	WorkerAPI  Function = "workerapi"
 	Reconciler Function = "reconciler"
+	// Operator serves the operator API and console (package operator)
+	// under /operator/, with the operator token.
+	Operator Function = "operator"
 )
 
 // Functions lists every function.
-var Functions = []Function{Effects, Reads, Mailbox, WorkerAPI, Reconciler}
+var Functions = []Function{Effects, Reads, Mailbox, WorkerAPI, Reconciler, Operator}
 
 // servesKitchn reports whether kitchn calls the function (it checks the
 // bearer token).
@@ -94,6 +101,14 @@ func (f Function) servesKitchn() bool { return f == Effects || f == Reads || f =
 // signsWorkers reports whether the function needs the worker secret: the
 // effects function signs worker credentials, the worker API verifies them.
 func (f Function) signsWorkers() bool { return f == Effects || f == WorkerAPI }
+
+// recordsEvents reports whether the function keeps the workers' event logs
+// (package eventlog): the ones whose calls change workers and may ring
+// doorbells. The reads function writes nothing; the mailbox's calls change
+// no worker's state, and its role may not ring.
+func (f Function) recordsEvents() bool {
+	return f == Effects || f == WorkerAPI || f == Reconciler || f == Operator
+}
 
 // startsTasks reports whether the function talks to ECS: effects runs and
 // stops tasks, reads describes them for liveness.
@@ -140,6 +155,11 @@ type Config struct {
 	TokenFile      string
 	TokenCache     time.Duration
 
+	// The operator token (the operator function): an ARN, or (aws-local)
+	// a file.
+	OperatorTokenSecretArn string
+	OperatorTokenFile      string
+
 	// The worker-credential secret: an ARN, or (aws-local) a file.
 	WorkerSecretArn  string
 	WorkerSecretFile string
@@ -176,37 +196,39 @@ type Config struct {
 func ConfigFromEnv(fn Function, getenv func(string) string) (Config, error) {
 	const op = galleyerr.Op("lambdaapp.config")
 	c := Config{
-		Function:            fn,
-		Table:               getenv(EnvTable),
-		House:               getenv(EnvHouse),
-		Backend:             getenv(EnvBackend),
-		Credential:          getenv(EnvCredential),
-		QueuePrefix:         getenv(EnvQueuePrefix),
-		WakeRoleArn:         getenv(EnvWakeRoleArn),
-		TokenSecretArn:      getenv(EnvTokenSecretArn),
-		TokenFile:           getenv(EnvTokenFile),
-		WorkerSecretArn:     getenv(EnvWorkerSecretArn),
-		WorkerSecretFile:    getenv(EnvWorkerSecretFile),
-		Cluster:             getenv(EnvCluster),
-		TaskDefinition:      getenv(EnvTaskDefinition),
-		Subnets:             list(getenv(EnvSubnets)),
-		SecurityGroups:      list(getenv(EnvSecurityGroup)),
-		WorkerContainer:     getenv(EnvWorkerContainer),
-		WorkerEndpoint:      getenv(EnvWorkerEndpoint),
-		Repository:          getenv(EnvRepository),
-		GitSecretArn:        getenv(EnvSecretGit),
-		GitUsername:         getenv(EnvGitUsername),
-		WorkspaceRoot:       getenv(EnvWorkspace),
-		SharedWorkspaceRoot: getenv(EnvWorkspaceRoot),
-		Families:            list(getenv(EnvAgentFamilies)),
-		DefaultAgent:        getenv(EnvDefaultAgent),
-		LogLevel:            getenv(EnvLogLevel),
-		AwaitCap:            DefaultAwaitCap,
-		TokenCache:          DefaultTokenCache,
-		QueueIdle:           DefaultQueueIdle,
+		Function:               fn,
+		Table:                  getenv(EnvTable),
+		House:                  getenv(EnvHouse),
+		Backend:                getenv(EnvBackend),
+		Credential:             getenv(EnvCredential),
+		QueuePrefix:            getenv(EnvQueuePrefix),
+		WakeRoleArn:            getenv(EnvWakeRoleArn),
+		TokenSecretArn:         getenv(EnvTokenSecretArn),
+		TokenFile:              getenv(EnvTokenFile),
+		WorkerSecretArn:        getenv(EnvWorkerSecretArn),
+		OperatorTokenSecretArn: getenv(EnvOperatorTokenSecretArn),
+		OperatorTokenFile:      getenv(EnvOperatorTokenFile),
+		WorkerSecretFile:       getenv(EnvWorkerSecretFile),
+		Cluster:                getenv(EnvCluster),
+		TaskDefinition:         getenv(EnvTaskDefinition),
+		Subnets:                list(getenv(EnvSubnets)),
+		SecurityGroups:         list(getenv(EnvSecurityGroup)),
+		WorkerContainer:        getenv(EnvWorkerContainer),
+		WorkerEndpoint:         getenv(EnvWorkerEndpoint),
+		Repository:             getenv(EnvRepository),
+		GitSecretArn:           getenv(EnvSecretGit),
+		GitUsername:            getenv(EnvGitUsername),
+		WorkspaceRoot:          getenv(EnvWorkspace),
+		SharedWorkspaceRoot:    getenv(EnvWorkspaceRoot),
+		Families:               list(getenv(EnvAgentFamilies)),
+		DefaultAgent:           getenv(EnvDefaultAgent),
+		LogLevel:               getenv(EnvLogLevel),
+		AwaitCap:               DefaultAwaitCap,
+		TokenCache:             DefaultTokenCache,
+		QueueIdle:              DefaultQueueIdle,
 	}
 	switch fn {
-	case Effects, Reads, Mailbox, WorkerAPI, Reconciler:
+	case Effects, Reads, Mailbox, WorkerAPI, Reconciler, Operator:
 	default:
 		return c, galleyerr.E(op, galleyerr.Invalid, fmt.Sprintf("unknown function %q", fn))
 	}
@@ -222,6 +244,9 @@ func ConfigFromEnv(fn Function, getenv func(string) string) (Config, error) {
 	need(EnvQueuePrefix, c.QueuePrefix)
 	if fn.servesKitchn() && c.TokenSecretArn == "" && c.TokenFile == "" {
 		missing = append(missing, EnvTokenSecretArn)
+	}
+	if fn == Operator && c.OperatorTokenSecretArn == "" && c.OperatorTokenFile == "" {
+		missing = append(missing, EnvOperatorTokenSecretArn)
 	}
 	if fn.signsWorkers() && c.WorkerSecretArn == "" && c.WorkerSecretFile == "" {
 		missing = append(missing, EnvWorkerSecretArn)

@@ -46,6 +46,17 @@ func TestConfigFromEnv(t *testing.T) {
 			mod: func(m map[string]string) { delete(m, "GALLEY_TOKEN_SECRET_ARN") }},
 		{name: "worker API needs the worker secret", fn: lambdaapp.WorkerAPI,
 			mod: func(m map[string]string) { delete(m, "GALLEY_WORKER_SECRET_ARN") }, wantErr: "GALLEY_WORKER_SECRET_ARN"},
+		{name: "the operator function needs the operator token", fn: lambdaapp.Operator,
+			wantErr: "GALLEY_OPERATOR_TOKEN_SECRET_ARN"},
+		{name: "the operator token's secret, and no other", fn: lambdaapp.Operator, mod: func(m map[string]string) {
+			delete(m, "GALLEY_TOKEN_SECRET_ARN")
+			delete(m, "GALLEY_WORKER_SECRET_ARN")
+			m["GALLEY_OPERATOR_TOKEN_SECRET_ARN"] = "arn:aws:secretsmanager:us-east-1:1:secret:o"
+		}, check: func(t *testing.T, c lambdaapp.Config) {
+			if c.OperatorTokenSecretArn != "arn:aws:secretsmanager:us-east-1:1:secret:o" {
+				t.Errorf("%+v", c)
+			}
+		}},
 		{name: "reads needs no worker secret", fn: lambdaapp.Reads,
 			mod: func(m map[string]string) { delete(m, "GALLEY_WORKER_SECRET_ARN") }},
 		{name: "effects needs ECS", fn: lambdaapp.Effects,

@@ -1,6 +1,8 @@
 package lambdaapp
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 
 	"github.com/galley-run/galley/pkg/reconcile"
@@ -29,8 +31,23 @@ func (a *App) NewReconciler(opts ...reconcile.Option) *reconcile.Reconciler {
 		// stop, a worktree removal whose task failed to start).
 		all = append(all, reconcile.WithStopper(s), reconcile.WithLostSettler(a.Service), reconcile.WithCleaner(a.Service))
 	}
+	if a.Events != nil {
+		all = append(all, reconcile.WithEvents(a.Events))
+	}
 	if s, ok := a.Doorbell.(reconcile.Sweeper); ok {
 		all = append(all, reconcile.WithSweeper(s, a.Config.QueueIdle))
 	}
 	return reconcile.New(a.Service, a.Store, append(all, opts...)...)
+}
+
+// ReconcilerHandler is the reconciler function's handler: NewReconciler's
+// HandleEvent within the invocation's deadline (Invocation), then the
+// events it recorded flushed (FlushEvents).
+func (a *App) ReconcilerHandler(opts ...reconcile.Option) func(context.Context, json.RawMessage) error {
+	h := Invocation(a.NewReconciler(opts...).HandleEvent)
+	return func(ctx context.Context, ev json.RawMessage) error {
+		err := h(ctx, ev)
+		a.FlushEvents(ctx)
+		return err
+	}
 }

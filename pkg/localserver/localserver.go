@@ -397,7 +397,7 @@ func PrintReady(w io.Writer, o Options, endpoint, tokenFile string) {
 		tokenFile, o.House, o.Credential)
 	fmt.Fprintf(w, "kitchn binding for the house policy:\n%s\n", Binding(o.Backend, o.Credential, endpoint))
 	if o.OperatorTokenFile != "" {
-		fmt.Fprintf(w, "operator console: %s/operator/ (operator token: %s; bin/galley workers, events, cancel, revoke)\n", endpoint, o.OperatorTokenFile)
+		fmt.Fprintf(w, "operator console: %s/operator/console (operator token: %s; bin/galley workers, events, cancel, revoke)\n", endpoint, o.OperatorTokenFile)
 	}
 }
 

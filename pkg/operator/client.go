@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -44,16 +45,38 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e errorJSON
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s %s: %s (HTTP %d)", method, path, e.Error, resp.StatusCode)
+		e := &StatusError{Status: resp.StatusCode, What: method + " " + path}
+		var ej errorJSON
+		if json.Unmarshal(body, &ej) == nil && ej.Error != "" {
+			e.Msg = ej.Error
 		}
-		return fmt.Errorf("%s %s: HTTP %d", method, path, resp.StatusCode)
+		return e
 	}
 	if out == nil {
 		return nil
 	}
 	return json.Unmarshal(body, out)
+}
+
+// StatusError is an answer other than 200.
+type StatusError struct {
+	Status int
+	What   string // the method and path
+	Msg    string // the answer's error, when it has one
+}
+
+func (e *StatusError) Error() string {
+	if e.Msg != "" {
+		return fmt.Sprintf("%s: %s (HTTP %d)", e.What, e.Msg, e.Status)
+	}
+	return fmt.Sprintf("%s: HTTP %d", e.What, e.Status)
+}
+
+// passing reports whether err is worth a retry: a throttle (429, API
+// Gateway's answer to a burst) or the gateway's or function's 5xx.
+func passing(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && (se.Status == http.StatusTooManyRequests || se.Status >= 500)
 }
 
 // Workers lists the workers, newest first.
@@ -76,16 +99,30 @@ func (c *Client) Events(ctx context.Context, handle string, after int64, wait ti
 }
 
 // Follow calls fn with each of the worker's events after the cursor, in
-// order, long polling for new ones until ctx ends or fn returns false.
+// order, long polling for new ones until ctx ends or fn returns false. A
+// throttled or failed poll (429, 5xx) is asked again from the same cursor
+// after a pause (half a second, doubling to 10 s), so nothing is missed
+// or repeated; any other error ends it.
 func (c *Client) Follow(ctx context.Context, handle string, after int64, fn func(store.Event) bool) error {
+	pause := 500 * time.Millisecond
 	for {
 		a, err := c.Events(ctx, handle, after, MaxWait)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return err
+			if !passing(err) {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, 10*time.Second)
+			continue
 		}
+		pause = 500 * time.Millisecond
 		for _, e := range a.Events {
 			if !fn(e) {
 				return nil

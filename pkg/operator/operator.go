@@ -47,6 +47,7 @@ const (
 	PathLogout  = "/operator/v1/logout"
 	PathSession = "/operator/v1/session"
 	PathWorkers = "/operator/v1/workers"
+	PathConsole = "/operator/console"
 )
 
 // CSRFHeader must be present on every POST authenticated by the cookie.
@@ -83,10 +84,36 @@ type Handler struct {
 	// heartbeat is how often an idle stream sends a comment, so that
 	// proxies keep it open and a gone client is noticed.
 	heartbeat time.Duration
+	// pollOnly: the deployment cannot stream (API Gateway in front of
+	// Lambda buffers a response whole), so the stream route is refused and
+	// the console follows by long poll.
+	pollOnly bool
+}
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithPollOnly serves no Server-Sent Events: the stream route answers 404
+// naming the long poll, and the session tells the console to long poll.
+// For a deployment behind API Gateway and Lambda, which answers a
+// request only once its handler returns.
+func WithPollOnly() Option { return func(h *Handler) { h.pollOnly = true } }
+
+// Live modes the session answers (SessionAnswer.Live).
+const (
+	LiveStream = "sse"  // GET .../stream, Server-Sent Events
+	LivePoll   = "poll" // GET .../events?after=N&wait=S, a long poll
+)
+
+// SessionAnswer answers GET PathSession: how the console follows a
+// worker's events here.
+type SessionAnswer struct {
+	OK   bool   `json:"ok"`
+	Live string `json:"live"`
 }
 
 // New returns the handler for one operator token.
-func New(token []byte, svc Service, events Events, bell service.Doorbell, log *slog.Logger) *Handler {
+func New(token []byte, svc Service, events Events, bell service.Doorbell, log *slog.Logger, opts ...Option) *Handler {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -94,13 +121,24 @@ func New(token []byte, svc Service, events Events, bell service.Doorbell, log *s
 	m.Write([]byte("galley operator console session"))
 	h := &Handler{token: token, session: hex.EncodeToString(m.Sum(nil)), svc: svc, events: events, bell: bell,
 		log: log, now: time.Now, mux: http.NewServeMux(), heartbeat: 15 * time.Second}
+	for _, o := range opts {
+		o(h)
+	}
+	// The page at /operator/ and at /operator/console: an HTTP API's
+	// greedy route takes no empty path, so on AWS /operator redirects to
+	// the second (the page's relative links resolve the same from both).
 	h.mux.HandleFunc("GET /operator/{$}", h.static("index.html"))
+	h.mux.HandleFunc("GET "+PathConsole, h.static("index.html"))
 	h.mux.HandleFunc("GET /operator/app.js", h.static("app.js"))
 	h.mux.HandleFunc("GET /operator/app.css", h.static("app.css"))
 	h.mux.HandleFunc("POST "+PathLogin, h.login)
 	h.mux.HandleFunc("POST "+PathLogout, h.logout)
 	h.mux.HandleFunc("GET "+PathSession, h.authed(false, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+		live := LiveStream
+		if h.pollOnly {
+			live = LivePoll
+		}
+		writeJSON(w, http.StatusOK, SessionAnswer{OK: true, Live: live})
 	}))
 	h.mux.HandleFunc("GET "+PathWorkers, h.authed(false, h.workers))
 	h.mux.HandleFunc("GET "+PathWorkers+"/{handle}/events", h.authed(false, h.poll))
@@ -130,7 +168,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Cache-Control", "no-store")
 	if r.URL.Path == "/operator" {
-		http.Redirect(w, r, Prefix, http.StatusFound)
+		http.Redirect(w, r, PathConsole, http.StatusFound)
 		return
 	}
 	h.mux.ServeHTTP(w, r)
@@ -166,7 +204,13 @@ func sameSite(r *http.Request) bool {
 		return true
 	}
 	u, err := url.Parse(o)
-	return err == nil && u.Host == r.Host
+	if err != nil || u.Host == "" {
+		return false
+	}
+	// Behind API Gateway and Lambda the request's Host is the gateway's
+	// domain name, without a port; the Host header the client sent is
+	// kept in the headers (with the port, where there is one: aws-local).
+	return u.Host == r.Host || u.Host == r.Header.Get("Host")
 }
 
 func (h *Handler) authed(action bool, next http.HandlerFunc) http.HandlerFunc {
@@ -417,6 +461,10 @@ func (h *Handler) Wait(ctx context.Context, handle string, after int64, wait tim
 // number, so a reconnecting EventSource resumes exactly after the last one
 // it received.
 func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
+	if h.pollOnly {
+		writeJSON(w, http.StatusNotFound, errorJSON{"this deployment cannot stream: long poll " + PathWorkers + "/{handle}/events?after=N&wait=25"})
+		return
+	}
 	handle := r.PathValue("handle")
 	after, err := cursor(r)
 	if err != nil {

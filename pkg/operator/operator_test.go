@@ -2,6 +2,7 @@ package operator_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -119,5 +120,89 @@ func TestConsoleHeaders(t *testing.T) {
 	}
 	if !operator.Owns("/operator/v1/workers") || operator.Owns("/operator/../v1/descriptor") || operator.Owns("/v1/descriptor") {
 		t.Error("Owns claims the wrong paths")
+	}
+}
+
+// Behind API Gateway and Lambda (WithPollOnly) the stream route is
+// refused and the session tells the console to long poll; the console
+// is also served at PathConsole, where /operator redirects.
+func TestPollOnly(t *testing.T) {
+	h := operator.New([]byte("operator-secret-token"), &actions{}, memstore.New(), localbell.New(), nil, operator.WithPollOnly())
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	auth := []string{"Authorization", "Bearer operator-secret-token"}
+	if r := do(t, srv, "GET", operator.PathWorkers+"/w-1/stream", "", auth...); r.StatusCode != http.StatusNotFound {
+		t.Errorf("stream: %d, want 404", r.StatusCode)
+	}
+	if a := session(t, srv, auth); !a.OK || a.Live != operator.LivePoll {
+		t.Errorf("session: %+v, want live %q", a, operator.LivePoll)
+	}
+	if r := do(t, srv, "GET", operator.PathConsole, ""); r.StatusCode != http.StatusOK || r.Header.Get("Content-Security-Policy") == "" {
+		t.Errorf("console: %d", r.StatusCode)
+	}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(srv.URL + "/operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != operator.PathConsole {
+		t.Errorf("/operator: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	// Without the option, the session says stream.
+	local, _ := newHandler(t)
+	if a := session(t, local, auth); a.Live != operator.LiveStream {
+		t.Errorf("local session: %+v, want live %q", a, operator.LiveStream)
+	}
+}
+
+func session(t *testing.T, srv *httptest.Server, auth []string) operator.SessionAnswer {
+	t.Helper()
+	req, _ := http.NewRequest("GET", srv.URL+operator.PathSession, nil)
+	req.Header.Set(auth[0], auth[1])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a operator.SessionAnswer
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// Follow asks a throttled poll (API Gateway's 429) again from the same
+// cursor, and ends on an error that is no throttle.
+func TestFollowRetriesThrottles(t *testing.T) {
+	var mu sync.Mutex
+	var afters []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		afters = append(afters, r.URL.Query().Get("after"))
+		n := len(afters)
+		mu.Unlock()
+		switch n {
+		case 1:
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"message":"Too Many Requests"}`))
+		case 2:
+			_, _ = w.Write([]byte(`{"events":[{"seq":1,"kind":"state"},{"seq":2,"kind":"mailbox"}],"next":2}`))
+		default:
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":"the operator token is missing or wrong"}`))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	var got []int64
+	err := operator.NewClient(srv.URL, "t").Follow(context.Background(), "w-1", 0, func(e store.Event) bool {
+		got = append(got, e.Seq)
+		return true
+	})
+	if err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+		t.Errorf("follow ended with %v, want the 401", err)
+	}
+	if len(got) != 2 || got[0] != 1 || got[1] != 2 || strings.Join(afters, ",") != "0,0,2" {
+		t.Errorf("events %v, cursors asked %v; want 1, 2 and cursors 0, 0, 2", got, afters)
 	}
 }

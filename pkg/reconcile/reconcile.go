@@ -37,6 +37,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/metrics"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -136,7 +137,20 @@ type Reconciler struct {
 	lease     time.Duration
 	now       func() time.Time
 	log       *slog.Logger
+	events    EventRecorder
 }
+
+// EventRecorder keeps the workers' event logs (package eventlog's
+// Recorder): Record never blocks nor fails.
+type EventRecorder interface {
+	Record(worker string, e store.Event)
+}
+
+// WithEvents records each worker task's start (RUNNING) and stop
+// (STOPPED, with the stop code, ECS's reason and the exit code) in the
+// worker's event log. A redelivered event is recorded again, with the
+// same event id field.
+func WithEvents(r EventRecorder) Option { return func(rc *Reconciler) { rc.events = r } }
 
 // Option configures a Reconciler.
 type Option func(*Reconciler)
@@ -228,7 +242,38 @@ func (r *Reconciler) HandleEvent(ctx context.Context, event json.RawMessage) err
 		return err
 	}
 	r.log.Info("task state change", attrs...)
+	r.record(c, out)
 	return nil
+}
+
+// record puts a task's start or stop in its worker's event log.
+func (r *Reconciler) record(c ecsrt.TaskChange, out Outcome) {
+	if r.events == nil || out == Ignored || out == Stale {
+		return
+	}
+	e := store.Event{At: c.Time, Kind: eventlog.KindCompute, Fields: map[string]string{"task": taskID(c.TaskARN), "ecsEvent": c.EventID}}
+	switch c.LastStatus {
+	case ecsrt.StatusRunning:
+		e.Text = "task running"
+		e.Fields["event"] = "task-running"
+	case ecsrt.StatusStopped:
+		e.Text = "task stopped"
+		if c.StoppedReason != "" {
+			e.Text = "task stopped: " + c.StoppedReason
+		}
+		e.Fields["event"] = "task-stopped"
+		e.Fields["stopCode"] = c.StopCode
+		e.Fields["code"] = fmt.Sprint(exitCode(c, r.container))
+		if ct, ok := c.Container(r.container); ok && ct.Reason != "" {
+			e.Fields["containerReason"] = ct.Reason
+		}
+	default:
+		return
+	}
+	if e.At.IsZero() {
+		e.At = r.now()
+	}
+	r.events.Record(c.Handle, e)
 }
 
 // housekeeping runs one tick scheduled at the RFC 3339 time at: it emits

@@ -18,6 +18,6 @@ const (
 	pricePublicIPv4Hour       = 0.005        // public IPv4 address-hour (one per worker task)
 	priceLogsIngestPerGB      = 0.50         // CloudWatch Logs ingestion
 	assumedLogMBPerWorkerHour = 6.0          // worker and flow log lines: assumed, not measured
-	fixedPerMonth             = 12.21        // secrets, alarms, dashboard, metrics, Container Insights, ECR (docs/cost.md)
+	fixedPerMonth             = 12.91        // secrets, alarms, dashboard, metrics, Container Insights, ECR (docs/cost.md)
 	hoursPerMonth             = 720.0
 )

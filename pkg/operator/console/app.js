@@ -9,6 +9,8 @@ const csrf = { "X-Galley-Operator": "1" };
 
 let listTimer = null;
 let stream = null;
+let poller = null; // the AbortController of a long-poll follow
+let live = "sse"; // how this deployment follows events: "sse", or "poll" (AWS)
 let current = null; // the handle shown in detail
 let lastList = [];
 
@@ -51,6 +53,7 @@ function showLogin() {
 function stopAll() {
   if (listTimer) { clearTimeout(listTimer); listTimer = null; }
   if (stream) { stream.close(); stream = null; }
+  if (poller) { poller.abort(); poller = null; }
 }
 
 function age(s) {
@@ -189,6 +192,10 @@ function showDetail(handle) {
   renderFacts(lastList.find((w) => w.handle === handle));
   call("GET", "workers").then((d) => { lastList = d.workers; renderFacts(lastList.find((w) => w.handle === handle)); })
     .catch((e) => status(e.message));
+  if (live === "poll") {
+    follow(handle);
+    return;
+  }
   // An EventSource resumes after the last id it received by itself
   // (Last-Event-ID); a fresh page reads the whole retained log.
   stream = new EventSource(api + "workers/" + encodeURIComponent(handle) + "/stream?after=0");
@@ -197,6 +204,34 @@ function showDetail(handle) {
     status("live");
   };
   stream.onerror = () => status("reconnecting…");
+}
+
+// follow reads the worker's events by long poll from the cursor 0 (where
+// a deployment cannot stream: API Gateway in front of Lambda), moving the
+// cursor to each answer's next, so nothing is missed or shown twice.
+async function follow(handle) {
+  const ctl = new AbortController();
+  poller = ctl;
+  let after = 0;
+  let pause = 500;
+  while (!ctl.signal.aborted) {
+    try {
+      const r = await fetch(api + "workers/" + encodeURIComponent(handle) + "/events?after=" + after + "&wait=25",
+        { credentials: "same-origin", headers: { ...csrf }, signal: ctl.signal });
+      if (r.status === 401) { showLogin(); return; }
+      const data = await r.json();
+      if (!r.ok) throw new Error(data.error || ("HTTP " + r.status));
+      for (const e of data.events) appendEvent(e);
+      after = data.next;
+      pause = 500;
+      status("live");
+    } catch (err) {
+      if (ctl.signal.aborted) return;
+      status("reconnecting…");
+      await new Promise((res) => setTimeout(res, pause));
+      pause = Math.min(pause * 2, 10000);
+    }
+  }
 }
 
 function route() {
@@ -247,13 +282,16 @@ async function start() {
     $("login-error").textContent = "";
     try {
       await call("POST", "login", { token });
+      const s = await call("GET", "session");
+      if (s.live) live = s.live;
       route();
     } catch (e) {
       $("login-error").textContent = e.message;
     }
   });
   try {
-    await call("GET", "session");
+    const s = await call("GET", "session");
+    if (s.live) live = s.live;
     route();
   } catch (e) {
     showLogin();
