@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -312,5 +314,100 @@ func TestAppendedMessages(t *testing.T) {
 	}
 	if got := appendedMessages("posted msg-3"); len(got) != 0 {
 		t.Errorf("appended = %q", got)
+	}
+}
+
+// toolEvents is fakeEvents that also takes tool reports, as the harness's
+// Events do.
+type toolEvents struct {
+	fakeEvents
+	tools []reportedTool
+}
+
+type reportedTool struct {
+	Name, Args string
+	Bytes      int
+}
+
+func (f *toolEvents) Tool(name, args string, resultBytes int) {
+	f.tools = append(f.tools, reportedTool{name, args, resultBytes})
+}
+
+// TestToolCalls: each tool call of the CLI's own is reported once, when
+// its result is known, with its server-qualified name, its arguments
+// (bounded) and its result's size; a call that never completes is
+// reported at the turn's end without a size; galley's own MCP tools are
+// not reported (the harness serving them does). Redaction of the fake key
+// in the arguments is the harness's (pkg/harness TestToolEventRedacted).
+func TestToolCalls(t *testing.T) {
+	const fakeKey = "sk-ant-FAKE0123456789abcdefSECRET"
+	for _, tc := range []struct {
+		family, file string
+		want         []reportedTool // Args: a prefix
+	}{
+		{FamilyClaude, "claude-tools.jsonl", []reportedTool{
+			{"Bash", `{"command":"curl -H 'x-api-key: ` + fakeKey, len("hello, wörld\n")},
+			{"github/search_code", `{"query":"func main"}`, len("found 3 matches")},
+			{"Read", `{"file_path":"/tmp/rec/ws/README.md"}`, -1},
+		}},
+		{FamilyCodex, "codex-tools.jsonl", []reportedTool{
+			{"command_execution", `bash -lc 'curl -H "Authorization: Bearer ` + fakeKey, len("ok\n12345\n")},
+			{"github/search_code", `{"query":"func main"}`, len("found 3 matches")},
+			{"github/get_file", `{"path":"a.go"}`, -1},
+			{"command_execution", "sleep 100", -1},
+		}},
+	} {
+		t.Run(tc.family, func(t *testing.T) {
+			ev := &toolEvents{}
+			Driver{Family: tc.family}.Observe(bytes.NewReader(recorded(t, tc.file)), ev)
+			if len(ev.tools) != len(tc.want) {
+				t.Fatalf("tools = %+v", ev.tools)
+			}
+			for i, w := range tc.want {
+				g := ev.tools[i]
+				if g.Name != w.Name || g.Bytes != w.Bytes || !strings.HasPrefix(g.Args, w.Args) {
+					t.Errorf("tool %d = %+v, want %+v", i, g, w)
+				}
+				if len(g.Args) > argsKeep || strings.Contains(g.Name, "galley") {
+					t.Errorf("tool %d: %d bytes of args, name %q", i, len(g.Args), g.Name)
+				}
+			}
+			// The long command (over 300 bytes) is kept whole: under argsKeep.
+			if !strings.Contains(ev.tools[0].Args, strings.Repeat("x", 300)) {
+				t.Errorf("args cut: %q", ev.tools[0].Args)
+			}
+		})
+	}
+
+	// Calls beyond the pending bound are reported at once, without a size,
+	// and memory stays bounded; their late results are ignored.
+	var b strings.Builder
+	for i := range maxPendingTools + 3 {
+		b.WriteString(js(map[string]any{"type": "item.started", "item": map[string]any{"id": "i" + strconv.Itoa(i), "type": "command_execution", "command": "true"}}) + "\n")
+	}
+	b.WriteString(js(map[string]any{"type": "item.completed", "item": map[string]any{"id": "i0", "type": "command_execution", "command": "true", "aggregated_output": "abc"}}) + "\n")
+	ev := &toolEvents{}
+	Driver{Family: FamilyCodex}.Observe(strings.NewReader(b.String()), ev)
+	if len(ev.tools) != maxPendingTools+3 {
+		t.Fatalf("%d tools reported", len(ev.tools))
+	}
+	for i, g := range ev.tools[:3] {
+		if g.Bytes != -1 {
+			t.Errorf("over the bound, tool %d = %+v", i, g)
+		}
+	}
+	if g := ev.tools[3]; g.Bytes != 3 {
+		t.Errorf("the first pending call's result: %+v", g)
+	}
+	for _, g := range ev.tools[4:] {
+		if g.Bytes != -1 {
+			t.Errorf("never completed: %+v", g)
+		}
+	}
+
+	// Arguments are cut to argsKeep on a rune boundary.
+	long := strings.Repeat("é", argsKeep)
+	if got := compactArgs(json.RawMessage(js(map[string]string{"s": long}))); len(got) > argsKeep || !utf8.ValidString(got) {
+		t.Errorf("cut args: %d bytes, valid %v", len(got), utf8.ValidString(got))
 	}
 }

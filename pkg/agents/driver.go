@@ -137,7 +137,8 @@ func Instructions(branch string) string {
 // Observe implements harness.Driver: it reads the CLI's JSON lines (as
 // the supervisor copies them), reports ready on the init event once
 // galley's MCP server is connected, logs each event briefly, and reports
-// the usage each turn's end carries.
+// the usage each turn's end carries. Each tool call of the CLI's own
+// (not galley's MCP tools) is reported once, with its result's size.
 func (d Driver) Observe(stdout io.Reader, ev harness.Events) {
 	prices := d.Prices
 	if prices == nil {
@@ -152,6 +153,9 @@ func (d Driver) Observe(stdout io.Reader, ev harness.Events) {
 	if usage != nil {
 		model = usage.Agent().Model
 	}
+	var tools toolTracker
+	tools.te, _ = ev.(harness.ToolEvents)
+	defer tools.flush()
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -170,12 +174,15 @@ func (d Driver) Observe(stdout io.Reader, ev harness.Events) {
 			}
 			ev.Note("agent session started", "family", d.Family, "event", e.Type, "session", e.Session, "model", e.Model, "mcp", e.MCP)
 		case evTool:
-			ev.Note("agent tool call", "family", d.Family, "tool", e.Tool, "server", e.ToolServer)
-			if te, ok := ev.(harness.ToolEvents); ok && e.ToolServer != MCPServerName {
-				// galley's own tools are reported by the harness that serves them.
-				te.Tool(e.Tool, e.ToolServer, -1)
+			for _, c := range e.Calls {
+				ev.Note("agent tool call", "family", d.Family, "tool", c.Tool, "server", c.Server)
+				tools.start(c)
+			}
+			for _, r := range e.Results {
+				tools.result(r)
 			}
 		case evTurnEnd:
+			tools.flush()
 			ev.Note("agent turn ended", "family", d.Family, "event", e.Type, "error", e.Err)
 			if counter == nil {
 				counter = newUsageCounter(d.Family, model, prices)

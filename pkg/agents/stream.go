@@ -1,10 +1,12 @@
 package agents
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"unicode/utf8"
 )
 
 // MCPServerName is the name galley's MCP server has in each CLI's
@@ -30,12 +32,110 @@ type streamEvent struct {
 	// MCP is galley's MCP server status at init: "connected" when it is
 	// usable. codex starts a thread only once a required server is up.
 	MCP string
-	// Tool is a tool call's name; ToolServer its MCP server, if any.
-	Tool, ToolServer string
+	// Calls are the tool calls the line starts; Results the results it
+	// carries (a call's result may come on a later line).
+	Calls   []toolCall
+	Results []toolResult
 	// Err is set on a turn end that failed, or an error event.
 	Err string
 	// Totals are the running usage totals a turn end carries.
 	Totals *totals
+}
+
+// toolCall is one tool call a stream shows.
+type toolCall struct {
+	ID     string // claude tool_use id, codex item id
+	Tool   string // the tool's own name (claude's mcp__server__tool split)
+	Server string // its MCP server, if any
+	// Args are its arguments as compact JSON, or a command's line, cut to
+	// argsKeep bytes.
+	Args string
+}
+
+// Name is the name the event log shows: "server/tool" for an MCP tool.
+func (c toolCall) Name() string {
+	if c.Server != "" {
+		return c.Server + "/" + c.Tool
+	}
+	return c.Tool
+}
+
+// toolResult is a tool call's result: the size of its content.
+type toolResult struct {
+	ID    string
+	Bytes int // -1: no result (the call failed without one)
+	// Call is the call itself when the result's line restates it (codex's
+	// item.completed does): a result whose start was not seen is still
+	// reported.
+	Call *toolCall
+}
+
+// argsKeep bounds the arguments galley keeps of a pending call. It is well
+// above what an event shows (the harness redacts the secrets it knows,
+// then cuts each field to 120 bytes): cutting before redaction could leave
+// a secret's first bytes that no longer match it, and this margin keeps
+// such a cut far past the bytes shown.
+const argsKeep = 1024
+
+// compactArgs is raw JSON arguments compacted and cut to argsKeep bytes.
+func compactArgs(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return cutArgs(string(raw))
+	}
+	return cutArgs(b.String())
+}
+
+func cutArgs(s string) string {
+	if len(s) <= argsKeep {
+		return s
+	}
+	s = s[:argsKeep]
+	for len(s) > 0 && !utf8.RuneStart(s[len(s)-1]) {
+		s = s[:len(s)-1]
+	}
+	if len(s) > 0 && s[len(s)-1] >= utf8.RuneSelf {
+		s = s[:len(s)-1] // a cut rune's first byte
+	}
+	return s
+}
+
+// contentBytes is the size of a tool result's content: a string's bytes,
+// or, for a list of content blocks, the bytes of each text block's text
+// and each other block's JSON (an image, a resource).
+func contentBytes(raw json.RawMessage) int {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return -1
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return len(s)
+		}
+	case '[':
+		var blocks []json.RawMessage
+		if json.Unmarshal(raw, &blocks) == nil {
+			n := 0
+			for _, b := range blocks {
+				var t struct {
+					Type string  `json:"type"`
+					Text *string `json:"text"`
+				}
+				if json.Unmarshal(b, &t) == nil && t.Type == "text" && t.Text != nil {
+					n += len(*t.Text)
+				} else {
+					n += len(b)
+				}
+			}
+			return n
+		}
+	}
+	return len(raw)
 }
 
 // totals are running usage counts as a CLI reports them; nil is unknown.
@@ -73,10 +173,8 @@ type claudeLine struct {
 		Status string `json:"status"`
 	} `json:"mcp_servers"`
 	Message *struct {
-		Content []struct {
-			Type string `json:"type"`
-			Name string `json:"name"`
-		} `json:"content"`
+		// Content is a list of blocks, or (a user's prompt) a string.
+		Content json.RawMessage `json:"content"`
 	} `json:"message"`
 	IsError      bool     `json:"is_error"`
 	Result       string   `json:"result"`
@@ -117,14 +215,23 @@ func parseClaude(line []byte) (streamEvent, error) {
 				e.MCP = s.Status
 			}
 		}
-	case l.Type == "assistant" && l.Message != nil:
-		for _, c := range l.Message.Content {
-			if c.Type == "tool_use" {
-				e.Kind, e.Tool = evTool, c.Name
+	case (l.Type == "assistant" || l.Type == "user") && l.Message != nil:
+		// An assistant message's tool_use blocks start calls; a later user
+		// message's tool_result blocks carry their results.
+		for _, c := range claudeBlocks(l.Message.Content) {
+			switch c.Type {
+			case "tool_use":
+				call := toolCall{ID: c.ID, Tool: c.Name, Args: compactArgs(c.Input)}
 				if server, tool, ok := splitClaudeTool(c.Name); ok {
-					e.ToolServer, e.Tool = server, tool
+					call.Server, call.Tool = server, tool
 				}
+				e.Calls = append(e.Calls, call)
+			case "tool_result":
+				e.Results = append(e.Results, toolResult{ID: c.ToolUseID, Bytes: contentBytes(c.Content)})
 			}
+		}
+		if len(e.Calls)+len(e.Results) > 0 {
+			e.Kind = evTool
 		}
 	case l.Type == "result":
 		e.Kind = evTurnEnd
@@ -139,6 +246,29 @@ func parseClaude(line []byte) (streamEvent, error) {
 		e.Totals = claudeTotals(l)
 	}
 	return e, nil
+}
+
+// claudeBlock is one content block of a claude message: a tool_use
+// (id, name, input) or a tool_result (tool_use_id, content).
+type claudeBlock struct {
+	Type      string          `json:"type"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content"`
+}
+
+func claudeBlocks(raw json.RawMessage) []claudeBlock {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil
+	}
+	var blocks []claudeBlock
+	if json.Unmarshal(raw, &blocks) != nil {
+		return nil
+	}
+	return blocks
 }
 
 // claudeTotals reads a result's running totals: modelUsage (summed over
@@ -197,17 +327,53 @@ type codexLine struct {
 	Error    *struct {
 		Message string `json:"message"`
 	} `json:"error"`
-	Item *struct {
-		Type   string `json:"type"`
-		Server string `json:"server"`
-		Tool   string `json:"tool"`
-	} `json:"item"`
+	Item  *codexItem `json:"item"`
 	Usage *struct {
 		Input      *int64 `json:"input_tokens"`
 		Cached     *int64 `json:"cached_input_tokens"`
 		CacheWrite *int64 `json:"cache_write_input_tokens"`
 		Output     *int64 `json:"output_tokens"`
 	} `json:"usage"`
+}
+
+// codexItem holds the fields galley reads of an item. mcp_tool_call's are
+// recorded (testdata/codex-turn1.jsonl); command_execution's (command,
+// aggregated_output) are not: they are taken from codex's exec_events.rs
+// (CommandExecutionItem) and may differ in the pinned version.
+type codexItem struct {
+	ID        string          `json:"id"`
+	Type      string          `json:"type"`
+	Server    string          `json:"server"`
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+	Result    *struct {
+		Content json.RawMessage `json:"content"`
+	} `json:"result"`
+	Command          string  `json:"command"`
+	AggregatedOutput *string `json:"aggregated_output"`
+}
+
+// call is the tool call an item is, if it is one.
+func (it *codexItem) call() (toolCall, bool) {
+	switch it.Type {
+	case "mcp_tool_call":
+		return toolCall{ID: it.ID, Tool: it.Tool, Server: it.Server, Args: compactArgs(it.Arguments)}, true
+	case "command_execution":
+		return toolCall{ID: it.ID, Tool: "command_execution", Args: cutArgs(it.Command)}, true
+	}
+	return toolCall{}, false
+}
+
+// resultBytes is the size of a completed item's output, -1 if it has none
+// (a failed MCP call carries an error instead of a result).
+func (it *codexItem) resultBytes() int {
+	switch {
+	case it.Type == "mcp_tool_call" && it.Result != nil:
+		return contentBytes(it.Result.Content)
+	case it.Type == "command_execution" && it.AggregatedOutput != nil:
+		return len(*it.AggregatedOutput)
+	}
+	return -1
 }
 
 func parseCodex(line []byte) (streamEvent, error) {
@@ -222,15 +388,20 @@ func parseCodex(line []byte) (streamEvent, error) {
 		// unless the server initialised.
 		e.Kind, e.MCP = evInit, "connected"
 	case "item.started":
-		if l.Item != nil && l.Item.Type == "mcp_tool_call" {
-			e.Kind, e.Tool, e.ToolServer = evTool, l.Item.Tool, l.Item.Server
-		} else if l.Item != nil && l.Item.Type == "command_execution" {
-			e.Kind, e.Tool = evTool, "command_execution"
-		}
 		if l.Item != nil {
+			if c, ok := l.Item.call(); ok {
+				e.Kind, e.Calls = evTool, []toolCall{c}
+			}
 			e.Type += "/" + l.Item.Type
 		}
-	case "item.completed", "item.updated":
+	case "item.completed":
+		if l.Item != nil {
+			if c, ok := l.Item.call(); ok {
+				e.Kind, e.Results = evTool, []toolResult{{ID: c.ID, Bytes: l.Item.resultBytes(), Call: &c}}
+			}
+			e.Type += "/" + l.Item.Type
+		}
+	case "item.updated":
 		if l.Item != nil {
 			e.Type += "/" + l.Item.Type
 		}

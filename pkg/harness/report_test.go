@@ -1,0 +1,38 @@
+package harness
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/galley-run/galley/pkg/workerapi"
+)
+
+// TestToolEventRedacted: a tool call a driver reports (its arguments as
+// the agent's stream gave them, up to 1 KiB) reaches the event log with
+// every secret the harness knows replaced before the arguments are cut,
+// so no part of a secret is left where the cut falls.
+func TestToolEventRedacted(t *testing.T) {
+	const key = "sk-ant-FAKE0123456789abcdefSECRET"
+	h := &harness{}
+	h.rep = &reporter{h: h, secrets: []string{key}}
+	var te ToolEvents = events{h}
+	te.Tool("Bash", `{"command":"curl -H 'x-api-key: `+key+`' https://example.test/`+strings.Repeat("x", 300)+`"}`, 13)
+	// The key straddles the 120-byte cut.
+	te.Tool("github/search_code", strings.Repeat("a", 110)+key, -1)
+	q := h.rep.q
+	if len(q) != 2 {
+		t.Fatalf("events = %+v", q)
+	}
+	for _, e := range q {
+		args := e.Fields["args"]
+		if e.Event != workerapi.EventTool || strings.Contains(args, key[:8]) || len(args) > 120+len("…") {
+			t.Errorf("event %+v", e)
+		}
+	}
+	if f := q[0].Fields; f["tool"] != "Bash" || f["resultBytes"] != "13" || !strings.Contains(f["args"], "x-api-key: [redacted]") {
+		t.Errorf("fields = %v", f)
+	}
+	if f := q[1].Fields; f["tool"] != "github/search_code" || f["resultBytes"] != "" {
+		t.Errorf("fields = %v", f)
+	}
+}
