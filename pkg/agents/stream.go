@@ -339,7 +339,8 @@ type codexLine struct {
 // codexItem holds the fields galley reads of an item. mcp_tool_call's are
 // recorded (testdata/codex-turn1.jsonl); command_execution's (command,
 // aggregated_output) are not: they are taken from codex's exec_events.rs
-// (CommandExecutionItem) and may differ in the pinned version.
+// (CommandExecutionItem); the pinned 0.171.0 binary holds both names
+// among its field names, but no recording of one is in testdata.
 type codexItem struct {
 	ID        string          `json:"id"`
 	Type      string          `json:"type"`
