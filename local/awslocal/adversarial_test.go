@@ -1,8 +1,14 @@
 package awslocal_test
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,8 +17,10 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/local/awslocal"
+	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/local/standin-cli/standin"
 	"github.com/galley-run/galley/pkg/harness"
+	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
 )
 
@@ -112,6 +120,36 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 		}
 		targets.OtherToken = cfg
 	}
+	workerEndpoint := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkerEndpoint]
+	if workerEndpoint == "" {
+		t.Fatal("the stack names no worker endpoint")
+	}
+	// The stolen-token attack uses the victim's credential, planted in
+	// the attacker's git directory (out of its commits) as a thief would
+	// hold it.
+	targets.WorkerEndpoint = workerEndpoint
+	targets.StolenCredential = filepath.Join(".git", "stolen-credential")
+	if name, gw := s.WorkerNetwork(); name != "" {
+		// The raw stand-ins, at the addresses a worker container would
+		// name them (TestWorkerContainerReachesOnlyTheGates), and a gate
+		// as the control that must answer. Workers as host programs
+		// reach loopback, where the stand-ins listen: a known gap
+		// (docs/aws-local.md), so the attack runs on the image only.
+		for what, raw := range map[string]string{"DynamoDB Local": os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"), "fauxqs": os.Getenv("AWS_ENDPOINT_URL_SQS")} {
+			u, err := url.Parse(raw)
+			if err != nil || u.Port() == "" {
+				t.Fatalf("no endpoint for %s: %q", what, raw)
+			}
+			targets.RawStandins = append(targets.RawStandins, net.JoinHostPort(gw.String(), u.Port()), u.Host)
+		}
+		g, err := url.Parse(s.GateURL(iamgate.DynamoDB))
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets.DialControl = g.Host
+	} else {
+		t.Log("workers run as host programs: the raw stand-in ports are not attacked (they listen on the host's loopback)")
+	}
 	for _, p := range []string{targets.KitchnToken, targets.OtherToken, targets.WorkerSecret} {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("target %s does not exist, so its attack would prove nothing: %v", p, err)
@@ -119,15 +157,22 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 	}
 	attacker, wt := launch("k-attack", "", "adv/attacker", standin.AttackBrief(targets))
 	_, attackerWS := taskOf(t, s, attacker)
+	stolen := filepath.Join(attackerWS, targets.StolenCredential)
+	plantStolenCredential(t, stolen, victimCredential(t, s, victim, "k-victim"))
+	names := standin.AttackNamesFor(targets)
 	verdicts := map[string]string{}
-	for _, name := range standin.AttackNames {
+	for _, name := range names {
 		verdicts[name] = k.next("attack "+name, kind(protocol.MsgStatus, "attack "+name+": ")).Body
+		if name == "stolen-token" {
+			_ = os.Remove(stolen)
+		}
 	}
 	honest := k.next("the honest push", kind(protocol.MsgStatus, "honest: "))
 	done := k.next("the attacker's worker-done", kind(protocol.MsgWorkerDone, ""))
-	for _, name := range standin.AttackNames {
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			t.Log(verdicts[name])
+			checkAttackSpecifics(t, name, verdicts[name])
 			if !strings.Contains(verdicts[name], ": blocked (") {
 				t.Errorf("attack not blocked: %s", verdicts[name])
 			}
@@ -179,4 +224,63 @@ func revParse(repo, ref string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// victimCredential is the credential galley handed the victim's harness
+// (in its bootstrap exchange), made as the worker API makes it
+// (pkg/service/tokens.go): "<handle>.<mac>", the mac an HMAC under the
+// stack's worker secret of the handle and the record's nonce, which a
+// launch derives from its key (launchNonce). The stolen-token attack's
+// verdict proves it genuine: galley refuses it as bound to another key,
+// not as a bad credential.
+func victimCredential(t *testing.T, s *awslocal.Stack, handle, launchKey string) string {
+	t.Helper()
+	secret, err := s.SecretValue(t.Context(), s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkerSecretArn])
+	if err != nil {
+		t.Fatal(err)
+	}
+	house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
+	sum := sha256.Sum256([]byte(house + "\x00" + launchKey))
+	nonce := "n-" + hex.EncodeToString(sum[:10])
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte("galley-worker\x00" + handle + "\x00" + nonce))
+	return handle + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// plantStolenCredential writes cred to dst, readable by the attacker,
+// once dst's folder exists. The value is never logged.
+func plantStolenCredential(t *testing.T, dst, cred string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if fi, err := os.Stat(filepath.Dir(dst)); err == nil && fi.IsDir() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not made", filepath.Dir(dst))
+		}
+	}
+	if err := os.WriteFile(dst, []byte(cred+"\n"), 0o644); err != nil {
+		t.Fatalf("planting the stolen credential: %v", err)
+	}
+	if err := os.Chmod(dst, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkAttackSpecifics asserts what a blocked verdict must show for the
+// attacks whose "blocked" alone could also mean the attempt never ran.
+func checkAttackSpecifics(t *testing.T, name, v string) {
+	t.Helper()
+	switch name {
+	case "stolen-token":
+		for _, want := range []string{"without a proof: 401 ", "with a proof of its own key: 401 ", "bound to another key"} {
+			if !strings.Contains(v, want) {
+				t.Errorf("the stolen credential's verdict lacks %q: %s", want, v)
+			}
+		}
+	case "dial-raw-standins":
+		if !strings.Contains(v, "; control ") || !strings.Contains(v, " answered") || strings.Contains(v, "did not answer either") {
+			t.Errorf("the dial attack's control address did not answer, so the refusals prove nothing: %s", v)
+		}
+	}
 }
