@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -128,6 +130,12 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 	// the attacker's git directory (out of its commits) as a thief would
 	// hold it.
 	targets.WorkerEndpoint = workerEndpoint
+	// The connection flood aims at the API as the worker reaches it.
+	api, err := url.Parse(workerEndpoint)
+	if err != nil || api.Host == "" {
+		t.Fatalf("worker endpoint %q: %v", workerEndpoint, err)
+	}
+	targets.APIAddress = api.Host
 	targets.StolenCredential = filepath.Join(".git", "stolen-credential")
 	if name, gw := s.WorkerNetwork(); name != "" {
 		// The raw stand-ins, at the addresses a worker container would
@@ -155,13 +163,27 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 			t.Fatalf("target %s does not exist, so its attack would prove nothing: %v", p, err)
 		}
 	}
+	fdsBefore := openFDs(t)
 	attacker, wt := launch("k-attack", "", "adv/attacker", standin.AttackBrief(targets))
 	_, attackerWS := taskOf(t, s, attacker)
 	stolen := filepath.Join(attackerWS, targets.StolenCredential)
 	plantStolenCredential(t, stolen, victimCredential(t, s, victim, "k-victim"))
 	names := standin.AttackNamesFor(targets)
 	verdicts := map[string]string{}
+	var floodCalls, floodFailures int
 	for _, name := range names {
+		if name == "connflood" {
+			// The agent holds its connections until kitchn replies: every
+			// call made meanwhile, each on a new connection, must succeed.
+			q := k.next("the connection flood's question", func(m protocol.MailMessage) bool {
+				return m.Kind == protocol.MsgQuestion && strings.HasPrefix(m.Body, "holding ")
+			})
+			t.Logf("connection flood: the agent is %s", q.Body)
+			floodCalls, floodFailures = kitchnCallsDuringFlood(t, s, token, 50)
+			if st, _ := k.effect("k-connflood-reply", fmt.Sprintf(`{"type":"reply-to-worker","worker":%s,"question":%q,"body":"done"}`, k.worker(attacker), q.ID)); st != "applied" {
+				t.Fatalf("reply to the connection flood's question: %s", st)
+			}
+		}
 		verdicts[name] = k.next("attack "+name, kind(protocol.MsgStatus, "attack "+name+": ")).Body
 		if name == "stolen-token" {
 			_ = os.Remove(stolen)
@@ -173,6 +195,12 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Log(verdicts[name])
 			checkAttackSpecifics(t, name, verdicts[name])
+			if name == "connflood" {
+				t.Logf("kitchn made %d calls during the flood, %d failed", floodCalls, floodFailures)
+				if floodCalls == 0 || floodFailures > 0 {
+					t.Errorf("kitchn's calls during the connection flood: %d of %d failed", floodFailures, floodCalls)
+				}
+			}
 			if !strings.Contains(verdicts[name], ": blocked (") {
 				t.Errorf("attack not blocked: %s", verdicts[name])
 			}
@@ -185,6 +213,14 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 		got, err := exec.Command("git", "--git-dir", repo, "show", "adv/attacker:honest.txt").CombinedOutput()
 		if err != nil || string(got) != "the honest path" {
 			t.Errorf("adv/attacker:honest.txt = %q %v", got, err)
+		}
+	})
+	t.Run("the stack's descriptors back within bounds", func(t *testing.T) {
+		// The stack (gateway, gates, git server) runs in this process.
+		after := openFDs(t)
+		t.Logf("open descriptors of the stack's process: %d before the attacker, %d after", fdsBefore, after)
+		if after > fdsBefore+fdSlack {
+			t.Errorf("the stack holds %d descriptors after the attacks, %d before (room %d)", after, fdsBefore, fdSlack)
 		}
 	})
 	t.Run("house refs unchanged", func(t *testing.T) {
@@ -278,9 +314,52 @@ func checkAttackSpecifics(t *testing.T, name, v string) {
 				t.Errorf("the stolen credential's verdict lacks %q: %s", want, v)
 			}
 		}
+	case "connflood":
+		if !strings.Contains(v, "opened ") || strings.Contains(v, "opened 0 of") {
+			t.Errorf("the connection flood opened no connection: %s", v)
+		}
 	case "dial-raw-standins":
 		if !strings.Contains(v, "; control ") || !strings.Contains(v, " answered") || strings.Contains(v, "did not answer either") {
 			t.Errorf("the dial attack's control address did not answer, so the refusals prove nothing: %s", v)
 		}
 	}
+}
+
+// fdSlack is room for connections kept alive between calls and the
+// stack's own work (the victim's task still runs).
+const fdSlack = 64
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatalf("counting the descriptors: %v", err)
+	}
+	return len(ents)
+}
+
+// kitchnCallsDuringFlood makes n kitchn calls (GET /v1/descriptor, each
+// on a new connection) and returns how many it made and how many failed.
+func kitchnCallsDuringFlood(t *testing.T, s *awslocal.Stack, token string, n int) (calls, failures int) {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
+	for range n {
+		calls++
+		req, _ := http.NewRequest("GET", s.Endpoint()+"/v1/descriptor", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			failures++
+			t.Logf("kitchn's call %d during the flood: %v", calls, err)
+			continue
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			failures++
+			t.Logf("kitchn's call %d during the flood: status %d", calls, resp.StatusCode)
+		}
+	}
+	return calls, failures
 }
