@@ -252,7 +252,56 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 			}
 		}
 	})
+
+	// A log flood (issue 21, item 5): what the worker's container writes,
+	// which is what reaches CloudWatch on AWS, stays within the harness's
+	// log budget, which the template leaves at its default.
+	if s.WorkerImageRef() == "" {
+		t.Log("workers run as host programs: the log flood is checked in the container shape only")
+		return
+	}
+	flooder, _ := launch("k-flood", "", "adv/flood", fmt.Sprintf("#!standin\nflood-log %d\n"+
+		`tool post_status {"body":"flood: $LAST"}`+"\n"+`tool finish {"outcome":"succeeded","body":"flooded"}`, 4*harness.DefaultLogLimit))
+	flooded := k.next("the log flood's status", kind(protocol.MsgStatus, "flood: "))
+	k.next("the flooder's worker-done", kind(protocol.MsgWorkerDone, ""))
+	floodTask, _ := taskOf(t, s, flooder)
+	budget := int64(harness.DefaultLogLimit)
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		var info ecsTask
+		for _, task := range s.ECS().Tasks() {
+			if task.ID == floodTask {
+				info = ecsTask{task.LastStatus, task.Env[harness.EnvLogLimit]}
+			}
+		}
+		if info.env != "" {
+			t.Fatalf("the worker task sets %s=%s: the test assumes the template's default", harness.EnvLogLimit, info.env)
+		}
+		if info.status == "STOPPED" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the flooder's task did not stop (last status %q)", info.status)
+		}
+	}
+	t.Run("log flood within its budget", func(t *testing.T) {
+		log, err := s.ECS().ContainerLog(floodTask)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s; the container's log is %d bytes (budget %d)", flooded.Body, len(log), budget)
+		if flooded.Body != fmt.Sprintf("flood: wrote %d bytes to stderr", 4*harness.DefaultLogLimit) {
+			t.Errorf("the flood did not run as scripted: %s", flooded.Body)
+		}
+		if int64(len(log)) > budget {
+			t.Errorf("the flooder's container log is %d bytes, over its budget %d", len(log), budget)
+		}
+		if !strings.Contains(string(log), "log cut: this worker used its log budget") {
+			t.Error("the container's log does not say it was cut")
+		}
+	})
 }
+
+type ecsTask struct{ status, env string }
 
 func revParse(repo, ref string) string {
 	out, err := exec.Command("git", "--git-dir", repo, "rev-parse", "--verify", "--quiet", ref).Output()
