@@ -1,8 +1,16 @@
 package awslocal_test
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,8 +19,10 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/local/awslocal"
+	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/local/standin-cli/standin"
 	"github.com/galley-run/galley/pkg/harness"
+	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
 )
 
@@ -112,22 +122,85 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 		}
 		targets.OtherToken = cfg
 	}
+	workerEndpoint := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkerEndpoint]
+	if workerEndpoint == "" {
+		t.Fatal("the stack names no worker endpoint")
+	}
+	// The stolen-token attack uses the victim's credential, planted in
+	// the attacker's git directory (out of its commits) as a thief would
+	// hold it.
+	targets.WorkerEndpoint = workerEndpoint
+	// The connection flood aims at the API as the worker reaches it.
+	api, err := url.Parse(workerEndpoint)
+	if err != nil || api.Host == "" {
+		t.Fatalf("worker endpoint %q: %v", workerEndpoint, err)
+	}
+	targets.APIAddress = api.Host
+	targets.StolenCredential = filepath.Join(".git", "stolen-credential")
+	if name, gw := s.WorkerNetwork(); name != "" {
+		// The raw stand-ins, at the addresses a worker container would
+		// name them (TestWorkerContainerReachesOnlyTheGates), and a gate
+		// as the control that must answer. Workers as host programs
+		// reach loopback, where the stand-ins listen: a known gap
+		// (docs/aws-local.md), so the attack runs on the image only.
+		for what, raw := range map[string]string{"DynamoDB Local": os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"), "fauxqs": os.Getenv("AWS_ENDPOINT_URL_SQS")} {
+			u, err := url.Parse(raw)
+			if err != nil || u.Port() == "" {
+				t.Fatalf("no endpoint for %s: %q", what, raw)
+			}
+			targets.RawStandins = append(targets.RawStandins, net.JoinHostPort(gw.String(), u.Port()), u.Host)
+		}
+		g, err := url.Parse(s.GateURL(iamgate.DynamoDB))
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets.DialControl = g.Host
+	} else {
+		t.Log("workers run as host programs: the raw stand-in ports are not attacked (they listen on the host's loopback)")
+	}
 	for _, p := range []string{targets.KitchnToken, targets.OtherToken, targets.WorkerSecret} {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("target %s does not exist, so its attack would prove nothing: %v", p, err)
 		}
 	}
+	fdsBefore := openFDs(t)
 	attacker, wt := launch("k-attack", "", "adv/attacker", standin.AttackBrief(targets))
 	_, attackerWS := taskOf(t, s, attacker)
+	stolen := filepath.Join(attackerWS, targets.StolenCredential)
+	plantStolenCredential(t, stolen, victimCredential(t, s, victim, "k-victim"))
+	names := standin.AttackNamesFor(targets)
 	verdicts := map[string]string{}
-	for _, name := range standin.AttackNames {
+	var floodCalls, floodFailures int
+	for _, name := range names {
+		if name == "connflood" {
+			// The agent holds its connections until kitchn replies: every
+			// call made meanwhile, each on a new connection, must succeed.
+			q := k.next("the connection flood's question", func(m protocol.MailMessage) bool {
+				return m.Kind == protocol.MsgQuestion && strings.HasPrefix(m.Body, "holding ")
+			})
+			t.Logf("connection flood: the agent is %s", q.Body)
+			floodCalls, floodFailures = kitchnCallsDuringFlood(t, s, token, 50)
+			if st, _ := k.effect("k-connflood-reply", fmt.Sprintf(`{"type":"reply-to-worker","worker":%s,"question":%q,"body":"done"}`, k.worker(attacker), q.ID)); st != "applied" {
+				t.Fatalf("reply to the connection flood's question: %s", st)
+			}
+		}
 		verdicts[name] = k.next("attack "+name, kind(protocol.MsgStatus, "attack "+name+": ")).Body
+		if name == "stolen-token" {
+			_ = os.Remove(stolen)
+		}
 	}
 	honest := k.next("the honest push", kind(protocol.MsgStatus, "honest: "))
 	done := k.next("the attacker's worker-done", kind(protocol.MsgWorkerDone, ""))
-	for _, name := range standin.AttackNames {
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			t.Log(verdicts[name])
+			checkAttackSpecifics(t, name, verdicts[name])
+			if name == "connflood" {
+				t.Logf("kitchn made %d calls during the flood, %d failed", floodCalls, floodFailures)
+				if floodCalls == 0 || floodFailures > 0 {
+					t.Errorf("kitchn's calls during the connection flood: %d of %d failed", floodFailures, floodCalls)
+				}
+			}
 			if !strings.Contains(verdicts[name], ": blocked (") {
 				t.Errorf("attack not blocked: %s", verdicts[name])
 			}
@@ -140,6 +213,14 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 		got, err := exec.Command("git", "--git-dir", repo, "show", "adv/attacker:honest.txt").CombinedOutput()
 		if err != nil || string(got) != "the honest path" {
 			t.Errorf("adv/attacker:honest.txt = %q %v", got, err)
+		}
+	})
+	t.Run("the stack's descriptors back within bounds", func(t *testing.T) {
+		// The stack (gateway, gates, git server) runs in this process.
+		after := openFDs(t)
+		t.Logf("open descriptors of the stack's process: %d before the attacker, %d after", fdsBefore, after)
+		if after > fdsBefore+fdSlack {
+			t.Errorf("the stack holds %d descriptors after the attacks, %d before (room %d)", after, fdsBefore, fdSlack)
 		}
 	})
 	t.Run("house refs unchanged", func(t *testing.T) {
@@ -171,7 +252,56 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 			}
 		}
 	})
+
+	// A log flood (issue 21, item 5): what the worker's container writes,
+	// which is what reaches CloudWatch on AWS, stays within the harness's
+	// log budget, which the template leaves at its default.
+	if s.WorkerImageRef() == "" {
+		t.Log("workers run as host programs: the log flood is checked in the container shape only")
+		return
+	}
+	flooder, _ := launch("k-flood", "", "adv/flood", fmt.Sprintf("#!standin\nflood-log %d\n"+
+		`tool post_status {"body":"flood: $LAST"}`+"\n"+`tool finish {"outcome":"succeeded","body":"flooded"}`, 4*harness.DefaultLogLimit))
+	flooded := k.next("the log flood's status", kind(protocol.MsgStatus, "flood: "))
+	k.next("the flooder's worker-done", kind(protocol.MsgWorkerDone, ""))
+	floodTask, _ := taskOf(t, s, flooder)
+	budget := int64(harness.DefaultLogLimit)
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		var info ecsTask
+		for _, task := range s.ECS().Tasks() {
+			if task.ID == floodTask {
+				info = ecsTask{task.LastStatus, task.Env[harness.EnvLogLimit]}
+			}
+		}
+		if info.env != "" {
+			t.Fatalf("the worker task sets %s=%s: the test assumes the template's default", harness.EnvLogLimit, info.env)
+		}
+		if info.status == "STOPPED" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the flooder's task did not stop (last status %q)", info.status)
+		}
+	}
+	t.Run("log flood within its budget", func(t *testing.T) {
+		log, err := s.ECS().ContainerLog(floodTask)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s; the container's log is %d bytes (budget %d)", flooded.Body, len(log), budget)
+		if flooded.Body != fmt.Sprintf("flood: wrote %d bytes to stderr", 4*harness.DefaultLogLimit) {
+			t.Errorf("the flood did not run as scripted: %s", flooded.Body)
+		}
+		if int64(len(log)) > budget {
+			t.Errorf("the flooder's container log is %d bytes, over its budget %d", len(log), budget)
+		}
+		if !strings.Contains(string(log), "log cut: this worker used its log budget") {
+			t.Error("the container's log does not say it was cut")
+		}
+	})
 }
+
+type ecsTask struct{ status, env string }
 
 func revParse(repo, ref string) string {
 	out, err := exec.Command("git", "--git-dir", repo, "rev-parse", "--verify", "--quiet", ref).Output()
@@ -179,4 +309,106 @@ func revParse(repo, ref string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// victimCredential is the credential galley handed the victim's harness
+// (in its bootstrap exchange), made as the worker API makes it
+// (pkg/service/tokens.go): "<handle>.<mac>", the mac an HMAC under the
+// stack's worker secret of the handle and the record's nonce, which a
+// launch derives from its key (launchNonce). The stolen-token attack's
+// verdict proves it genuine: galley refuses it as bound to another key,
+// not as a bad credential.
+func victimCredential(t *testing.T, s *awslocal.Stack, handle, launchKey string) string {
+	t.Helper()
+	secret, err := s.SecretValue(t.Context(), s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkerSecretArn])
+	if err != nil {
+		t.Fatal(err)
+	}
+	house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
+	sum := sha256.Sum256([]byte(house + "\x00" + launchKey))
+	nonce := "n-" + hex.EncodeToString(sum[:10])
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte("galley-worker\x00" + handle + "\x00" + nonce))
+	return handle + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// plantStolenCredential writes cred to dst, readable by the attacker,
+// once dst's folder exists. The value is never logged.
+func plantStolenCredential(t *testing.T, dst, cred string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if fi, err := os.Stat(filepath.Dir(dst)); err == nil && fi.IsDir() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not made", filepath.Dir(dst))
+		}
+	}
+	if err := os.WriteFile(dst, []byte(cred+"\n"), 0o644); err != nil {
+		t.Fatalf("planting the stolen credential: %v", err)
+	}
+	if err := os.Chmod(dst, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkAttackSpecifics asserts what a blocked verdict must show for the
+// attacks whose "blocked" alone could also mean the attempt never ran.
+func checkAttackSpecifics(t *testing.T, name, v string) {
+	t.Helper()
+	switch name {
+	case "stolen-token":
+		for _, want := range []string{"without a proof: 401 ", "with a proof of its own key: 401 ", "bound to another key"} {
+			if !strings.Contains(v, want) {
+				t.Errorf("the stolen credential's verdict lacks %q: %s", want, v)
+			}
+		}
+	case "connflood":
+		if !strings.Contains(v, "opened ") || strings.Contains(v, "opened 0 of") {
+			t.Errorf("the connection flood opened no connection: %s", v)
+		}
+	case "dial-raw-standins":
+		if !strings.Contains(v, "; control ") || !strings.Contains(v, " answered") || strings.Contains(v, "did not answer either") {
+			t.Errorf("the dial attack's control address did not answer, so the refusals prove nothing: %s", v)
+		}
+	}
+}
+
+// fdSlack is room for connections kept alive between calls and the
+// stack's own work (the victim's task still runs).
+const fdSlack = 64
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatalf("counting the descriptors: %v", err)
+	}
+	return len(ents)
+}
+
+// kitchnCallsDuringFlood makes n kitchn calls (GET /v1/descriptor, each
+// on a new connection) and returns how many it made and how many failed.
+func kitchnCallsDuringFlood(t *testing.T, s *awslocal.Stack, token string, n int) (calls, failures int) {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
+	for range n {
+		calls++
+		req, _ := http.NewRequest("GET", s.Endpoint()+"/v1/descriptor", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			failures++
+			t.Logf("kitchn's call %d during the flood: %v", calls, err)
+			continue
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			failures++
+			t.Logf("kitchn's call %d during the flood: status %d", calls, resp.StatusCode)
+		}
+	}
+	return calls, failures
 }

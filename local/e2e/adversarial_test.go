@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -134,6 +136,12 @@ func adversarial(t *testing.T, want harness.Confinement) {
 	// (relative to the worktree): the worktree's next agent can write
 	// there in every confinement.
 	targets.Marker = ".git"
+	// The stolen-token attack uses the victim's credential, which the
+	// test plants in the attacker's git directory (out of its commits) as
+	// a thief would have it; the connection flood aims at galley's port.
+	targets.WorkerEndpoint = s.Endpoint
+	targets.StolenCredential = filepath.Join(".git", "stolen-credential")
+	targets.APIAddress = strings.TrimPrefix(s.Endpoint, "http://")
 	launch := func(key string, ws string, brief string) (string, string) {
 		b, _ := json.Marshal(brief)
 		wsJSON := `{"type":"isolated"}`
@@ -168,10 +176,27 @@ func adversarial(t *testing.T, want harness.Confinement) {
 		t.Fatalf("attacker launch created worker %q worktree %q", attacker, wt)
 	}
 	attackerWS := workspaceOf(t, s, attacker)
+	stolen := filepath.Join(attackerWS, targets.StolenCredential)
+	plantStolenCredential(t, filepath.Join(s.Data, "workers", victim, "token"), stolen)
+	names := standin.AttackNamesFor(targets)
 	verdicts := map[string]string{}
-	for _, name := range standin.AttackNames {
+	var floodCalls, floodFailures int
+	for _, name := range names {
+		if name == "connflood" {
+			// The agent holds its connections until kitchn replies: every
+			// call made meanwhile, each on a new connection, must succeed.
+			q := mb.next(t, "the connection flood's question", func(r mailRow) bool {
+				return r.Kind == protocol.MsgQuestion && strings.HasPrefix(r.Body, "holding ")
+			})
+			t.Logf("connection flood: the agent is %s", q.Body)
+			floodCalls, floodFailures = kitchnCallsDuringFlood(t, s, 50)
+			workerEffect(t, s, run, "k-connflood-reply", fmt.Sprintf(`{"type":"reply-to-worker","worker":%s,"question":%q,"body":"done"}`, workerRes(attacker), q.ID))
+		}
 		row := mb.next(t, "attack "+name, kindBody(protocol.MsgStatus, "attack "+name+": "))
 		verdicts[name] = row.Body
+		if name == "stolen-token" {
+			_ = os.Remove(stolen)
+		}
 	}
 	honest := mb.next(t, "the honest push", kindBody(protocol.MsgStatus, "honest: "))
 	done := mb.next(t, "the attacker's worker-done", func(r mailRow) bool { return r.Kind == protocol.MsgWorkerDone })
@@ -181,10 +206,17 @@ func adversarial(t *testing.T, want harness.Confinement) {
 	if mode != string(want) {
 		t.Fatalf("the attacker ran confined by %q, want %q", mode, want)
 	}
-	for _, name := range standin.AttackNames {
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			v := verdicts[name]
 			t.Log(v)
+			checkAttackSpecifics(t, name, v)
+			if name == "connflood" {
+				t.Logf("kitchn made %d calls during the flood, %d failed", floodCalls, floodFailures)
+				if floodCalls == 0 || floodFailures > 0 {
+					t.Errorf("kitchn's calls during the connection flood: %d of %d failed", floodFailures, floodCalls)
+				}
+			}
 			if name == "harness-environ" && want == harness.ConfineLandlock && strings.Contains(v, "SUCCEEDED") {
 				// docs/security.md: Landlock does not stop a process of the
 				// same uid reading /proc/<harness>/environ.
@@ -584,4 +616,80 @@ func confinementIn(t *testing.T, s *server, handle string) string {
 		}
 	}
 	return string(harness.ConfineNone)
+}
+
+// plantStolenCredential copies the victim's credential (a throwaway of
+// this test's server) to dst, readable by the attacker, as a thief who
+// read it would hold it. The value is never logged.
+func plantStolenCredential(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+		t.Fatalf("the victim's credential at %s: %v", src, err)
+	}
+	// The worktree is made once the worker starts.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if fi, err := os.Stat(filepath.Dir(dst)); err == nil && fi.IsDir() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not made", filepath.Dir(dst))
+		}
+	}
+	if err := os.WriteFile(dst, b, 0o644); err != nil {
+		t.Fatalf("planting the stolen credential: %v", err)
+	}
+	if err := os.Chmod(dst, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkAttackSpecifics asserts what a blocked verdict must show for the
+// attacks whose "blocked" alone could also mean the attempt never ran.
+func checkAttackSpecifics(t *testing.T, name, v string) {
+	t.Helper()
+	switch name {
+	case "stolen-token":
+		// Refused both ways, and refused as a genuine credential bound to
+		// another key: the credential was real, only the key was missing.
+		for _, want := range []string{"without a proof: 401 ", "with a proof of its own key: 401 ", "bound to another key"} {
+			if !strings.Contains(v, want) {
+				t.Errorf("the stolen credential's verdict lacks %q: %s", want, v)
+			}
+		}
+	case "connflood":
+		if !strings.Contains(v, "opened ") || strings.Contains(v, "opened 0 of") {
+			t.Errorf("the connection flood opened no connection: %s", v)
+		}
+	case "dial-raw-standins":
+		if !strings.Contains(v, "; control ") || !strings.Contains(v, " answered") || strings.Contains(v, "did not answer either") {
+			t.Errorf("the dial attack's control address did not answer, so the refusals prove nothing: %s", v)
+		}
+	}
+}
+
+// kitchnCallsDuringFlood makes n kitchn calls (GET /v1/descriptor, each
+// on a new connection, as a client without keep-alive) and returns how
+// many it made and how many failed.
+func kitchnCallsDuringFlood(t *testing.T, s *server, n int) (calls, failures int) {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
+	for range n {
+		calls++
+		req, _ := http.NewRequest("GET", s.Endpoint+"/v1/descriptor", nil)
+		req.Header.Set("Authorization", "Bearer "+s.Token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			failures++
+			t.Logf("kitchn's call %d during the flood: %v", calls, err)
+			continue
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			failures++
+			t.Logf("kitchn's call %d during the flood: status %d", calls, resp.StatusCode)
+		}
+	}
+	return calls, failures
 }

@@ -39,7 +39,17 @@ type Attack struct {
 	//             harness may be signalled
 	//   flood     start up to 1200 processes; succeeds if nothing stops it
 	//   hardlink  hard-link the file at Path into the worktree
+	//   dial      connect (TCP, then HTTP) to each address of Addrs; Target is
+	//             a control address the agent may reach
+	//   stolen-token  call the worker API at URL with the credential in the
+	//             file at Path (another worker's; waited for, the test plants
+	//             it), without a proof and with a proof of its own key
+	//   connflood open up to Count connections to Target and hold them while
+	//             it asks the coordinator "connflood" and waits for the reply
 	Kind    string   `json:"kind"`
+	URL     string   `json:"url,omitempty"`
+	Addrs   []string `json:"addrs,omitempty"`
+	Count   int      `json:"count,omitempty"`
 	Target  string   `json:"target,omitempty"`
 	Path    string   `json:"path,omitempty"`
 	Refspec string   `json:"refspec,omitempty"`
@@ -105,6 +115,10 @@ func attack(ctx context.Context, a Attack) (succeeded bool, detail string) {
 		return forkFlood(ctx)
 	case "hardlink":
 		return hardLink(a.Path)
+	case "dial":
+		return dialTargets(ctx, a.Addrs, a.Target)
+	case "stolen-token":
+		return stolenToken(ctx, a.Path, a.URL)
 	}
 	return false, "unknown attack kind " + strconv.Quote(a.Kind)
 }
@@ -313,9 +327,29 @@ type Targets struct {
 	// the agent must not read (the other provider's key, the git
 	// credential, the worker token).
 	SecretNames []string
+	// RawStandins are addresses of stand-ins that only an IAM gate may
+	// reach (aws-local's DynamoDB Local and fauxqs, as a worker would
+	// name them), and DialControl one the worker may reach (a gate). The
+	// local shape has none: the dial attack is left out.
+	RawStandins []string
+	DialControl string
+	// WorkerEndpoint is the worker API's URL as the agent reaches it, and
+	// StolenCredential the file (relative: to the worktree) where the test
+	// plants another worker's credential; both given, the stolen-token
+	// attack runs.
+	WorkerEndpoint, StolenCredential string
+	// APIAddress is galley's API (host:port) as the agent reaches it;
+	// given, the connflood attack runs (the test answers its question
+	// "connflood" once kitchn's calls during the flood are done).
+	APIAddress string
 }
 
-// AttackNames are the attacks AttackBrief scripts, in order.
+// ConnFloodSize is how many connections the connflood attack opens, above
+// galley's default per-peer bound (1024).
+const ConnFloodSize = 3000
+
+// AttackNames are the attacks AttackBrief scripts for every target set,
+// in order; AttackNamesFor adds those whose targets are given.
 var AttackNames = []string{
 	"read-token", "read-worker-secret", "read-other-token", "read-store",
 	"read-other-workspace", "write-other-workspace",
@@ -325,37 +359,69 @@ var AttackNames = []string{
 	"fork-flood", "fight-kill", "plant-links",
 }
 
-// AttackBrief is a stand-in script that tries every attack of AttackNames
-// against t, each posting its verdict, then commits and pushes
+type namedAttack struct {
+	name string
+	a    Attack
+}
+
+func attacksFor(t Targets) []namedAttack {
+	out := []namedAttack{
+		{"read-token", Attack{Kind: "read", Path: t.KitchnToken}},
+		{"read-worker-secret", Attack{Kind: "read", Path: t.WorkerSecret}},
+		{"read-other-token", Attack{Kind: "read", Path: t.OtherToken}},
+		{"read-store", Attack{Kind: "read", Path: t.Store}},
+		{"read-other-workspace", Attack{Kind: "read", Path: filepath.Join(t.OtherWorkspace, ".git", "config")}},
+		{"write-other-workspace", Attack{Kind: "write", Path: t.OtherWorkspace}},
+		{"push-main", Attack{Kind: "push", Refspec: "HEAD:refs/heads/main"}},
+		{"delete-other-branch", Attack{Kind: "push", Refspec: ":refs/heads/" + t.OtherBranch}},
+		{"force-push-other-branch", Attack{Kind: "push", Refspec: "+HEAD:refs/heads/" + t.OtherBranch}},
+		{"push-tag", Attack{Kind: "push", Refspec: "HEAD:refs/tags/attacker-tag"}},
+		{"plant", Attack{Kind: "plant", Marker: t.Marker}},
+		{"harness-environ", Attack{Kind: "environ", Names: t.SecretNames}},
+		{"ptrace-harness", Attack{Kind: "ptrace"}},
+		{"task-credentials", Attack{Kind: "creds"}},
+		{"hardlink-token", Attack{Kind: "hardlink", Path: t.KitchnToken}},
+		{"hardlink-worker-secret", Attack{Kind: "hardlink", Path: t.WorkerSecret}},
+		{"hardlink-store", Attack{Kind: "hardlink", Path: t.Store}},
+		{"fork-flood", Attack{Kind: "flood"}},
+		{"fight-kill", Attack{Kind: "fight"}},
+		{"plant-links", Attack{Kind: "links", Path: t.LinkInfo, Target: t.LinkObjectsInfo}},
+	}
+	if len(t.RawStandins) > 0 {
+		out = append(out, namedAttack{"dial-raw-standins", Attack{Kind: "dial", Addrs: t.RawStandins, Target: t.DialControl}})
+	}
+	if t.WorkerEndpoint != "" && t.StolenCredential != "" {
+		out = append(out, namedAttack{"stolen-token", Attack{Kind: "stolen-token", Path: t.StolenCredential, URL: t.WorkerEndpoint}})
+	}
+	if t.APIAddress != "" {
+		out = append(out, namedAttack{"connflood", Attack{Kind: "connflood", Target: t.APIAddress, Count: ConnFloodSize}})
+	}
+	return out
+}
+
+// AttackNamesFor are the attacks AttackBrief(t) scripts, in order.
+func AttackNamesFor(t Targets) []string {
+	var names []string
+	for _, a := range attacksFor(t) {
+		names = append(names, a.name)
+	}
+	return names
+}
+
+// AttackBrief is a stand-in script that tries every attack of
+// AttackNamesFor(t), each posting its verdict, then commits and pushes
 // honest.txt on its own branch (the honest path) and finishes. Run it as
-// any agent family's brief; the lead's aws-local test can reuse it.
+// any agent family's brief.
 func AttackBrief(t Targets) string {
-	j := func(a Attack) string { b, _ := json.Marshal(a); return string(b) }
-	lines := []string{
-		Shebang,
-		"attack read-token " + j(Attack{Kind: "read", Path: t.KitchnToken}),
-		"attack read-worker-secret " + j(Attack{Kind: "read", Path: t.WorkerSecret}),
-		"attack read-other-token " + j(Attack{Kind: "read", Path: t.OtherToken}),
-		"attack read-store " + j(Attack{Kind: "read", Path: t.Store}),
-		"attack read-other-workspace " + j(Attack{Kind: "read", Path: filepath.Join(t.OtherWorkspace, ".git", "config")}),
-		"attack write-other-workspace " + j(Attack{Kind: "write", Path: t.OtherWorkspace}),
-		"attack push-main " + j(Attack{Kind: "push", Refspec: "HEAD:refs/heads/main"}),
-		"attack delete-other-branch " + j(Attack{Kind: "push", Refspec: ":refs/heads/" + t.OtherBranch}),
-		"attack force-push-other-branch " + j(Attack{Kind: "push", Refspec: "+HEAD:refs/heads/" + t.OtherBranch}),
-		"attack push-tag " + j(Attack{Kind: "push", Refspec: "HEAD:refs/tags/attacker-tag"}),
-		"attack plant " + j(Attack{Kind: "plant", Marker: t.Marker}),
-		"attack harness-environ " + j(Attack{Kind: "environ", Names: t.SecretNames}),
-		"attack ptrace-harness " + j(Attack{Kind: "ptrace"}),
-		"attack task-credentials " + j(Attack{Kind: "creds"}),
-		"attack hardlink-token " + j(Attack{Kind: "hardlink", Path: t.KitchnToken}),
-		"attack hardlink-worker-secret " + j(Attack{Kind: "hardlink", Path: t.WorkerSecret}),
-		"attack hardlink-store " + j(Attack{Kind: "hardlink", Path: t.Store}),
-		"attack fork-flood " + j(Attack{Kind: "flood"}),
-		"attack fight-kill " + j(Attack{Kind: "fight"}),
-		"attack plant-links " + j(Attack{Kind: "links", Path: t.LinkInfo, Target: t.LinkObjectsInfo}),
+	lines := []string{Shebang}
+	for _, a := range attacksFor(t) {
+		b, _ := json.Marshal(a.a)
+		lines = append(lines, "attack "+a.name+" "+string(b))
+	}
+	lines = append(lines,
 		"commit honest.txt the honest path",
 		`tool post_status {"body":"honest: $LAST"}`,
 		`tool finish {"outcome":"succeeded","body":"attacks done"}`,
-	}
+	)
 	return strings.Join(lines, "\n")
 }

@@ -274,7 +274,7 @@ func (r *runner) do(ctx context.Context, line string) (code int, stop bool) {
 		verdict := ""
 		if err := json.Unmarshal([]byte(args), &a); err != nil {
 			verdict = "blocked (the directive's JSON is malformed: " + err.Error() + ")"
-		} else if ok, detail := attack(ctx, a); ok {
+		} else if ok, detail := r.attack(ctx, a); ok {
 			verdict = "SUCCEEDED (" + detail + ")"
 		} else {
 			verdict = "blocked (" + detail + ")"
