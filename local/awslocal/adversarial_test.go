@@ -6,14 +6,17 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,7 +68,22 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 	if ok, why := harness.CanSwitchUser(); !ok {
 		t.Fatalf("the uid confinement cannot run here (%s): agents would reach the stack's folders", why)
 	}
-	s, token, _ := startStackLogged(t, func(c *awslocal.Config) { openParents(t, c.Data) })
+	// The template's push caps (the harness's defaults, 100 MiB a push and
+	// 512 MiB a worker) are too large to flood on this machine; the copy
+	// sets smaller ones through the same task environment, so the flood
+	// below meets the same gate and configuration path as on AWS.
+	tpl := mutatedTemplate(t, func(res map[string]any) error {
+		for _, p := range resourcesOf(res, "AWS::ECS::TaskDefinition") {
+			c := p["ContainerDefinitions"].([]any)[0].(map[string]any)
+			env, _ := c["Environment"].([]any)
+			c["Environment"] = append(env,
+				map[string]any{"Name": harness.EnvPushLimit, "Value": strconv.Itoa(floodPushLimit)},
+				map[string]any{"Name": harness.EnvPushBudget, "Value": strconv.Itoa(floodPushBudget)})
+			return nil
+		}
+		return fmt.Errorf("no task definition")
+	})
+	s, token, _ := startStackLogged(t, func(c *awslocal.Config) { openParents(t, c.Data); c.Template = tpl })
 	data := filepath.Dir(filepath.Dir(s.TokenFile()))
 	k := newKitchn(t, s, token, "run-adv")
 	launch := func(key, workspace, branch, brief string) (worker, worktree string) {
@@ -253,16 +271,22 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 		}
 	})
 
-	// A log flood (issue 21, item 5): what the worker's container writes,
-	// which is what reaches CloudWatch on AWS, stays within the harness's
-	// log budget, which the template leaves at its default.
+	// A log flood and a push flood (issue 21, items 5 and 6): what the
+	// worker's container writes, which is what reaches CloudWatch on AWS,
+	// stays within the harness's log budget, which the template leaves at
+	// its default; the house repository grows by no more than the push
+	// budget, the third push refused by the harness's gate.
 	if s.WorkerImageRef() == "" {
 		t.Log("workers run as host programs: the log flood is checked in the container shape only")
 		return
 	}
+	repoBefore := treeBytes(t, s.Repository())
 	flooder, _ := launch("k-flood", "", "adv/flood", fmt.Sprintf("#!standin\nflood-log %d\n"+
-		`tool post_status {"body":"flood: $LAST"}`+"\n"+`tool finish {"outcome":"succeeded","body":"flooded"}`, 4*harness.DefaultLogLimit))
+		`tool post_status {"body":"flood: $LAST"}`+"\n"+"flood-push 3 %d\n"+
+		`tool post_status {"body":"push flood: $LAST"}`+"\n"+
+		`tool finish {"outcome":"succeeded","body":"flooded"}`, 4*harness.DefaultLogLimit, floodPushEach))
 	flooded := k.next("the log flood's status", kind(protocol.MsgStatus, "flood: "))
+	pushes := k.next("the push flood's status", kind(protocol.MsgStatus, "push flood: "))
 	k.next("the flooder's worker-done", kind(protocol.MsgWorkerDone, ""))
 	floodTask, _ := taskOf(t, s, flooder)
 	budget := int64(harness.DefaultLogLimit)
@@ -283,6 +307,16 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 			t.Fatalf("the flooder's task did not stop (last status %q)", info.status)
 		}
 	}
+	t.Run("push flood within its budget", func(t *testing.T) {
+		grown := treeBytes(t, s.Repository()) - repoBefore
+		t.Logf("%s; the house repository grew by %d bytes (push budget %d)", pushes.Body, grown, floodPushBudget)
+		if pushes.Body != "push flood: pushes accepted 2, refused 1 (push budget)" {
+			t.Errorf("push flood: %s, want two pushes accepted and the third refused, naming the budget", pushes.Body)
+		}
+		if grown > floodPushBudget {
+			t.Errorf("the house repository grew by %d bytes, over the push budget %d", grown, floodPushBudget)
+		}
+	})
 	t.Run("log flood within its budget", func(t *testing.T) {
 		log, err := s.ECS().ContainerLog(floodTask)
 		if err != nil {
@@ -302,6 +336,39 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 }
 
 type ecsTask struct{ status, env string }
+
+// The push flood's caps (the task's GALLEY_PUSH_LIMIT and
+// GALLEY_PUSH_BUDGET in the test's copy of the template): three pushes of
+// floodPushEach, of which two fit the budget.
+const (
+	floodPushLimit  = 8 << 20
+	floodPushBudget = 12 << 20
+	floodPushEach   = 5 << 20
+)
+
+// treeBytes is the size of the regular files beneath dir.
+func treeBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while walking (a temporary file)
+			}
+			return err
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
 
 func revParse(repo, ref string) string {
 	out, err := exec.Command("git", "--git-dir", repo, "rev-parse", "--verify", "--quiet", ref).Output()

@@ -65,6 +65,7 @@ func TestConsoleLongPollAWSLocal(t *testing.T) {
 		SameAfterReload bool
 		Cancelled       bool
 		Live            string
+		AfterCancel     string
 	}
 	if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &r); err != nil {
 		t.Fatalf("console-poll.mjs printed %q: %v", stdout.String(), err)
@@ -83,6 +84,9 @@ func TestConsoleLongPollAWSLocal(t *testing.T) {
 	}
 	if !r.SameAfterReload || !r.Cancelled || r.Live != "live" {
 		t.Errorf("same after reload %v, cancelled %v, status %q", r.SameAfterReload, r.Cancelled, r.Live)
+	}
+	if r.AfterCancel != "cancel done" && r.AfterCancel != "live" {
+		t.Errorf("status after the cancel %q, want the cancel done (or the poll's live, which races it)", r.AfterCancel)
 	}
 	for _, e := range r.Errors {
 		t.Errorf("page error: %s", e)

@@ -62,13 +62,18 @@ try {
   await page.waitForFunction((n) => document.querySelectorAll("#timeline li").length >= n, before.length, { timeout: T });
   const after = await timeline();
   result.sameAfterReload = before.every((line, i) => after[i] === line);
+  // The follow says "live" once a poll has answered; the cancel's own
+  // "cancel done" and the poll that brings the settlement race, so the
+  // status after the cancel may be either.
+  await page.waitForFunction(() => document.getElementById("status").textContent === "live", null, { timeout: T });
+  result.live = "live";
 
   await page.click("#cancel");
   await page.waitForSelector("#confirm[open]", { timeout: T });
   await page.click("#confirm-yes");
   await page.waitForFunction(() => [...document.querySelectorAll("#timeline li.k-state")].some((li) => li.textContent.includes("state=settled")), null, { timeout: T });
   result.cancelled = true;
-  result.live = await page.evaluate(() => document.getElementById("status").textContent);
+  result.afterCancel = await page.evaluate(() => document.getElementById("status").textContent);
 } finally {
   await context.close();
 }
