@@ -420,7 +420,8 @@ func AttackBrief(t Targets) string {
 	}
 	lines = append(lines,
 		"commit honest.txt the honest path",
-		`tool post_status {"body":"honest: $LAST"}`,
+		// The attacks' verdicts may have filled the budget of unread rows.
+		`tool-patient post_status {"body":"honest: $LAST"}`,
 		`tool finish {"outcome":"succeeded","body":"attacks done"}`,
 	)
 	return strings.Join(lines, "\n")

@@ -12,6 +12,8 @@
 // session under $HOME/.galley-standin). Directives, one a line:
 //
 //	tool <name> <json arguments>   call a galley tool ($LAST, $PROMPT, $PID substituted)
+//	tool-patient <name> <json>     the same, called again while galley answers "post again"
+//	                               (a full budget of unread rows), for up to a minute
 //	text <words>                   an assistant message
 //	commit <path> <text>           write, commit and push the file (pkg/workspace)
 //	usage <in> <out> <cacheRead> <cacheWrite> [<costUSD>]   this turn's usage
@@ -226,6 +228,9 @@ func (r *runner) do(ctx context.Context, line string) (code int, stop bool) {
 	case "tool":
 		name, args, _ := strings.Cut(rest, " ")
 		r.callTool(ctx, name, r.subst(args))
+	case "tool-patient":
+		name, args, _ := strings.Cut(rest, " ")
+		r.callPatiently(ctx, name, r.subst(args))
 	case "text":
 		r.text(rest)
 	case "commit":
@@ -282,13 +287,7 @@ func (r *runner) do(ctx context.Context, line string) (code int, stop bool) {
 		b, _ := json.Marshal(map[string]any{"body": "attack " + name + ": " + verdict})
 		// A verdict must not be lost to the worker's budget of unread
 		// status rows: wait for the coordinator to read, as a model would.
-		for range 240 {
-			r.callTool(ctx, "post_status", string(b))
-			if !strings.Contains(r.last, "post again") || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+		r.callPatiently(ctx, "post_status", string(b))
 	case "git":
 		// Plain git, as a model runs it: hooks, fsmonitor and credential
 		// helpers of the worktree apply.
@@ -418,6 +417,19 @@ func (r *runner) search() {
 	r.claudeMessage("assistant", []map[string]any{{"type": "tool_use", "id": id, "name": "ToolSearch", "input": map[string]any{"query": q}}})
 	r.claudeMessage("user", []map[string]any{{"tool_use_id": id, "type": "tool_result",
 		"content": []map[string]any{{"type": "tool_reference", "tool_name": "mcp__galley__ask_coordinator"}}}})
+}
+
+// callPatiently calls a tool again while galley answers "post again"
+// (the worker's budget of unread rows is full until the coordinator
+// reads), every 250 ms for up to a minute, as a model would.
+func (r *runner) callPatiently(ctx context.Context, name, args string) {
+	for range 240 {
+		r.callTool(ctx, name, args)
+		if !strings.Contains(r.last, "post again") || ctx.Err() != nil {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 func (r *runner) callTool(ctx context.Context, name, args string) {
