@@ -221,6 +221,6 @@ func (r *runner) attack(ctx context.Context, a Attack) (bool, string) {
 	return connFlood(ctx, a.Target, a.Count, func(opened int, lastErr error) {
 		body := fmt.Sprintf("holding %d connections", opened)
 		b, _ := json.Marshal(map[string]any{"subject": "connflood", "body": body})
-		r.callTool(ctx, "ask_coordinator", string(b))
+		r.callPatiently(ctx, "ask_coordinator", string(b))
 	})
 }
