@@ -224,3 +224,29 @@ func (r *runner) attack(ctx context.Context, a Attack) (bool, string) {
 		r.callPatiently(ctx, "ask_coordinator", string(b))
 	})
 }
+
+// CheckVerdict says what a blocked verdict of attack name must show for
+// the attacks whose "blocked" alone could also mean the attempt never
+// ran; nil for the others. The stand-in writes these verdicts, so it says
+// what they must hold, for every shape's test.
+func CheckVerdict(name, v string) error {
+	switch name {
+	case "stolen-token":
+		// Refused both ways, and refused as a genuine credential bound to
+		// another key: the credential was real, only the key was missing.
+		for _, want := range []string{"without a proof: 401 ", "with a proof of its own key: 401 ", "bound to another key"} {
+			if !strings.Contains(v, want) {
+				return fmt.Errorf("the stolen credential's verdict lacks %q: %s", want, v)
+			}
+		}
+	case "connflood":
+		if !strings.Contains(v, "opened ") || strings.Contains(v, "opened 0 of") {
+			return fmt.Errorf("the connection flood opened no connection: %s", v)
+		}
+	case "dial-raw-standins":
+		if !strings.Contains(v, "; control ") || !strings.Contains(v, " answered") || strings.Contains(v, "did not answer either") {
+			return fmt.Errorf("the dial attack's control address did not answer, so the refusals prove nothing: %s", v)
+		}
+	}
+	return nil
+}
