@@ -56,15 +56,25 @@ vet:
 	@bad=$$(gofmt -l $(wildcard pkg local worker functions scripts)); if [ -n "$$bad" ]; then echo "not gofmt-clean: $$bad"; exit 1; fi
 	$(GO) vet $(PKGS)
 
+# The test pass lists the two longest packages first: go test starts
+# packages in the order given, -p at a time, so they run beside the rest
+# rather than after it.
+TEST_PKGS := ./local/awslocal ./local/e2e $(PKGS)
+# The packages that hold benchmarks. They run in a pass of their own: with
+# -bench, go test runs every package one after another (and none before all
+# are built), which made the whole pass serial.
+BENCH_PKGS := $(sort $(patsubst %/,./%,$(dir $(shell grep -rl --include='*_test.go' '^func Benchmark' pkg local worker functions scripts))))
+
 # The real agent CLIs (worker/agent-clis' pins, installed from npm with their
 # checksums) run in local/realcli; every stand-in a test needs is required.
-# Every benchmark runs once too (-benchtime 1x, after each package's tests),
-# so that none rots unseen: one pass builds each test binary once.
+# Then every benchmark runs once (-benchtime 1x), so that none rots unseen,
+# against the same stand-ins.
 test-go:
 	clis="$$(scripts/agent-clis.sh)"; \
 	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) \
 	  GALLEY_AWSLOCAL_TEMPLATE=$(CURDIR)/$(LOCAL_TEMPLATE) GALLEY_REQUIRE_REAL_CLIS=1 GALLEY_AGENT_CLIS_BIN="$$clis" \
-	  GALLEY_REQUIRE_BROWSER=1 $(GO) test -count=1 -timeout 45m -bench . -benchtime 1x $(PKGS)
+	  GALLEY_REQUIRE_BROWSER=1 bash -c '$(GO) test -count=1 -timeout 45m $(TEST_PKGS) && \
+	    $(GO) test -count=1 -timeout 20m -run "^$$" -bench . -benchtime 1x $(BENCH_PKGS)'
 
 # The console's browser test drives Debian's Chromium with playwright-core.
 browser-deps:
@@ -72,7 +82,7 @@ browser-deps:
 
 ## bench-smoke: only the benchmarks, each once (-benchtime 1x; make test runs them with the tests)
 bench-smoke: build-aws-local
-	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) GALLEY_AWSLOCAL_TEMPLATE=$(CURDIR)/$(LOCAL_TEMPLATE) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x $(PKGS)
+	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) GALLEY_AWSLOCAL_TEMPLATE=$(CURDIR)/$(LOCAL_TEMPLATE) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
 
 ## test-real-clis: only the real Claude Code and Codex CLIs through galley's harness and drivers
 test-real-clis:

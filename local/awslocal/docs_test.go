@@ -159,6 +159,9 @@ func cdkContextKeys(t *testing.T, root string) map[string]bool {
 // which no machine here runs, gets only those static checks. A command no
 // check knows fails the test, so the walk-through stays checkable.
 func TestDeployDocCommands(t *testing.T) {
+	// Parallel: builds and synthesizes in its own clone, touching no
+	// stack; it runs beside the idle workers' minute.
+	t.Parallel()
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)

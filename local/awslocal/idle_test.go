@@ -39,6 +39,9 @@ const idleWorkers = 8
 // and a grant's session cannot receive another worker's wake-ups, because
 // the IAM gate refuses it.
 func TestIdleWorkersHoldNoInvocationAWSLocal(t *testing.T) {
+	// Parallel: most of it is a minute of idling, which the doc commands'
+	// builds (TestDeployDocCommands) can use.
+	t.Parallel()
 	s, token := startStack(t)
 	t.Cleanup(func() {
 		if !t.Failed() {
