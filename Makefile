@@ -42,7 +42,15 @@ build:
 	$(GO) build -o $(BIN)/galley-worker ./worker/cmd/galley-worker
 
 ## test: every test: vet, Go tests against DynamoDB Local and fauxqs (installed, started and stopped here), the CDK app
-test: vet synth-local lint-template image browser-deps test-go test-infra
+# Two steps, each of jobs run side by side: what the tests need (vet, the
+# binaries and the template, the image, the browser's packages), then the
+# Go tests and the CDK app's. Plain `make test` is enough: the -j is here.
+test:
+	@$(MAKE) --no-print-directory -j3 test-prep
+	@$(MAKE) --no-print-directory -j2 test-go test-infra
+
+.PHONY: test-prep
+test-prep: vet lint-template image browser-deps
 
 ## image: the worker image from worker/Dockerfile, built with buildah (its bases made here once; docs/worker-image.md)
 .PHONY: image
@@ -77,7 +85,7 @@ test-go:
 	    $(GO) test -count=1 -timeout 20m -run "^$$" -bench . -benchtime 1x $(BENCH_PKGS)'
 
 # The console's browser test drives Debian's Chromium with playwright-core.
-browser-deps:
+browser-deps: node_modules/.package-lock.json
 	scripts/browser-deps.sh
 
 ## bench-smoke: only the benchmarks, each once (-benchtime 1x; make test runs them with the tests)

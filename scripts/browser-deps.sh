@@ -4,7 +4,10 @@
 # playwright-core (npm ci of the repository's package-lock.json).
 set -euo pipefail
 if [ ! -x /usr/bin/chromium ]; then
-  if [ "$(id -u)" = 0 ]; then apt=(apt-get); else apt=(sudo apt-get); fi
+  # One apt at a time: make test installs the image's tools beside this
+  # (scripts/worker-image.sh takes the same lock), and apt waits out others.
+  apt=(flock /var/lock/galley-apt.lock apt-get -o DPkg::Lock::Timeout=600)
+  if [ "$(id -u)" != 0 ]; then apt=(sudo "${apt[@]}"); fi
   "${apt[@]}" update -qq
   DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq chromium
 fi

@@ -72,8 +72,11 @@ ensure_tools() {
   [ ${#missing[@]} -eq 0 ] && return
   [ "$(id -u)" -eq 0 ] || { say "needs root to install ${missing[*]}"; exit 1; }
   say "installing ${missing[*]}"
-  apt-get update -q >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
+  # One apt at a time (make test may install the browser beside this:
+  # scripts/browser-deps.sh takes the same lock).
+  local apt=(flock /var/lock/galley-apt.lock apt-get -o DPkg::Lock::Timeout=600)
+  "${apt[@]}" update -q >&2
+  DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -q "${missing[@]}" >&2
 }
 
 # Checks a downloaded file against an npm-style integrity (sha512-<base64>).

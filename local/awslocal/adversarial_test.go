@@ -65,6 +65,9 @@ func taskOf(t *testing.T, s *awslocal.Stack, handle string) (id, workspace strin
 // attacks aim at the house repository's storage instead, and
 // task-credentials aims at the real task role's endpoint.
 func TestAdversarialAgentAWSLocal(t *testing.T) {
+	// Parallel: on its own stack; most of its time is the attacks' waits,
+	// which the doc commands' builds and the idle minute can share.
+	t.Parallel()
 	if ok, why := harness.CanSwitchUser(); !ok {
 		t.Fatalf("the uid confinement cannot run here (%s): agents would reach the stack's folders", why)
 	}

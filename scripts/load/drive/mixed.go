@@ -58,6 +58,9 @@ type MixedConfig struct {
 	// several drives); default a new one.
 	Recorder *history.Recorder `json:"-"`
 	Log      io.Writer         `json:"-"`
+	// LinearizeTimeout bounds the linearizability search over the run's
+	// history (0: history.DefaultLinearizeTimeout).
+	LinearizeTimeout time.Duration `json:"-"`
 }
 
 func (c *MixedConfig) defaults() {
@@ -314,7 +317,7 @@ func RunMixed(ctx context.Context, cfg MixedConfig) (*Mixed, error) {
 	}
 	res.Ops = ops
 	checkStart := time.Now()
-	res.Report = history.Check(ops, history.Options{Linearizability: true})
+	res.Report = history.Check(ops, history.Options{Linearizability: true, LinearizeTimeout: cfg.LinearizeTimeout})
 	res.CheckTime = time.Since(checkStart)
 	res.Routes = routeStats(ops, cfg.Recorder, res.Start, res.MainEnd)
 	m.logs = harnessLogs(cfg.Data)
