@@ -45,12 +45,13 @@ build:
 # Two steps, each of jobs run side by side: what the tests need (vet, the
 # binaries and the template, the image, the browser's packages), then the
 # Go tests and the CDK app's. Plain `make test` is enough: the -j is here.
+# The image comes first: a cold build is the longest of the preparations.
 test:
-	@$(MAKE) --no-print-directory -j3 test-prep
+	@$(MAKE) --no-print-directory -j4 test-prep
 	@$(MAKE) --no-print-directory -j2 test-go test-infra
 
 .PHONY: test-prep
-test-prep: vet lint-template image browser-deps
+test-prep: image vet lint-template browser-deps
 
 ## image: the worker image from worker/Dockerfile, built with buildah (its bases made here once; docs/worker-image.md)
 .PHONY: image
