@@ -182,39 +182,72 @@ wait_ready() { # NAME URL TARGET PIDFILE LOG
 	printf ' ready after %ss\n' $((SECONDS - start)) >&2
 }
 
+# launch_ready NAME FROM SET PIDFILE LOG TARGET LAUNCH: starts the stand-in
+# (LAUNCH PORT, run in the background) on a free port from FROM (or on SET),
+# waits until it answers, and prints the port. Checkouts side by side
+# choose their ports one at a time (a machine-wide lock, held until the
+# chosen port is bound, since DynamoDB Local takes seconds to bind); a
+# port another program takes in that window is given up for the next one.
+launch_ready() {
+	local name=$1 from=$2 set=$3 pidfile=$4 log=$5 target=$6 launch=$7 port attempt
+	exec 9>"${TMPDIR:-/tmp}/galley-standins.lock"
+	flock 9
+	for attempt in 1 2 3 4 5; do
+		port=$(free_port "$name" "$from" "$set")
+		"$launch" "$port" 9>&- &
+		echo $! >"$pidfile"
+		wait_ready "$name" "http://127.0.0.1:$port" "$target" "$pidfile" "$log"
+		if owns_port "$(cat "$pidfile")" "$port"; then
+			flock -u 9
+			exec 9>&-
+			echo "$port"
+			return
+		fi
+		kill -TERM -- "-$(cat "$pidfile")" 2>/dev/null || kill -TERM "$(cat "$pidfile")" 2>/dev/null || true
+		[ -n "$set" ] && { flock -u 9; exec 9>&-; die "another process took port $port before $name bound it"; }
+		say "another process took port $port before $name bound it; trying the next one"
+		from=$((port + 1))
+	done
+	flock -u 9
+	exec 9>&-
+	die "$name: every port tried was taken before it bound it"
+}
+
+launch_dynamodb() {
+	# No bind-address flag exists: it listens on every interface, hence the
+	# unusual port. -sharedDb: one database whatever the key and region.
+	cd "$DDB_DIR" && exec setsid nohup java -Xmx512m -Djava.library.path=./DynamoDBLocal_lib \
+		-jar DynamoDBLocal.jar -inMemory -sharedDb -disableTelemetry -port "$1" \
+		</dev/null >"$DIR/dynamodb.log" 2>&1
+}
+
+launch_fauxqs() {
+	# fauxqs's cli.js forces its request logger on; starting it through its
+	# module lets FAUXQS_LOGGER=false keep a line per request out of the log.
+	cd "$ROOT" && FAUXQS_PORT="$1" FAUXQS_LOGGER=false exec setsid nohup node --input-type=module \
+		-e 'import("./node_modules/fauxqs/dist/app.js").then(m => m.startFauxqs())' -- fauxqs \
+		</dev/null >"$DIR/fauxqs.log" 2>&1
+}
+
 start_dynamodb() {
-	local pidfile="$DIR/dynamodb.pid" log="$DIR/dynamodb.log"
+	local pidfile="$DIR/dynamodb.pid"
 	if alive "$pidfile" DynamoDBLocal.jar; then
 		say "DynamoDB Local already running (pid $(cat "$pidfile"))"
 		return
 	fi
-	DDB_PORT=$(free_port "DynamoDB Local" "${DDB_PORT_SET:-18000}" "$DDB_PORT_SET")
-	# No bind-address flag exists: it listens on every interface, hence the
-	# unusual port. -sharedDb: one database whatever the key and region.
-	(cd "$DDB_DIR" && exec setsid nohup java -Xmx512m -Djava.library.path=./DynamoDBLocal_lib \
-		-jar DynamoDBLocal.jar -inMemory -sharedDb -disableTelemetry -port "$DDB_PORT" \
-		</dev/null >"$log" 2>&1) &
-	echo $! >"$pidfile"
-	wait_ready "DynamoDB Local" "http://127.0.0.1:$DDB_PORT" DynamoDB_20120810.ListTables "$pidfile" "$log"
-	owns_port "$(cat "$pidfile")" "$DDB_PORT" || { cmd_stop; die "another process took port $DDB_PORT before DynamoDB Local bound it; run again"; }
+	DDB_PORT=$(launch_ready "DynamoDB Local" "${DDB_PORT_SET:-18000}" "$DDB_PORT_SET" "$pidfile" "$DIR/dynamodb.log" \
+		DynamoDB_20120810.ListTables launch_dynamodb) || exit 1
 	echo "$DDB_PORT" >"$DIR/dynamodb.port"
 }
 
 start_fauxqs() {
-	local pidfile="$DIR/fauxqs.pid" log="$DIR/fauxqs.log"
+	local pidfile="$DIR/fauxqs.pid"
 	if alive "$pidfile" fauxqs; then
 		say "fauxqs already running (pid $(cat "$pidfile"))"
 		return
 	fi
-	SQS_PORT=$(free_port fauxqs "${SQS_PORT_SET:-19324}" "$SQS_PORT_SET")
-	# fauxqs's cli.js forces its request logger on; starting it through its
-	# module lets FAUXQS_LOGGER=false keep a line per request out of the log.
-	(cd "$ROOT" && FAUXQS_PORT="$SQS_PORT" FAUXQS_LOGGER=false exec setsid nohup node --input-type=module \
-		-e 'import("./node_modules/fauxqs/dist/app.js").then(m => m.startFauxqs())' -- fauxqs \
-		</dev/null >"$log" 2>&1) &
-	echo $! >"$pidfile"
-	wait_ready "fauxqs" "http://127.0.0.1:$SQS_PORT" AmazonSQS.ListQueues "$pidfile" "$log"
-	owns_port "$(cat "$pidfile")" "$SQS_PORT" || { cmd_stop; die "another process took port $SQS_PORT before fauxqs bound it; run again"; }
+	SQS_PORT=$(launch_ready fauxqs "${SQS_PORT_SET:-19324}" "$SQS_PORT_SET" "$pidfile" "$DIR/fauxqs.log" \
+		AmazonSQS.ListQueues launch_fauxqs) || exit 1
 	echo "$SQS_PORT" >"$DIR/fauxqs.port"
 }
 
