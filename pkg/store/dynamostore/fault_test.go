@@ -452,3 +452,35 @@ func checkMessages(t *testing.T, s *dynamostore.Store, run string, ids ...string
 		t.Errorf("messages %v, want %v", got, ids)
 	}
 }
+
+// A nonce write refused as if its condition had failed, but with no item
+// to name a use (the condition fails only on a live item, which ALL_OLD
+// returns: only the fault injector refuses without one), is tried again:
+// a worker's fresh DPoP proof was refused 401 "used before" under the
+// fault load's injected condition failures, which failed a scripted
+// worker's post. A second use is still refused, and one refused without an
+// item every try is Unavailable, not a replay.
+func TestNonceRefusedWithoutItem(t *testing.T) {
+	inj := awsfault.New()
+	s := faulty(t, inj)
+	ctx := t.Context()
+	inj.Script(awsfault.Step{Op: "UpdateItem", Fault: awsfault.ConditionFailed})
+	ok, err := s.UseNonce(ctx, "jti-1", time.Now().Add(time.Hour))
+	mustOK(t, "use, refused once without an item", err)
+	if !ok {
+		t.Error("a first use refused once without an item answered used before")
+	}
+	if inj.Injected("UpdateItem", awsfault.ConditionFailed) != 1 {
+		t.Fatalf("injected %d condition failures, want 1", inj.Injected("UpdateItem", awsfault.ConditionFailed))
+	}
+	again, err := s.UseNonce(ctx, "jti-1", time.Now().Add(time.Hour))
+	mustOK(t, "second use", err)
+	if again {
+		t.Error("a second use of a live nonce answered true")
+	}
+	inj.Script(awsfault.Step{Op: "UpdateItem", Fault: awsfault.ConditionFailed},
+		awsfault.Step{Op: "UpdateItem", Fault: awsfault.ConditionFailed},
+		awsfault.Step{Op: "UpdateItem", Fault: awsfault.ConditionFailed})
+	_, err = s.UseNonce(ctx, "jti-2", time.Now().Add(time.Hour))
+	wantKind(t, "a use refused without an item every try", err, galleyerr.Unavailable)
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -98,6 +99,10 @@ const (
 	kindCrasher = "crasher" // posts a status and exits without an outcome
 )
 
+// crasherExit is the code a crasher's script exits with once its status
+// was posted.
+const crasherExit = 3
+
 type worker struct {
 	handle, tag, kind, key string
 	worktree               string
@@ -108,6 +113,7 @@ type worker struct {
 	outcome                string
 	cancelled, released    bool
 	doneSeen               bool
+	doneBody               string // the delivered worker-done row's body
 	msgBody                string
 	msgAt                  time.Time
 	q1, q2                 bool // questions answered
@@ -124,13 +130,13 @@ func brief(kind, tag string) string {
 			"done succeeded " + tag + " done",
 		}, "\n")
 	case kindCrasher:
-		return "#!galley-script\nstatus " + tag + " start\nexit 3"
+		return "#!galley-script\nstatus " + tag + " start\nexit " + strconv.Itoa(crasherExit)
 	}
 	return tag + ": an idle worker, until cancelled"
 }
 
 // scriptedRows are the rows a worker of kind posts, in order, once it ran
-// to its end.
+// to its end (ranToEnd).
 func scriptedRows(w *worker) []workerapi.PostRequest {
 	switch w.kind {
 	case kindAsker:
@@ -147,6 +153,29 @@ func scriptedRows(w *worker) []workerapi.PostRequest {
 		return []workerapi.PostRequest{{Kind: protocol.MsgStatus, Body: w.tag + " start"}}
 	}
 	return nil
+}
+
+// ranToEnd says whether the worker's delivered end shows that its script
+// ran to its last directive, so that galley accepted (answered 200) each of
+// its scripted posts: the script agent goes past a post only once the post
+// succeeded, and a post that failed (a fault that outlasted the harness's
+// retries, or an error answer that is not retried) ends the script through
+// its failure path instead: an escalation and a done failed, or exit 1.
+// An asker ran to its end when it reported succeeded; a crasher when its
+// harness reported its exit with crasherExit, which galley's worker-done
+// row names (pkg/service WorkerExited).
+func ranToEnd(w *worker) bool {
+	if !w.doneSeen {
+		return false
+	}
+	switch w.kind {
+	case kindAsker:
+		return w.outcome == protocol.OutcomeSucceeded
+	case kindCrasher:
+		return w.outcome == protocol.OutcomeFailed &&
+			strings.HasPrefix(w.doneBody, fmt.Sprintf("the agent exited with code %d ", crasherExit))
+	}
+	return false
 }
 
 func answer(w *worker, n int) string { return fmt.Sprintf("%s answer %d", w.tag, n) }
@@ -555,7 +584,7 @@ func (co *coordinator) process(ctx context.Context, op history.Op, d *protocol.D
 				}
 			}
 		case protocol.MsgWorkerDone:
-			w.doneSeen, w.settled, w.outcome = true, true, row.Outcome
+			w.doneSeen, w.settled, w.outcome, w.doneBody = true, true, row.Outcome, row.Body
 			m.c.observe(ctx, co.name, w.handle)
 		}
 	}
@@ -723,9 +752,12 @@ func (co *coordinator) end(ctx context.Context) {
 }
 
 // expectedPosts turns what the scripts posted into post ops for the
-// checkers: for every worker whose end was delivered, each scripted row
+// checkers: for every worker whose delivered end shows its script ran to
+// its end (ranToEnd: each of its posts was accepted), each scripted row
 // was posted between its launch and the first answer that carried it (or
-// the end of the history, if none did: then it is lost).
+// the end of the history, if none did: then it is lost). A worker whose
+// script stopped early (a post refused or failed under faults) is left
+// out: which of its posts were accepted is not known here.
 func (m *mixed) expectedPosts(ops []history.Op) []history.Op {
 	type seen struct {
 		id  string
@@ -764,7 +796,7 @@ func (m *mixed) expectedPosts(ops []history.Op) []history.Op {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, w := range m.ws {
-		if !w.doneSeen || w.handle == "" || (w.kind == kindAsker && w.outcome != protocol.OutcomeSucceeded) {
+		if w.handle == "" || !ranToEnd(w) {
 			continue
 		}
 		run := runOf(w.key)
