@@ -600,7 +600,7 @@ func (s *Service) WorkerExited(ctx context.Context, handle string, code int, rea
 	// This exit settled the worker, or the worker settled by its own
 	// worker-done whose row never came (its harness stopped first): the
 	// coordinator gets the one row, with the record's outcome.
-	body := fmt.Sprintf("the agent exited with code %d without reporting an outcome", code)
+	body := AgentExitedBody(code)
 	if reported || res.Worker.Outcome != protocol.OutcomeFailed {
 		body = fmt.Sprintf("the worker reported %s, but its harness stopped (code %d) before its report reached the mailbox", res.Worker.Outcome, code)
 	}
@@ -685,4 +685,12 @@ func truncate(s string, n int) string {
 		return s[:n]
 	}
 	return s
+}
+
+// AgentExitedBody is the body of the worker-done row galley writes for a
+// worker whose agent exited with code before reporting an outcome (a
+// reason may follow it after ": "). The load driver reads it to know a
+// scripted exit was reached.
+func AgentExitedBody(code int) string {
+	return fmt.Sprintf("the agent exited with code %d without reporting an outcome", code)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/galley-run/galley/pkg/history"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/service"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
 
@@ -173,7 +174,7 @@ func ranToEnd(w *worker) bool {
 		return w.outcome == protocol.OutcomeSucceeded
 	case kindCrasher:
 		return w.outcome == protocol.OutcomeFailed &&
-			strings.HasPrefix(w.doneBody, fmt.Sprintf("the agent exited with code %d ", crasherExit))
+			strings.HasPrefix(w.doneBody, service.AgentExitedBody(crasherExit))
 	}
 	return false
 }

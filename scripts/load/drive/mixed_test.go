@@ -7,6 +7,7 @@ import (
 
 	"github.com/galley-run/galley/pkg/history"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/service"
 )
 
 // TestExpectedPostsOnlyAccepted: a crasher's scripted status is expected
@@ -17,7 +18,7 @@ import (
 func TestExpectedPostsOnlyAccepted(t *testing.T) {
 	const run = "load-t-h0"
 	ref := protocol.Resource{Kind: protocol.KindWorker, Backend: "galley", Handle: "w-1"}
-	exited := "the agent exited with code 3 without reporting an outcome: the agent exited with code 3 without reporting an outcome"
+	exited := service.AgentExitedBody(3) + ": " + service.AgentExitedBody(3) // as the harness reports its exit
 	failed := "script directive failed at line 2"
 	delivered := func(rows ...protocol.MailMessage) []history.Op {
 		ms := int64(1000)
@@ -45,7 +46,7 @@ func TestExpectedPostsOnlyAccepted(t *testing.T) {
 		{"posted and delivered", exited, []protocol.MailMessage{start, done(exited)}, 1, false},
 		{"posted, exited, never delivered", exited, []protocol.MailMessage{done(exited)}, 1, true},
 		{"post failed, script failed", failed, []protocol.MailMessage{escalation, done(failed)}, 0, false},
-		{"post failed, escalation failed too", "the agent exited with code 1 without reporting an outcome", []protocol.MailMessage{done("the agent exited with code 1 without reporting an outcome")}, 0, false},
+		{"post failed, escalation failed too", service.AgentExitedBody(1), []protocol.MailMessage{done(service.AgentExitedBody(1))}, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &mixed{ws: []*worker{{kind: kindCrasher, key: run + "-launch-1", tag: run + "-launch-1", handle: ref.Handle, launchOp: 1,
