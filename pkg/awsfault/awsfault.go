@@ -46,8 +46,12 @@ const (
 	// still in flight when its caller gave up.
 	Delayed
 	// ConditionFailed refuses a conditional write before it reaches the
-	// service, as if its condition had failed (DynamoDB only; other calls
-	// pass through untouched).
+	// service, as if another writer had just made its condition fail
+	// (DynamoDB only; other calls pass through untouched). As DynamoDB
+	// does, a refusal returns the item as it stands when the write asks
+	// for it (ALL_OLD); a write that asks and finds no item goes through,
+	// since DynamoDB never refuses one naming no item unless absence
+	// itself fails the condition, and then the real call answers so.
 	ConditionFailed
 	// ServerError (Transport only) forwards the request, then answers
 	// HTTP 500 InternalServerError: the call happened, and the SDK's own
@@ -215,6 +219,13 @@ func (i *Injector) decide(op string, applies func(Fault) bool) Fault {
 	return f
 }
 
+// withdraw takes back a fault decide counted and call could not inject.
+func (i *Injector) withdraw(op string, f Fault) {
+	i.mu.Lock()
+	i.injected[opFault{op, f}]--
+	i.mu.Unlock()
+}
+
 func (i *Injector) countCall(op string) {
 	if i == nil {
 		return
@@ -241,19 +252,21 @@ func (e *TimeoutError) Timeout() bool { return true }
 // Temporary marks the error as transient.
 func (e *TimeoutError) Temporary() bool { return true }
 
+// condFault is how an injected ConditionFailed answers one call: the
+// failure to return, or nil when no failure could faithfully be returned
+// now, and the call goes through as if nothing had been injected. A nil
+// condFault marks a call that has no condition to fail.
+type condFault func(context.Context) error
+
 // call runs one call of op through the injector: throttled, timed out,
 // refused by condition, made with its answer dropped, made late, or made.
-func call[O any](i *Injector, ctx context.Context, service, op string, conditional func() error, throttle error, real func(context.Context) (*O, error)) (*O, error) {
-	var cond error
-	if conditional != nil {
-		cond = conditional()
-	}
+func call[O any](i *Injector, ctx context.Context, service, op string, conditional condFault, throttle error, real func(context.Context) (*O, error)) (*O, error) {
 	f := i.decide(op, func(f Fault) bool {
 		switch f {
 		case Throttle, Timeout, LostResponse, Delayed:
 			return true
 		case ConditionFailed:
-			return cond != nil
+			return conditional != nil
 		}
 		return false // a wire fault: Transport's
 	})
@@ -266,7 +279,10 @@ func call[O any](i *Injector, ctx context.Context, service, op string, condition
 	case Timeout:
 		return nil, wrap(&TimeoutError{Op: op, Fault: f})
 	case ConditionFailed:
-		return nil, wrap(cond)
+		if err := conditional(ctx); err != nil {
+			return nil, wrap(err)
+		}
+		i.withdraw(op, f)
 	case LostResponse:
 		i.countCall(op)
 		real(ctx)

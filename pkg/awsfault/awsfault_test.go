@@ -24,6 +24,13 @@ type fakeDB struct {
 	mu      sync.Mutex
 	updates int
 	txs     int
+	live    map[string]types.AttributeValue // the item every GetItem answers
+}
+
+func (f *fakeDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &dynamodb.GetItemOutput{Item: f.live}, nil
 }
 
 func (f *fakeDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
@@ -139,6 +146,43 @@ func TestTransactionConditionFailed(t *testing.T) {
 	}
 	if db.count() != 0 {
 		t.Errorf("the refused transaction reached the client")
+	}
+}
+
+// A write that asks for the item when its condition fails (ALL_OLD) gets
+// the live item with an injected failure, as DynamoDB's failure carries
+// it; with no live item there is no faithful failure to inject, and the
+// write reaches the client.
+func TestConditionFailedCarriesTheLiveItem(t *testing.T) {
+	withOld := &dynamodb.UpdateItemInput{ConditionExpression: aws.String("attribute_not_exists(pk)"),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}
+	live := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}, "w": &types.AttributeValueMemberS{Value: "other"}}
+
+	db := &fakeDB{live: live}
+	inj := awsfault.New()
+	inj.Script(awsfault.Step{Op: "UpdateItem", Fault: awsfault.ConditionFailed})
+	c := &awsfault.DynamoDB{Client: db, Faults: inj}
+	_, err := c.UpdateItem(t.Context(), withOld)
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		t.Fatalf("err = %v, want ConditionalCheckFailedException", err)
+	}
+	if w, _ := ccf.Item["w"].(*types.AttributeValueMemberS); w == nil || w.Value != "other" {
+		t.Errorf("the failure carries item %v, want the live one", ccf.Item)
+	}
+	if db.count() != 0 || inj.Injected("UpdateItem", awsfault.ConditionFailed) != 1 {
+		t.Errorf("real writes %d, injected %d; want 0 and 1", db.count(), inj.Injected("UpdateItem", awsfault.ConditionFailed))
+	}
+
+	db = &fakeDB{}
+	inj = awsfault.New()
+	inj.Script(awsfault.Step{Op: "UpdateItem", Fault: awsfault.ConditionFailed})
+	c = &awsfault.DynamoDB{Client: db, Faults: inj}
+	if _, err := c.UpdateItem(t.Context(), withOld); err != nil {
+		t.Fatalf("with no live item: err = %v, want the write made", err)
+	}
+	if db.count() != 1 || inj.Injected("UpdateItem", awsfault.ConditionFailed) != 0 {
+		t.Errorf("with no live item: real writes %d, injected %d; want 1 and 0", db.count(), inj.Injected("UpdateItem", awsfault.ConditionFailed))
 	}
 }
 

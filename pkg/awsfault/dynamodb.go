@@ -2,6 +2,8 @@ package awsfault
 
 import (
 	"context"
+	"slices"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -30,6 +32,8 @@ type DynamoDBAPI interface {
 type DynamoDB struct {
 	Client DynamoDBAPI
 	Faults *Injector
+
+	keys sync.Map // table name → its key attributes' names, for puts
 }
 
 var _ DynamoDBAPI = (*DynamoDB)(nil)
@@ -38,17 +42,81 @@ const dynamoService = "DynamoDB"
 
 var dynamoThrottle = &smithy.GenericAPIError{Code: "ThrottlingException", Message: "awsfault: throttled (injected)", Fault: smithy.FaultClient}
 
-func ccf() error {
-	return &types.ConditionalCheckFailedException{Message: aws.String("awsfault: the conditional request failed (injected)")}
+func ccf(item map[string]types.AttributeValue) error {
+	return &types.ConditionalCheckFailedException{Message: aws.String("awsfault: the conditional request failed (injected)"), Item: item}
 }
 
-func ifCond(expr *string) func() error {
-	return func() error {
-		if expr == nil {
+// condFailure is how an injected ConditionFailed answers a single-item
+// write with condition cond on table's item at key: DynamoDB's
+// ConditionalCheckFailedException, carrying the live item when the write
+// asked for it (rv ALL_OLD), as DynamoDB's does. When the write asked and
+// no item stands, nothing faithful can be injected: with no item DynamoDB
+// fails the condition only if absence fails it, and then the real call
+// says so; otherwise it applies the write. So the write goes through.
+func (d *DynamoDB) condFailure(table *string, key func(context.Context) (map[string]types.AttributeValue, error), cond *string, rv types.ReturnValuesOnConditionCheckFailure) condFault {
+	if cond == nil {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		if rv != types.ReturnValuesOnConditionCheckFailureAllOld {
+			return ccf(nil)
+		}
+		item, err := d.liveItem(ctx, table, key)
+		if err != nil || item == nil {
 			return nil
 		}
-		return ccf()
+		return ccf(item)
 	}
+}
+
+// liveItem reads the item at key as it stands (a consistent read, made
+// past the injector).
+func (d *DynamoDB) liveItem(ctx context.Context, table *string, key func(context.Context) (map[string]types.AttributeValue, error)) (map[string]types.AttributeValue, error) {
+	k, err := key(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := d.Client.GetItem(ctx, &dynamodb.GetItemInput{TableName: table, Key: k, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
+}
+
+func keyIs(k map[string]types.AttributeValue) func(context.Context) (map[string]types.AttributeValue, error) {
+	return func(context.Context) (map[string]types.AttributeValue, error) { return k, nil }
+}
+
+// keyOfItem is the key of a put's item: its attributes the table's key
+// schema names (read once per table).
+func (d *DynamoDB) keyOfItem(table *string, item map[string]types.AttributeValue) func(context.Context) (map[string]types.AttributeValue, error) {
+	return func(ctx context.Context) (map[string]types.AttributeValue, error) {
+		names, err := d.keyNames(ctx, aws.ToString(table))
+		if err != nil {
+			return nil, err
+		}
+		k := make(map[string]types.AttributeValue, len(names))
+		for _, n := range names {
+			k[n] = item[n]
+		}
+		return k, nil
+	}
+}
+
+func (d *DynamoDB) keyNames(ctx context.Context, table string) ([]string, error) {
+	if v, ok := d.keys.Load(table); ok {
+		return v.([]string), nil
+	}
+	out, err := d.Client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, k := range out.Table.KeySchema {
+		names = append(names, aws.ToString(k.AttributeName))
+	}
+	d.keys.Store(table, names)
+	return names, nil
 }
 
 func (d *DynamoDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
@@ -58,19 +126,19 @@ func (d *DynamoDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...
 }
 
 func (d *DynamoDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	return call(d.Faults, ctx, dynamoService, "PutItem", ifCond(in.ConditionExpression), dynamoThrottle, func(ctx context.Context) (*dynamodb.PutItemOutput, error) {
+	return call(d.Faults, ctx, dynamoService, "PutItem", d.condFailure(in.TableName, d.keyOfItem(in.TableName, in.Item), in.ConditionExpression, in.ReturnValuesOnConditionCheckFailure), dynamoThrottle, func(ctx context.Context) (*dynamodb.PutItemOutput, error) {
 		return d.Client.PutItem(ctx, in, o...)
 	})
 }
 
 func (d *DynamoDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	return call(d.Faults, ctx, dynamoService, "UpdateItem", ifCond(in.ConditionExpression), dynamoThrottle, func(ctx context.Context) (*dynamodb.UpdateItemOutput, error) {
+	return call(d.Faults, ctx, dynamoService, "UpdateItem", d.condFailure(in.TableName, keyIs(in.Key), in.ConditionExpression, in.ReturnValuesOnConditionCheckFailure), dynamoThrottle, func(ctx context.Context) (*dynamodb.UpdateItemOutput, error) {
 		return d.Client.UpdateItem(ctx, in, o...)
 	})
 }
 
 func (d *DynamoDB) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
-	return call(d.Faults, ctx, dynamoService, "DeleteItem", ifCond(in.ConditionExpression), dynamoThrottle, func(ctx context.Context) (*dynamodb.DeleteItemOutput, error) {
+	return call(d.Faults, ctx, dynamoService, "DeleteItem", d.condFailure(in.TableName, keyIs(in.Key), in.ConditionExpression, in.ReturnValuesOnConditionCheckFailure), dynamoThrottle, func(ctx context.Context) (*dynamodb.DeleteItemOutput, error) {
 		return d.Client.DeleteItem(ctx, in, o...)
 	})
 }
@@ -83,29 +151,49 @@ func (d *DynamoDB) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func
 
 // TransactWriteItems fails a ConditionFailed as DynamoDB cancels a
 // transaction: TransactionCanceledException with a ConditionalCheckFailed
-// reason for every item that has a condition.
+// reason for every item that has a condition, carrying the live item where
+// that item asked for it (ALL_OLD) and one stands.
 func (d *DynamoDB) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
-	cond := func() error {
-		reasons := make([]types.CancellationReason, len(in.TransactItems))
-		conditional := false
-		for i, it := range in.TransactItems {
-			code := "None"
-			if hasCondition(it) {
-				code, conditional = "ConditionalCheckFailed", true
+	var cond condFault
+	if slices.ContainsFunc(in.TransactItems, hasCondition) {
+		cond = func(ctx context.Context) error {
+			reasons := make([]types.CancellationReason, len(in.TransactItems))
+			for i, it := range in.TransactItems {
+				reasons[i] = types.CancellationReason{Code: aws.String("None")}
+				if !hasCondition(it) {
+					continue
+				}
+				reasons[i].Code = aws.String("ConditionalCheckFailed")
+				if table, key, ok := d.oldOf(it); ok {
+					reasons[i].Item, _ = d.liveItem(ctx, table, key)
+				}
 			}
-			reasons[i] = types.CancellationReason{Code: aws.String(code)}
-		}
-		if !conditional {
-			return nil
-		}
-		return &types.TransactionCanceledException{
-			Message:             aws.String("awsfault: transaction cancelled (injected)"),
-			CancellationReasons: reasons,
+			return &types.TransactionCanceledException{
+				Message:             aws.String("awsfault: transaction cancelled (injected)"),
+				CancellationReasons: reasons,
+			}
 		}
 	}
 	return call(d.Faults, ctx, dynamoService, "TransactWriteItems", cond, dynamoThrottle, func(ctx context.Context) (*dynamodb.TransactWriteItemsOutput, error) {
 		return d.Client.TransactWriteItems(ctx, in, o...)
 	})
+}
+
+// oldOf names the item a transaction's item asks to have returned when its
+// condition fails (ALL_OLD), and whether it asks.
+func (d *DynamoDB) oldOf(it types.TransactWriteItem) (*string, func(context.Context) (map[string]types.AttributeValue, error), bool) {
+	const old = types.ReturnValuesOnConditionCheckFailureAllOld
+	switch {
+	case it.ConditionCheck != nil && it.ConditionCheck.ReturnValuesOnConditionCheckFailure == old:
+		return it.ConditionCheck.TableName, keyIs(it.ConditionCheck.Key), true
+	case it.Put != nil && it.Put.ReturnValuesOnConditionCheckFailure == old:
+		return it.Put.TableName, d.keyOfItem(it.Put.TableName, it.Put.Item), true
+	case it.Update != nil && it.Update.ReturnValuesOnConditionCheckFailure == old:
+		return it.Update.TableName, keyIs(it.Update.Key), true
+	case it.Delete != nil && it.Delete.ReturnValuesOnConditionCheckFailure == old:
+		return it.Delete.TableName, keyIs(it.Delete.Key), true
+	}
+	return nil, nil, false
 }
 
 func hasCondition(it types.TransactWriteItem) bool {

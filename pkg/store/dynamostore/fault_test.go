@@ -117,37 +117,52 @@ func TestLostResponseThenOtherWriter(t *testing.T) {
 }
 
 // Definite failures: throttling answers Unavailable and writes nothing; a
-// failed condition answers Conflict and writes nothing; a timeout before
-// the call is resent and applied once.
+// failed condition on an update answers Conflict and writes nothing; a
+// timeout before the call is resent and applied once. A create's condition
+// fails only on a live item: an injected failure with none to return goes
+// through, as DynamoDB would apply the write.
 func TestDefiniteFaults(t *testing.T) {
 	for _, tc := range []struct {
+		name    string
 		fault   awsfault.Fault
+		prior   bool           // the record exists (version 1) before the faulted write
 		want    galleyerr.Kind // Other: no error
 		written bool
 	}{
-		{awsfault.Throttle, galleyerr.Unavailable, false},
-		{awsfault.ConditionFailed, galleyerr.Conflict, false},
-		{awsfault.Timeout, galleyerr.Other, true},
+		{"throttle", awsfault.Throttle, false, galleyerr.Unavailable, false},
+		{"condition-failed", awsfault.ConditionFailed, true, galleyerr.Conflict, false},
+		{"condition-failed on a create", awsfault.ConditionFailed, false, galleyerr.Other, true},
+		{"timeout", awsfault.Timeout, false, galleyerr.Other, true},
 	} {
-		t.Run(tc.fault.String(), func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			inj := awsfault.New()
 			s := faulty(t, inj)
 			ctx := t.Context()
+			prev := store.NoVersion
+			if tc.prior {
+				v, err := s.PutEffect(ctx, effect("k", "before"), store.NoVersion)
+				mustOK(t, "prior put", err)
+				prev = v
+			}
 			inj.Script(awsfault.Step{Op: "UpdateItem", Fault: tc.fault})
-			_, err := s.PutEffect(ctx, effect("k", "mine"), store.NoVersion)
+			_, err := s.PutEffect(ctx, effect("k", "mine"), prev)
 			if tc.want == galleyerr.Other {
 				mustOK(t, "put", err)
 			} else {
 				wantKind(t, "put", err, tc.want)
 			}
-			_, v, err := s.GetEffect(ctx, "k")
+			want := prev
 			if tc.written {
-				mustOK(t, "get", err)
-				if v != 1 {
-					t.Errorf("version %d, want 1", v)
-				}
-			} else {
+				want++
+			}
+			got, v, err := s.GetEffect(ctx, "k")
+			if want == store.NoVersion {
 				wantKind(t, "get", err, galleyerr.NotFound)
+				return
+			}
+			mustOK(t, "get", err)
+			if v != want || (tc.written != (got.Fingerprint == "mine")) {
+				t.Errorf("version %d holding %q, want %d (written: %v)", v, got.Fingerprint, want, tc.written)
 			}
 		})
 	}
@@ -453,34 +468,37 @@ func checkMessages(t *testing.T, s *dynamostore.Store, run string, ids ...string
 	}
 }
 
-// A nonce write refused as if its condition had failed, but with no item
-// to name a use (the condition fails only on a live item, which ALL_OLD
-// returns: only the fault injector refuses without one), is tried again:
-// a worker's fresh DPoP proof was refused 401 "used before" under the
-// fault load's injected condition failures, which failed a scripted
-// worker's post. A second use is still refused, and one refused without an
-// item every try is Unavailable, not a replay.
-func TestNonceRefusedWithoutItem(t *testing.T) {
+// An injected condition failure on a nonce's write is what DynamoDB would
+// answer had another writer just used the nonce: the live item under
+// ALL_OLD. With no live item DynamoDB cannot fail that condition, so the
+// injector lets the write through, and a fresh DPoP proof is accepted in
+// one write. (An injector that refused it naming no item had UseNonce read
+// a replay: the fault load's workers were refused 401 "used before".) A
+// second use under the same fault is refused with the first use's item,
+// which is not this call's.
+func TestNonceUnderInjectedConditionFailure(t *testing.T) {
 	inj := awsfault.New()
 	s := faulty(t, inj)
 	ctx := t.Context()
 	inj.Script(awsfault.Step{Op: "UpdateItem", Fault: awsfault.ConditionFailed})
 	ok, err := s.UseNonce(ctx, "jti-1", time.Now().Add(time.Hour))
-	mustOK(t, "use, refused once without an item", err)
+	mustOK(t, "first use", err)
 	if !ok {
-		t.Error("a first use refused once without an item answered used before")
+		t.Error("a first use answered used before")
 	}
-	if inj.Injected("UpdateItem", awsfault.ConditionFailed) != 1 {
-		t.Fatalf("injected %d condition failures, want 1", inj.Injected("UpdateItem", awsfault.ConditionFailed))
+	if n := inj.Injected("UpdateItem", awsfault.ConditionFailed); n != 0 {
+		t.Errorf("injected %d condition failures on a write no item could fail, want 0", n)
 	}
+	if n := inj.Calls("UpdateItem"); n != 1 {
+		t.Errorf("%d writes reached DynamoDB, want the one", n)
+	}
+	inj.Script(awsfault.Step{Op: "UpdateItem", Fault: awsfault.ConditionFailed})
 	again, err := s.UseNonce(ctx, "jti-1", time.Now().Add(time.Hour))
 	mustOK(t, "second use", err)
 	if again {
 		t.Error("a second use of a live nonce answered true")
 	}
-	inj.Script(awsfault.Step{Op: "UpdateItem", Fault: awsfault.ConditionFailed},
-		awsfault.Step{Op: "UpdateItem", Fault: awsfault.ConditionFailed},
-		awsfault.Step{Op: "UpdateItem", Fault: awsfault.ConditionFailed})
-	_, err = s.UseNonce(ctx, "jti-2", time.Now().Add(time.Hour))
-	wantKind(t, "a use refused without an item every try", err, galleyerr.Unavailable)
+	if n := inj.Injected("UpdateItem", awsfault.ConditionFailed); n != 1 {
+		t.Errorf("injected %d condition failures on the live nonce, want 1", n)
+	}
 }
