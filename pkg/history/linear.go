@@ -380,6 +380,20 @@ func linOps(ix *index, run string) (out []porcupine.Operation, strict bool, bad 
 		clients[name] = len(clients)
 		return clients[name]
 	}
+	// seenBy is, for each row delivered, the earliest return of an answer
+	// that delivered it.
+	seenBy := map[string]int64{}
+	for _, m := range ix.mail[run] {
+		if m.answer != mailDelivery {
+			continue
+		}
+		for _, row := range m.messages {
+			k := rowKey(row)
+			if at, ok := seenBy[k]; !ok || m.Return < at {
+				seenBy[k] = m.Return
+			}
+		}
+	}
 	known := map[string]bool{}
 	prev := map[string]string{} // worker -> its previous row's key
 	for _, p := range ix.posts[run] {
@@ -388,8 +402,26 @@ func linOps(ix *index, run string) (out []porcupine.Operation, strict bool, bad 
 			return nil, false, "two posts with the same content"
 		}
 		known[k] = true
+		ret := p.Return
+		if !p.Answered() {
+			// A post without an answer may take effect at any time up to
+			// its return (Pending: the end) or never. Never is as good as
+			// any other choice for a row no answer delivered: a row in
+			// the ledger can only make more answers wrong (a later batch
+			// would hold it). So such a post is left out, and one whose
+			// row was delivered took effect before the first answer that
+			// delivered it returned. Either way it no longer overlaps the
+			// rest of the history, which made the search space explode.
+			at, ok := seenBy[k]
+			if !ok {
+				continue
+			}
+			if at >= p.Call { // else the answer came first: a violation the check finds
+				ret = min(ret, at)
+			}
+		}
 		o := linOut{unknown: !p.Answered()}
-		out = append(out, porcupine.Operation{ClientId: client("worker " + p.worker), Call: p.Call, Return: p.Return,
+		out = append(out, porcupine.Operation{ClientId: client("worker " + p.worker), Call: p.Call, Return: ret,
 			Input: linIn{kind: linPost, key: k, after: prev[p.worker]}, Output: o, Metadata: p.ID})
 		if p.Answered() {
 			// A later row needs this one before it; a failed post may never
