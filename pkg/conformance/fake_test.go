@@ -117,6 +117,12 @@ func (f *fake) post(handle string, m protocol.MailMessage) {
 func (f *fake) script(handle, brief string) {
 	f.mu.Lock()
 	w := f.workers[handle]
+	// A cancel may have settled the worker before this goroutine ran (a
+	// busy machine): settled stays settled.
+	if w.stopped {
+		f.mu.Unlock()
+		return
+	}
 	w.obs = protocol.Observation{State: protocol.StateReady}
 	f.mu.Unlock()
 	lines := strings.Split(strings.TrimSpace(brief), "\n")[1:]
