@@ -53,7 +53,7 @@ func ccf(item map[string]types.AttributeValue) error {
 // no item stands, nothing faithful can be injected: with no item DynamoDB
 // fails the condition only if absence fails it, and then the real call
 // says so; otherwise it applies the write. So the write goes through.
-func (d *DynamoDB) condFailure(table *string, key func(context.Context) (map[string]types.AttributeValue, error), cond *string, rv types.ReturnValuesOnConditionCheckFailure) condFault {
+func (d *DynamoDB) condFailure(table *string, key itemKey, cond *string, rv types.ReturnValuesOnConditionCheckFailure) condFault {
 	if cond == nil {
 		return nil
 	}
@@ -71,7 +71,7 @@ func (d *DynamoDB) condFailure(table *string, key func(context.Context) (map[str
 
 // liveItem reads the item at key as it stands (a consistent read, made
 // past the injector).
-func (d *DynamoDB) liveItem(ctx context.Context, table *string, key func(context.Context) (map[string]types.AttributeValue, error)) (map[string]types.AttributeValue, error) {
+func (d *DynamoDB) liveItem(ctx context.Context, table *string, key itemKey) (map[string]types.AttributeValue, error) {
 	k, err := key(ctx)
 	if err != nil {
 		return nil, err
@@ -83,13 +83,17 @@ func (d *DynamoDB) liveItem(ctx context.Context, table *string, key func(context
 	return out.Item, nil
 }
 
-func keyIs(k map[string]types.AttributeValue) func(context.Context) (map[string]types.AttributeValue, error) {
+// itemKey answers the key of the item a write names; a put's key needs the
+// table's key schema, read only when a fault needs the item.
+type itemKey func(context.Context) (map[string]types.AttributeValue, error)
+
+func keyIs(k map[string]types.AttributeValue) itemKey {
 	return func(context.Context) (map[string]types.AttributeValue, error) { return k, nil }
 }
 
 // keyOfItem is the key of a put's item: its attributes the table's key
 // schema names (read once per table).
-func (d *DynamoDB) keyOfItem(table *string, item map[string]types.AttributeValue) func(context.Context) (map[string]types.AttributeValue, error) {
+func (d *DynamoDB) keyOfItem(table *string, item map[string]types.AttributeValue) itemKey {
 	return func(ctx context.Context) (map[string]types.AttributeValue, error) {
 		names, err := d.keyNames(ctx, aws.ToString(table))
 		if err != nil {
@@ -181,7 +185,7 @@ func (d *DynamoDB) TransactWriteItems(ctx context.Context, in *dynamodb.Transact
 
 // oldOf names the item a transaction's item asks to have returned when its
 // condition fails (ALL_OLD), and whether it asks.
-func (d *DynamoDB) oldOf(it types.TransactWriteItem) (*string, func(context.Context) (map[string]types.AttributeValue, error), bool) {
+func (d *DynamoDB) oldOf(it types.TransactWriteItem) (*string, itemKey, bool) {
 	const old = types.ReturnValuesOnConditionCheckFailureAllOld
 	switch {
 	case it.ConditionCheck != nil && it.ConditionCheck.ReturnValuesOnConditionCheckFailure == old:
