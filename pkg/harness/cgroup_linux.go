@@ -218,7 +218,7 @@ func (g *agentGroup) signal(pid int, sig unix.Signal) {
 }
 
 // end ends every process in g from outside it, as endUID does (all
-// stopped first, so that none forks while others are killed, then all
+// halted first, so that none forks while others are killed, then all
 // killed), waits until the group is empty and removes its folders. It
 // answers an error when some process remains when ctx ends.
 func (g *agentGroup) end(ctx context.Context) error {
@@ -244,17 +244,12 @@ func (g *agentGroup) end(ctx context.Context) error {
 }
 
 // live keeps the pids that are not zombies (which run nothing), and not
-// stopped either when unstopped.
-func live(pids []int, unstopped bool) []int {
+// halted either (procStatus.halted) when unhalted.
+func live(pids []int, unhalted bool) []int {
 	var out []int
 	for _, pid := range pids {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			continue
-		}
-		// The state follows the command's closing parenthesis.
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) && (s[i+2] == 'Z' || s[i+2] == 'X' || unstopped && (s[i+2] == 'T' || s[i+2] == 't')) {
+		st, ok := readStatus(pid)
+		if !ok || st.dead() || unhalted && st.halted() {
 			continue
 		}
 		out = append(out, pid)

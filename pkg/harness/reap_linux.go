@@ -14,8 +14,63 @@ import (
 
 // uidProc is a process of the agent's uid, as /proc shows it.
 type uidProc struct {
-	pid     int
-	stopped bool // state T or t: it runs nothing until killed
+	pid    int
+	halted bool // it runs nothing of its own until killed (procStatus.halted)
+}
+
+// procStatus is what /proc/<pid>/status says of a process.
+type procStatus struct {
+	state       byte      // the State letter: R, S, D, T, t, Z, X…
+	uids        [3]string // real, effective, saved
+	stopPending bool      // a SIGSTOP is queued and not yet taken
+}
+
+// sigstopBit is SIGSTOP's bit in the SigPnd and ShdPnd masks (signal n is
+// bit n-1).
+const sigstopBit = 1 << (unix.SIGSTOP - 1)
+
+// readStatus reads pid's /proc status; false when pid is gone.
+func readStatus(pid int) (procStatus, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return procStatus{}, false
+	}
+	var st procStatus
+	for _, line := range strings.Split(string(b), "\n") {
+		key, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		switch key {
+		case "State":
+			if v != "" {
+				st.state = v[0]
+			}
+		case "Uid":
+			copy(st.uids[:], strings.Fields(v))
+		case "SigPnd", "ShdPnd":
+			if m, err := strconv.ParseUint(v, 16, 64); err == nil && m&sigstopBit != 0 {
+				st.stopPending = true
+			}
+		}
+	}
+	return st, st.state != 0
+}
+
+// dead reports a zombie or a process being reaped: it runs nothing.
+func (st procStatus) dead() bool { return st.state == 'Z' || st.state == 'X' }
+
+// halted reports a process that runs nothing of its own until it is
+// killed: stopped (T, t), or with a SIGSTOP queued, which it takes before
+// it runs another instruction of its own. The second is not a nicety: a
+// process in an uninterruptible wait (D) does not take a SIGSTOP until the
+// wait ends, and a parent waiting in vfork (as dash runs every command)
+// whose child was stopped before its exec waits in D until that child
+// runs again, which is never once the child is stopped too. Waiting for it
+// to show T would wait for ever; SIGKILL ends that wait.
+func (st procStatus) halted() bool {
+	return st.state == 'T' || st.state == 't' || st.stopPending
 }
 
 // procsOf lists the processes (not threads, not zombies) whose real,
@@ -32,41 +87,25 @@ func procsOf(uid int) []uidProc {
 			continue
 		}
 		if st, ok := procOfUID(pid, uid); ok {
-			out = append(out, uidProc{pid: pid, stopped: st == "T" || st == "t"})
+			out = append(out, uidProc{pid: pid, halted: st.halted()})
 		}
 	}
 	return out
 }
 
 // procOfUID reports whether pid is a live (not zombie) process of uid, and
-// its state letter.
-func procOfUID(pid, uid int) (string, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return "", false
+// its status.
+func procOfUID(pid, uid int) (procStatus, bool) {
+	st, ok := readStatus(pid)
+	if !ok || st.dead() {
+		return procStatus{}, false
 	}
-	var state string
-	mine := false
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "State:"); ok {
-			state = strings.TrimSpace(v)
-			if state != "" {
-				state = state[:1]
-			}
-		}
-		if v, ok := strings.CutPrefix(line, "Uid:"); ok {
-			f := strings.Fields(v)
-			for _, u := range f[:min(3, len(f))] {
-				if u == strconv.Itoa(uid) {
-					mine = true
-				}
-			}
+	for _, u := range st.uids {
+		if u == strconv.Itoa(uid) {
+			return st, true
 		}
 	}
-	if !mine || state == "Z" || state == "X" || state == "" {
-		return "", false
-	}
-	return state, true
+	return procStatus{}, false
 }
 
 // signalUID sends sig to pid if it still is a process of uid: through a
@@ -92,7 +131,7 @@ func signalUID(pid, uid int, sig unix.Signal) {
 
 // endUID ends every process of uid from outside it (the harness, another
 // uid, with CAP_KILL): it stops them all with SIGSTOP, scanning again until
-// every one it sees is stopped (a stopped process forks nothing, so a
+// every one it sees is halted (a halted process forks nothing, so a
 // process racing to fork new pids cannot outrun it), then kills them with
 // SIGKILL and waits until /proc shows none (zombies, which run nothing, are
 // their parents' to reap). It answers an error when some remain when ctx
@@ -105,7 +144,7 @@ func endUID(ctx context.Context, uid int) error {
 		procs := procsOf(uid)
 		running := 0
 		for _, p := range procs {
-			if !p.stopped {
+			if !p.halted {
 				running++
 				signalUID(p.pid, uid, unix.SIGSTOP)
 			}
