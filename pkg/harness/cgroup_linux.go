@@ -219,8 +219,9 @@ func (g *agentGroup) signal(pid int, sig unix.Signal) {
 
 // end ends every process in g from outside it, as endUID does (all
 // halted first, so that none forks while others are killed, then all
-// killed), waits until the group is empty and removes its folders. It
-// answers an error when some process remains when ctx ends.
+// killed), waits until the group is empty, its zombies reaped, and
+// removes its folders. It answers an error when some process remains
+// when ctx ends.
 func (g *agentGroup) end(ctx context.Context) error {
 	for _, sig := range []unix.Signal{unix.SIGSTOP, unix.SIGKILL} {
 		for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
@@ -240,7 +241,15 @@ func (g *agentGroup) end(ctx context.Context) error {
 			}
 		}
 	}
-	return g.remove()
+	// A killed process stays in the group, a zombie, until its parent (or
+	// init, for an orphan) reaps it; until then removing the group is
+	// refused as busy.
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		err := g.remove()
+		if !errors.Is(err, unix.EBUSY) || sleepCtx(ctx, delay) != nil {
+			return err
+		}
+	}
 }
 
 // live keeps the pids that are not zombies (which run nothing), and not

@@ -103,25 +103,15 @@ func startVforkHolder(t *testing.T, uid int, place func(pid int) error) (holder 
 	}
 }
 
-// childOf finds a child of pid in /proc, or 0.
+// childOf gives pid's first child (its only one here), or 0.
 func childOf(pid int) int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		c, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "PPid:"); ok && strings.TrimSpace(v) == strconv.Itoa(pid) {
-				return c
-			}
-		}
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
 	}
-	return 0
+	c, _ := strconv.Atoi(f[0])
+	return c
 }
 
 // gone reports that pid runs no more (gone, or a zombie).
