@@ -210,8 +210,8 @@ func runWorker(t *testing.T, bin string, fam family) {
 	shell := "printf 'hello\\n' > greeting.txt && git add greeting.txt && git -c user.name=agent -c user.email=agent@example.com commit -qm 'add greeting' && git push -q origin HEAD"
 	prov := providerstandin.New(key, fam.steps(shell))
 	t.Cleanup(prov.Close)
-	// Each worker has a handle of its own, so its agent a uid of its own
-	// (harness.AgentUID): the harness ends every process of that uid.
+	// Each worker's agent has a uid of its own (the fake draws one, as the
+	// service allocates one): the harness ends every process of that uid.
 	handle := "w-" + fam.name
 	token := handle + "." + random(t, "")
 	f := fakeapi.New(workerapi.Self{Handle: handle, Run: "run-1", Task: "real-cli", Role: "commis",

@@ -14,6 +14,7 @@ import (
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/workerapi"
+	"github.com/galley-run/galley/pkg/workerapi/fakeapi"
 )
 
 // idDriver runs an agent that prints its uid, its gid and its
@@ -46,23 +47,23 @@ func (d idDriver) Observe(stdout io.Reader, ev harness.Events) {
 // answers what its agent printed ("" when it never ran) and the harness's
 // error. The harness's binary and the workspace's folder are opened to
 // other users, as an operator's must be.
-func confinedByUID(t *testing.T, self workerapi.Self) (string, error) {
+func confinedByUID(t *testing.T, self workerapi.Self, opts ...fakeapi.Option) (string, error) {
 	t.Helper()
 	if ok, why := harness.CanSwitchUser(); !ok {
 		t.Skip("the uid confinement needs root here: " + why)
 	}
-	return confinedAs(t, self, harness.ConfineUser)
+	return confinedAs(t, self, harness.ConfineUser, opts...)
 }
 
 // confinedAs is confinedByUID under the confinement mode, whatever this
 // process may do.
-func confinedAs(t *testing.T, self workerapi.Self, mode harness.Confinement) (string, error) {
+func confinedAs(t *testing.T, self workerapi.Self, mode harness.Confinement, opts ...fakeapi.Option) (string, error) {
 	t.Helper()
 	var (
 		mu  sync.Mutex
 		out string
 	)
-	_, err := confinedWith(t, self, mode, "id", idDriver{mu: &mu, out: &out})
+	_, err := confinedWith(t, self, mode, "id", idDriver{mu: &mu, out: &out}, opts...)
 	mu.Lock()
 	defer mu.Unlock()
 	return strings.TrimSpace(strings.TrimPrefix(out, "started\n")), err
@@ -70,7 +71,7 @@ func confinedAs(t *testing.T, self workerapi.Self, mode harness.Confinement) (st
 
 // confinedWith runs the harness in process under mode for self with the
 // driver d of family, and answers the run and the harness's error.
-func confinedWith(t *testing.T, self workerapi.Self, mode harness.Confinement, family string, d harness.Driver) (*inproc, error) {
+func confinedWith(t *testing.T, self workerapi.Self, mode harness.Confinement, family string, d harness.Driver, opts ...fakeapi.Option) (*inproc, error) {
 	t.Helper()
 	open, err := os.MkdirTemp("", "galley-agent-uid-")
 	if err != nil {
@@ -90,7 +91,7 @@ func confinedWith(t *testing.T, self workerapi.Self, mode harness.Confinement, f
 	}
 	ctx := testCtx(t)
 	self.Agent = protocol.AgentSelection{Agent: family}
-	f := fakeFor(t, self)
+	f := fakeFor(t, self, opts...)
 	p := runInProcess(t, ctx, f, family, d, func(c *harness.Config) {
 		c.Confine, c.ConfineExe, c.Workspace = mode, exe, filepath.Join(open, "ws")
 	})
@@ -112,13 +113,15 @@ func TestAgentRunsUnderSelfsUID(t *testing.T) {
 }
 
 // A Self without a uid (a worker launched before the service allocated
-// them) gets the uid hashed from its handle.
+// them) gets the uid hashed from its handle. The handle is drawn, so that
+// a run beside this one never hashes to the same uid.
 func TestAgentWithoutSelfUIDRunsUnderHashedUID(t *testing.T) {
-	got, err := confinedByUID(t, workerapi.Self{Handle: "w-1", Run: "run-1", Brief: "Fix it.", Branch: testBranch})
+	handle := "w-" + strconv.FormatUint(rand.Uint64(), 36)
+	got, err := confinedByUID(t, workerapi.Self{Handle: handle, Run: "run-1", Brief: "Fix it.", Branch: testBranch}, fakeapi.WithoutAgentUID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := strconv.Itoa(harness.AgentUID("w-1"))
+	u := strconv.Itoa(harness.AgentUID(handle))
 	if want := u + " " + u + " " + u; got != want {
 		t.Fatalf("agent printed %q (uid gid workspace owner), want %q", got, want)
 	}

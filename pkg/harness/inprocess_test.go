@@ -101,12 +101,12 @@ func (p *inproc) wait(t *testing.T, ctx context.Context) error {
 	}
 }
 
-func fakeFor(t *testing.T, self workerapi.Self) *fakeapi.Server {
+func fakeFor(t *testing.T, self workerapi.Self, opts ...fakeapi.Option) *fakeapi.Server {
 	t.Helper()
 	if self.Handle == "" {
 		self.Handle, self.Run, self.Brief, self.Branch = "w-1", "run-1", "Fix it.", testBranch
 	}
-	f := fakeapi.New(self, testToken)
+	f := fakeapi.New(self, testToken, opts...)
 	t.Cleanup(f.Close)
 	return f
 }

@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -93,11 +94,31 @@ type Server struct {
 	changed  chan struct{} // closed and replaced on every change
 }
 
+// Option configures a fake.
+type Option func(*options)
+
+type options struct{ noAgentUID bool }
+
+// WithoutAgentUID serves a Self with no agent uid, as galley did before it
+// allocated them (the harness then hashes the handle).
+func WithoutAgentUID() Option { return func(o *options) { o.noAgentUID = true } }
+
 // New starts a fake serving the worker described by self, accepting only
-// "Bearer <token>".
-func New(self workerapi.Self, token string) *Server {
+// "Bearer <token>". A self with no agent uid gets one drawn at random from
+// the service's range, as the service allocates every worker's from an
+// offset of its own deployment: the harness ends every process of its
+// agent's uid, so two fakes in tests running at once (in one process or
+// in two runs side by side) must not share one.
+func New(self workerapi.Self, token string, opts ...Option) *Server {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if self.State == "" {
 		self.State = protocol.StateStarting
+	}
+	if self.AgentUID == 0 && !o.noAgentUID {
+		self.AgentUID = workerapi.AgentUIDBase + rand.Uint32N(workerapi.AgentUIDEnd-workerapi.AgentUIDBase)
 	}
 	s := &Server{
 		token:    token,
