@@ -184,8 +184,11 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 			t.Fatalf("target %s does not exist, so its attack would prove nothing: %v", p, err)
 		}
 	}
-	stackPorts := portsOf(t, s.Endpoint(), workerEndpoint, s.GitURL(), s.GateURL(iamgate.DynamoDB), s.GateURL(iamgate.SQS),
-		s.GateURL(iamgate.SecretsManager), s.GateURL(iamgate.ECS), s.GateURL(iamgate.STS))
+	stackURLs := []string{s.Endpoint(), workerEndpoint, s.GitURL()}
+	for _, svc := range iamgate.Services {
+		stackURLs = append(stackURLs, s.GateURL(svc))
+	}
+	stackPorts := portsOf(t, stackURLs...)
 	fdsBefore, socketsBefore := openFDs(t), stackSockets(t, stackPorts)
 	attacker, wt := launch("k-attack", "", "adv/attacker", standin.AttackBrief(targets))
 	_, attackerWS := taskOf(t, s, attacker)
@@ -460,6 +463,9 @@ func portsOf(t *testing.T, urls ...string) map[uint64]bool {
 	return out
 }
 
+// tcpListen is TCP_LISTEN in /proc/net/tcp's state column.
+const tcpListen = "0A"
+
 // stackSockets counts this process's TCP connections with an end on one
 // of ports (listening sockets aside): those the stack's listeners hold,
 // and those its own clients and kitchn's hold to them. Tests running in
@@ -491,7 +497,7 @@ func stackSockets(t *testing.T, ports map[uint64]bool) int {
 		for _, line := range strings.Split(string(b), "\n")[1:] {
 			// sl local remote state tx:rx tr:when retrnsmt uid timeout inode
 			f := strings.Fields(line)
-			if len(f) < 10 || f[3] == "0A" || !mine[f[9]] {
+			if len(f) < 10 || f[3] == tcpListen || !mine[f[9]] {
 				continue
 			}
 			if ports[port(f[1])] || ports[port(f[2])] {

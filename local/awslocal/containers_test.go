@@ -61,7 +61,7 @@ func TestWorkerContainerReachesOnlyTheGates(t *testing.T) {
 		return p
 	}
 	open := map[string]string{"the API": hostPort(s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkerEndpoint]), "the git server": hostPort(s.GitURL())}
-	for _, svc := range []iamgate.Service{iamgate.DynamoDB, iamgate.SQS, iamgate.SecretsManager, iamgate.ECS, iamgate.STS} {
+	for _, svc := range iamgate.Services {
 		open["the "+string(svc)+" gate"] = hostPort(s.GateURL(svc))
 	}
 	closed := map[string]string{}

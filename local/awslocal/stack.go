@@ -260,7 +260,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	// names the SQS gate (its harness waits on its own queue).
 	gateLns := map[iamgate.Service]net.Listener{}
 	gateURLs := map[iamgate.Service]string{}
-	for _, svc := range []iamgate.Service{iamgate.DynamoDB, iamgate.SQS, iamgate.SecretsManager, iamgate.ECS, iamgate.STS} {
+	for _, svc := range iamgate.Services {
 		ln, err := s.ctrs.listen()
 		if err != nil {
 			return nil, err

@@ -20,6 +20,9 @@ const (
 	STS            Service = "sts"
 )
 
+// Services are the services the gate stands in front of.
+var Services = []Service{DynamoDB, SQS, SecretsManager, ECS, STS}
+
 // STSNamespace is the XML namespace of STS's awsQuery answers.
 const STSNamespace = "https://sts.amazonaws.com/doc/2011-06-15/"
 
