@@ -73,6 +73,13 @@ func confinedAs(t *testing.T, self workerapi.Self, mode harness.Confinement, opt
 // driver d of family, and answers the run and the harness's error.
 func confinedWith(t *testing.T, self workerapi.Self, mode harness.Confinement, family string, d harness.Driver, opts ...fakeapi.Option) (*inproc, error) {
 	t.Helper()
+	return confinedWithConfig(t, self, mode, family, d, nil, opts...)
+}
+
+// confinedWithConfig is confinedWith with more of the harness's Config set
+// by cfg.
+func confinedWithConfig(t *testing.T, self workerapi.Self, mode harness.Confinement, family string, d harness.Driver, cfg func(*harness.Config), opts ...fakeapi.Option) (*inproc, error) {
+	t.Helper()
 	open, err := os.MkdirTemp("", "galley-agent-uid-")
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +101,9 @@ func confinedWith(t *testing.T, self workerapi.Self, mode harness.Confinement, f
 	f := fakeFor(t, self, opts...)
 	p := runInProcess(t, ctx, f, family, d, func(c *harness.Config) {
 		c.Confine, c.ConfineExe, c.Workspace = mode, exe, filepath.Join(open, "ws")
+		if cfg != nil {
+			cfg(c)
+		}
 	})
 	return p, p.wait(t, ctx)
 }

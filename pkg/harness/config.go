@@ -181,6 +181,9 @@ type Config struct {
 	// ConfineExe is the galley-worker whose agent-exec starts a confined
 	// agent; empty means this executable.
 	ConfineExe string
+	// Network is how the agent's network is confined (see AgentNetwork);
+	// empty is NetAuto. ConfigFromEnv reads EnvAgentNetwork.
+	Network AgentNetwork
 
 	// Drivers maps an agent family to its driver; nil means DefaultDrivers.
 	Drivers map[string]Driver
@@ -220,6 +223,11 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		SQSEndpoint: firstSet(getenv, "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL"),
 		CABundle:    getenv("AWS_CA_BUNDLE"),
 	}
+	network, err := ParseAgentNetwork(getenv(EnvAgentNetwork))
+	if err != nil {
+		return cfg, galleyerr.E(op, galleyerr.Invalid, err)
+	}
+	cfg.Network = network
 	switch cfg.Confine {
 	case "":
 		cfg.Confine = ConfineAuto
@@ -286,7 +294,6 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		}
 		cfg.Progress = d
 	}
-	var err error
 	if cfg.PushLimit, cfg.PushBudget, err = pushBudgetFromEnv(getenv); err != nil {
 		return cfg, galleyerr.E(op, galleyerr.Invalid, err)
 	}

@@ -57,6 +57,9 @@ const (
 
 	landlockCreateRulesetVersion = 1
 	landlockRulePathBeneath      = 1
+	landlockRuleNetPort          = 2 // ABI 4
+
+	llNetConnectTCP = 1 << 1 // ABI 4 (LANDLOCK_ACCESS_NET_CONNECT_TCP)
 
 	llExecute    = 1 << 0
 	llWriteFile  = 1 << 1
@@ -116,17 +119,30 @@ const (
 )
 
 // landlockRestrict puts the calling thread in a new Landlock domain with rw
-// (every right) and ro (read and execute) folders; paths that do not exist
-// are skipped. With ABI 6 the domain is also scoped: no signal to, and no
+// (every right) and ro (read and execute) folders, paths that do not exist
+// skipped; with fsRules false the domain leaves the file system alone.
+// With netPorts non-nil (ABI 4 and later) the domain may connect over TCP
+// only to those ports (binding stays free: an agent's tests may serve on
+// loopback). With ABI 6 the domain is also scoped: no signal to, and no
 // abstract unix socket of, a process outside it.
-func landlockRestrict(rw, ro []string) error {
+func landlockRestrict(fsRules bool, rw, ro []string, netPorts []int) error {
 	abi := landlockABI()
 	if abi == 0 {
 		return errors.New("the kernel has no Landlock")
 	}
-	handled := handledFS(abi)
+	if netPorts != nil && abi < 4 {
+		return fmt.Errorf("Landlock ABI %d has no network rules (they need ABI 4)", abi)
+	}
+	var handled uint64
+	if fsRules {
+		handled = handledFS(abi)
+	}
 	attr := struct{ fs, net, scoped uint64 }{fs: handled}
 	size := uintptr(8)
+	if netPorts != nil {
+		attr.net = llNetConnectTCP
+		size = 16
+	}
 	if abi >= 6 {
 		attr.scoped = llScopeAbstractUnixSocket | llScopeSignal
 		size = 24
@@ -161,19 +177,28 @@ func landlockRestrict(rw, ro []string) error {
 		}
 		return nil
 	}
-	for _, p := range rw {
-		if err := add(p, handled); err != nil {
+	if fsRules {
+		for _, p := range rw {
+			if err := add(p, handled); err != nil {
+				return err
+			}
+		}
+		for _, p := range ro {
+			if err := add(p, roRights); err != nil {
+				return err
+			}
+		}
+		// /dev/null, /dev/tty and the like are written, not only read.
+		if err := add("/dev", llReadFile|llWriteFile|llReadDir|llIoctlDev); err != nil {
 			return err
 		}
 	}
-	for _, p := range ro {
-		if err := add(p, roRights); err != nil {
-			return err
+	for _, port := range netPorts {
+		// struct landlock_net_port_attr: u64 allowed_access, u64 port.
+		np := struct{ access, port uint64 }{llNetConnectTCP, uint64(port)}
+		if _, _, errno := syscall.RawSyscall6(sysLandlockAddRule, fd, landlockRuleNetPort, uintptr(unsafe.Pointer(&np)), 0, 0, 0); errno != 0 {
+			return fmt.Errorf("landlock_add_rule port %d: %w", port, errno)
 		}
-	}
-	// /dev/null, /dev/tty and the like are written, not only read.
-	if err := add("/dev", llReadFile|llWriteFile|llReadDir|llIoctlDev); err != nil {
-		return err
 	}
 	if _, _, errno := syscall.RawSyscall(sysLandlockRestrictSelf, fd, 0, 0); errno != 0 {
 		return fmt.Errorf("landlock_restrict_self: %w", errno)
@@ -187,13 +212,14 @@ func landlockRestrict(rw, ro []string) error {
 // back what it lost), enters the Landlock domain the flags describe, and
 // executes the agent. Arguments:
 //
-//	[--nproc <n>] [--wait-fd <fd>] [--rw <dir>]... [--ro <dir>]... -- <program> <argv0> <args>...
+//	[--nproc <n>] [--wait-fd <fd>] [--rw <dir>]... [--ro <dir>]... [--net-landlock] [--connect <port>]... -- <program> <argv0> <args>...
 //
 // --nproc sets RLIMIT_NPROC (soft and hard) to n: the agent's uid may then
 // run at most n processes (threads) at once, which bounds a fork flood.
 // --wait-fd makes it wait, before anything else, for one byte on fd: the
 // harness sends it once it has put this process in the agent's cgroup, and
-// closes fd without it when it could not.
+// closes fd without it when it could not. --net-landlock limits the
+// agent's TCP connections to the --connect ports (NetLandlock).
 //
 // It returns only on failure, with an exit code.
 func RunAgentExec(args []string) int {
@@ -203,8 +229,16 @@ func RunAgentExec(args []string) int {
 	}
 	var rw, ro []string
 	var nproc uint64
+	var netPorts []int
 	i := 0
 	for ; i < len(args) && args[i] != "--"; i += 2 {
+		if args[i] == "--net-landlock" {
+			if netPorts == nil {
+				netPorts = []int{}
+			}
+			i-- // a flag without a value
+			continue
+		}
 		if i+1 >= len(args) {
 			return fail("flag %s needs a value", args[i])
 		}
@@ -225,6 +259,12 @@ func RunAgentExec(args []string) int {
 			if n != 1 {
 				return fail("the harness did not put the agent in its cgroup; not starting it")
 			}
+		case "--connect":
+			port, err := strconv.Atoi(args[i+1])
+			if err != nil || port <= 0 || port > 65535 {
+				return fail("--connect needs a TCP port")
+			}
+			netPorts = append(netPorts, port)
 		case "--nproc":
 			n, err := strconv.ParseUint(args[i+1], 10, 32)
 			if err != nil || n == 0 {
@@ -250,8 +290,8 @@ func RunAgentExec(args []string) int {
 	if _, _, errno := syscall.RawSyscall6(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0, 0, 0, 0); errno != 0 {
 		return fail("prctl(PR_SET_NO_NEW_PRIVS): %v", errno)
 	}
-	if len(rw)+len(ro) > 0 {
-		if err := landlockRestrict(rw, ro); err != nil {
+	if len(rw)+len(ro) > 0 || netPorts != nil {
+		if err := landlockRestrict(len(rw)+len(ro) > 0, rw, ro, netPorts); err != nil {
 			return fail("%v", err)
 		}
 	}

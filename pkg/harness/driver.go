@@ -48,6 +48,10 @@ type AgentNeeds struct {
 	// from: the harness sets it to the configured URL of Provider
 	// (Config.AnthropicBaseURL, OpenAIBaseURL) when there is one.
 	BaseURLEnv string
+	// CLI is the program the agent runs (found in Config.AgentBinDir, then
+	// on PATH), which its confinement must let it run: empty for an agent
+	// of galley's own.
+	CLI string
 	// AppendMessages: the agent cannot block in wait_message while it
 	// works (a CLI turn), so the harness appends the messages waiting at
 	// the time of any other tool's result to that result.

@@ -61,7 +61,7 @@ func (h *harness) startGate(repoURL, branch string) (*pushGate, error) {
 	secret := hex.EncodeToString(raw)
 	handler := gitserve.BasicAuth(gateRealm, gitserve.Credential(GateUser, secret),
 		gitserve.BudgetedPushGate(h.reportPushes(gitserve.OnlyBranch(branch)), gitserve.NewBudget(h.cfg.PushLimit, h.cfg.PushBudget), upstream))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := h.listenForAgent("push gate")
 	if err != nil {
 		return nil, err
 	}

@@ -54,8 +54,13 @@ type harness struct {
 	// gateEnv gives the agent's git the push gate's credential.
 	gateEnv []string
 	box     *inbox
-	rep     *reporter       // events for the worker's log (report.go)
-	ctx     context.Context // the run's context, for work started by events
+	// net is the agent's network: where the harness's servers listen for
+	// the agent (agentnet.go).
+	net *agentNet
+	rep *reporter // events for the worker's log (report.go)
+	// stderr logs the agent's stderr and keeps its last lines.
+	stderr *lineLogger
+	ctx    context.Context // the run's context, for work started by events
 
 	readyMu sync.Mutex
 	ready   bool
@@ -146,6 +151,11 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 	if err != nil {
 		return h.notStarted(ctx, "confining the agent failed", err)
 	}
+	if h.net, err = h.chooseNet(jail.mode); err != nil {
+		return h.notStarted(ctx, "confining the agent's network failed", err)
+	}
+	defer h.net.close()
+	jail.net = h.net
 	h.log.Info("preparing the workspace", "dir", h.cfg.Workspace, "branch", branch)
 	prepStart := time.Now()
 	if err := h.cfg.Prepare(ctx, h.cfg.Repository, branch, h.cfg.Workspace); err != nil {
@@ -200,7 +210,7 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 			h.log.Warn("cleaning up after the confined agent", "err", err)
 		}
 	}()
-	if err := jail.enter(h.cfg.Workspace, cmd.Env, h.cfg.AgentBinDir); err != nil {
+	if err := jail.enter(h.cfg.Workspace, cmd.Env, h.cfg.AgentBinDir, h.needs.CLI); err != nil {
 		return h.notStarted(ctx, "confining the agent failed", err)
 	}
 	jail.wrap(cmd)
@@ -208,11 +218,18 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 		h.log.Warn("the agent is not confined: it can reach whatever this harness's user can", "why", jail.why)
 		h.rep.report(workerapi.EventWarning, "the agent is not confined", "mode", string(jail.mode), "why", jail.why)
 	} else {
-		h.rep.report(workerapi.EventConfinement, "agent confined", "mode", string(jail.mode), "why", jail.why)
-		h.log.Info("agent confined", "confinement", string(jail.mode), "uid", jail.uid, "why", jail.why, "cgroup", jail.groupDesc())
+		h.rep.report(workerapi.EventConfinement, "agent confined", "mode", string(jail.mode), "why", jail.why,
+			"network", string(h.net.mode))
+		h.log.Info("agent confined", "confinement", string(jail.mode), "uid", jail.uid, "why", jail.why, "cgroup", jail.groupDesc(),
+			"network", h.net.describe())
+	}
+	if h.net.mode == NetOpen && h.cfg.Confine != "" {
+		h.log.Warn("the agent's network is open: it can connect to any host this machine reaches", "why", h.net.why)
+		h.rep.report(workerapi.EventWarning, "the agent's network is open", "why", h.net.why)
 	}
 	stdout, stdoutW := io.Pipe()
 	stderr := &lineLogger{log: h.log}
+	h.stderr = stderr
 	cmd.Stdout, cmd.Stderr = stdoutW, stderr
 	if err := cmd.Start(); err != nil {
 		jail.closeGate()
@@ -271,6 +288,38 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 	}
 }
 
+// chooseNet decides the agent's network confinement: Config.Network, with
+// auto resolved by ChooseNetwork. An agent without a confinement has an
+// open network (or the task's), since nothing would hold it at the gate
+// while its namespace is made.
+func (h *harness) chooseNet(confine Confinement) (*agentNet, error) {
+	mode := h.cfg.Network
+	if mode == NetTask {
+		return &agentNet{mode: NetTask, why: "the platform confines the task's network"}, nil
+	}
+	if confine == ConfineNone {
+		return &agentNet{mode: NetOpen, why: "the agent is not confined"}, nil
+	}
+	switch mode {
+	case "", NetAuto:
+		e := ChooseNetwork()
+		return &agentNet{mode: e.Mode, why: e.Why}, nil
+	case NetNamespace:
+		if err := probeNamespace(); err != nil {
+			return nil, fmt.Errorf("namespace network confinement: %w", err)
+		}
+	case NetLandlock:
+		if abi := landlockABI(); abi < landlockNetABI {
+			return nil, fmt.Errorf("landlock network confinement needs Landlock ABI %d; the kernel has %d", landlockNetABI, abi)
+		}
+	case NetOpen:
+		return &agentNet{mode: NetOpen, why: "configured open (" + EnvAgentNetwork + ")"}, nil
+	default:
+		return nil, errors.New("unknown agent network " + string(mode))
+	}
+	return &agentNet{mode: mode, why: "configured (" + EnvAgentNetwork + ")"}, nil
+}
+
 // endJail ends whatever of the agent still runs (jail.end), once. A
 // failure is an error of the run, logged as one, and keeps the worktree
 // out of reuse (workspace.MarkNotReusable): a process of the agent may
@@ -325,14 +374,38 @@ func (h *harness) agentEnded(ctx context.Context, ps *os.ProcessState, waitErr e
 		return nil
 	}
 	code := exitCode(ps)
-	reason := fmt.Sprintf("the agent exited with code %d without reporting an outcome", code)
+	// The service opens the coordinator's row with the code
+	// (service.AgentExitedBody); the reason says what it cannot know.
+	var why []string
 	if ps == nil {
-		reason = fmt.Sprintf("waiting for the agent failed (%v) before it reported an outcome", waitErr)
+		why = append(why, fmt.Sprintf("waiting for it failed: %v", waitErr))
 	} else if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		reason = fmt.Sprintf("the agent was killed by signal %v without reporting an outcome", ws.Signal())
+		why = append(why, fmt.Sprintf("it was killed by signal %v", ws.Signal()))
 	}
+	if tail := h.stderrTail(); tail != "" {
+		why = append(why, "its stderr ended with:\n"+tail)
+	}
+	reason := strings.Join(why, "; ")
 	h.log.Warn("agent ended without an outcome", "code", code, "reason", reason)
 	return h.reportExited(ctx, code, reason)
+}
+
+// stderrTail is the last lines the agent wrote to stderr, with every
+// secret the harness holds, and anything shaped like a credential,
+// redacted.
+func (h *harness) stderrTail() string {
+	if h.stderr == nil {
+		return ""
+	}
+	h.stderr.mu.Lock()
+	tail := h.stderr.tail.text()
+	h.stderr.mu.Unlock()
+	return redactSecrets(tail, h.secrets()...)
+}
+
+// secrets are the values the harness holds that no report may carry.
+func (h *harness) secrets() []string {
+	return []string{h.cfg.Token, h.cfg.Bootstrap, h.cfg.GitCredential, h.cfg.AnthropicKey, h.cfg.OpenAIKey}
 }
 
 func exitCode(ps *os.ProcessState) int {
@@ -688,9 +761,10 @@ func (e events) Note(msg string, args ...any) {
 // lineLogger logs the agent's stderr one line at a time, so that the
 // harness's own stderr stays JSON lines.
 type lineLogger struct {
-	log *slog.Logger
-	mu  sync.Mutex
-	buf []byte
+	log  *slog.Logger
+	mu   sync.Mutex
+	buf  []byte
+	tail tailLines // the last lines, for the reason of an exit without an outcome
 }
 
 func (l *lineLogger) Write(p []byte) (int, error) {
@@ -722,5 +796,7 @@ func (l *lineLogger) flush() {
 }
 
 func (l *lineLogger) emit(line []byte) {
-	l.log.Info("agent stderr", "line", truncate(string(bytes.TrimRight(line, "\r")), 4096))
+	s := truncate(string(bytes.TrimRight(line, "\r")), 4096)
+	l.tail.add(s)
+	l.log.Info("agent stderr", "line", s)
 }

@@ -111,17 +111,34 @@ func fakeFor(t *testing.T, self workerapi.Self, opts ...fakeapi.Option) *fakeapi
 	return f
 }
 
+// An agent that exits without an outcome is never reported ready without
+// evidence, and its exit says why, once: the last lines of its stderr
+// (issue 28, item 8), with secrets and anything shaped like a credential
+// redacted.
 func TestNoReadyWithoutEvidence(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	f := fakeFor(t, workerapi.Self{Agent: protocol.AgentSelection{Agent: "shell"}})
-	p := runInProcess(t, ctx, f, "shell", shellDriver{script: "echo warming up; exit 2"}, nil)
+	script := "echo warming up; for i in 1 2 3 4 5 6 7 8 9 10; do echo noise $i >&2; done; " +
+		"echo 'error: cannot start: permission denied' >&2; echo 'with x-api-key: sk-ant-api03-abcdefghijklmnopqrst' >&2; exit 2"
+	p := runInProcess(t, ctx, f, "shell", shellDriver{script: script}, nil)
 	if err := p.wait(t, ctx); err != nil {
 		t.Fatal(err)
 	}
 	s := f.Snapshot()
-	if len(s.Calls) != 1 || s.Calls[0].Exited == nil || s.Calls[0].Exited.Code != 2 || !strings.Contains(s.Calls[0].Exited.Reason, "code 2") {
+	if len(s.Calls) != 1 || s.Calls[0].Exited == nil || s.Calls[0].Exited.Code != 2 {
 		t.Fatalf("calls = %+v, want only exited with code 2", s.Calls)
+	}
+	reason := s.Calls[0].Exited.Reason
+	if !strings.Contains(reason, "its stderr ended with:") || !strings.Contains(reason, "error: cannot start: permission denied") ||
+		!strings.Contains(reason, "noise 10") || strings.Contains(reason, "noise 1\n") {
+		t.Errorf("the exit's reason is not the stderr's last lines: %q", reason)
+	}
+	if strings.Contains(reason, "sk-ant") || !strings.Contains(reason, "x-api-key: [redacted]") {
+		t.Errorf("the exit's reason holds a key: %q", reason)
+	}
+	if strings.Count(reason, "without reporting an outcome") != 0 {
+		t.Errorf("the reason repeats what the service says: %q", reason)
 	}
 }
 

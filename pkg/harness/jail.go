@@ -40,8 +40,11 @@ type jail struct {
 	maxPids      uint64
 	maxMemory    int64
 	gateR, gateW *os.File
-	ended        bool // endJail ran
-	endErr       error
+	// net is the agent's network: made in a namespace of its own by the
+	// clone that starts agent-exec, or limited by Landlock's TCP rules.
+	net    *agentNet
+	ended  bool // endJail ran
+	endErr error
 }
 
 // EnvAgentMaxMemory sets the memory, in bytes, an agent's cgroup may use
@@ -190,17 +193,34 @@ func (h *harness) chooseJail() (*jail, error) {
 // enter gives the prepared workspace, a fresh home and a fresh temporary
 // folder to the agent: owned by its uid and mode 0700 under ConfineUser,
 // the only writable folders of its Landlock domain under ConfineLandlock.
-func (j *jail) enter(workspace string, agentEnv []string, binDir string) error {
+func (j *jail) enter(workspace string, agentEnv []string, binDir, cli string) error {
 	if j.mode == ConfineNone {
 		return nil
+	}
+	var cliPath string
+	if cli != "" {
+		var err error
+		if cliPath, err = FindProgram(binDir, cli); err != nil {
+			return fmt.Errorf("the %s CLI: %w", cli, err)
+		}
+		if j.mode == ConfineUser {
+			if err := runnableByOthers(cliPath); err != nil {
+				return fmt.Errorf("the agent's uid cannot run the %s CLI at %s: %w", cli, cliPath, err)
+			}
+		}
 	}
 	// The pids limit binds where RLIMIT_NPROC does not: an agent that
 	// runs as root (Landlock as root) is exempt from the rlimit.
 	var err error
 	if j.group, err = newAgentGroup(j.groupName, j.maxPids, j.maxMemory); err != nil {
 		j.groupWhy = err.Error()
-	} else if j.gateR, j.gateW, err = os.Pipe(); err != nil {
-		return err
+	}
+	// agent-exec waits at the gate until its group is entered and its
+	// network made: nothing of the agent runs before.
+	if j.group != nil || j.netMode() == NetNamespace {
+		if j.gateR, j.gateW, err = os.Pipe(); err != nil {
+			return err
+		}
 	}
 	base, err := os.MkdirTemp("", "galley-agent-")
 	if err != nil {
@@ -233,7 +253,7 @@ func (j *jail) enter(workspace string, agentEnv []string, binDir string) error {
 		return nil
 	case ConfineLandlock:
 		j.rw = []string{workspace, j.home, j.tmp}
-		j.ro = landlockReadOnly(workspace, j.exe, binDir, agentEnv)
+		j.ro = landlockReadOnly(workspace, j.exe, binDir, cliPath, agentEnv)
 	}
 	return nil
 }
@@ -245,14 +265,19 @@ var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 	"/nix", "/proc", "/sys", "/run/systemd/resolve"}
 
 // landlockReadOnly lists the read-only folders of a Landlock domain: the
-// system's, galley-worker's, the agent binaries', each absolute PATH entry
-// and the certificate files named in the environment, never one that
-// holds the workspaces (so never the data folder nor /) or lies among them.
-func landlockReadOnly(workspace, exe, binDir string, env []string) []string {
+// system's, galley-worker's, the agent binaries', the folders the agent's
+// CLI (cliPath, when it has one) runs from (programDirs: where its links
+// lead, its node_modules), each absolute PATH entry and the certificate
+// files named in the environment, never one that holds the workspaces (so
+// never the data folder nor /) or lies among them.
+func landlockReadOnly(workspace, exe, binDir, cliPath string, env []string) []string {
 	ro := slices.Clone(systemDirs)
 	ro = append(ro, filepath.Dir(exe))
 	if binDir != "" {
 		ro = append(ro, binDir)
+	}
+	if cliPath != "" {
+		ro = append(ro, programDirs(cliPath)...)
 	}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -306,22 +331,40 @@ func (j *jail) wrap(cmd *exec.Cmd) {
 	for _, d := range j.ro {
 		args = append(args, "--ro", d)
 	}
+	if j.netMode() == NetLandlock {
+		args = append(args, "--net-landlock")
+		for _, p := range j.net.connectPorts() {
+			args = append(args, "--connect", strconv.Itoa(p))
+		}
+	}
 	args = append(append(args, "--", cmd.Path), cmd.Args...)
 	cmd.Path, cmd.Args = j.exe, args
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
 	if j.mode == ConfineUser {
-		if cmd.SysProcAttr == nil {
-			cmd.SysProcAttr = &syscall.SysProcAttr{}
-		}
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(j.uid), Gid: uint32(j.gid), Groups: []uint32{}}
 	}
+	if j.netMode() == NetNamespace {
+		cmd.SysProcAttr.Cloneflags |= namespaceCloneFlag
+	}
+}
+
+// netMode is the agent's network confinement (NetOpen without one).
+func (j *jail) netMode() AgentNetwork {
+	if j.net == nil {
+		return NetOpen
+	}
+	return j.net.mode
 }
 
 // endPatience bounds how long ending an agent's processes may take.
 const endPatience = 30 * time.Second
 
-// started puts the agent's first process, agent-exec, in its cgroup and
-// then lets it go on to execute the agent: everything the agent runs is
-// in the group from its first instruction. When that fails agent-exec is
+// started puts the agent's first process, agent-exec, in its cgroup,
+// makes its network (agentNet.attach) and then lets it go on to execute
+// the agent: everything the agent runs is in the group, and in its
+// network, from its first instruction. When that fails agent-exec is
 // let go without the byte it waits for, and ends without running the
 // agent.
 func (j *jail) started(pid int) error {
@@ -330,8 +373,15 @@ func (j *jail) started(pid int) error {
 	}
 	j.gateR.Close()
 	defer func() { j.gateW.Close(); j.gateR, j.gateW = nil, nil }()
-	if err := j.group.add(pid); err != nil {
-		return err
+	if j.group != nil {
+		if err := j.group.add(pid); err != nil {
+			return err
+		}
+	}
+	if j.net != nil {
+		if err := j.net.attach(pid); err != nil {
+			return err
+		}
 	}
 	_, err := j.gateW.Write([]byte{1})
 	return err

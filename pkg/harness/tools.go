@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -84,7 +83,7 @@ func (h *harness) startMCP() (*mcpServer, error) {
 
 	mux := http.NewServeMux()
 	mux.Handle(MCPPath, requireSecret(secret, h.calls.track(handler)))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := h.listenForAgent("mcp")
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,8 @@ import (
 // and kitchn counts only supported for a workflow requirement (partial
 // keeps the descriptor readable). docs/security.md says what each mode
 // covers.
-func confined(log *slog.Logger, e harness.Enforcement, h http.Handler) http.Handler {
+func confined(log *slog.Logger, e harness.Enforcement, n harness.NetworkEnforcement, h http.Handler) http.Handler {
+	networkConfined(log, n)
 	switch e.Mode {
 	case harness.ConfineUser:
 		log.Info("agents are confined: each runs under a uid of its own", "confinement", string(e.Mode), "landlockABI", e.LandlockABI)
@@ -33,6 +34,24 @@ func confined(log *slog.Logger, e harness.Enforcement, h http.Handler) http.Hand
 		"confinement", string(e.Mode), "why", e.Why)
 	fmt.Fprintf(os.Stderr, "galley: WARNING: agents are not confined (%s); run galley serve as root or on a kernel with Landlock\n", e.Why)
 	return partialIsolation(h)
+}
+
+// networkConfined reports at start how agents' network is confined (n):
+// a namespace of its own each, Landlock's TCP rules, or, loudly, nothing.
+func networkConfined(log *slog.Logger, n harness.NetworkEnforcement) {
+	switch n.Mode {
+	case harness.NetNamespace:
+		log.Info("agents' network is confined: each runs in a network namespace of its own and reaches only its harness's MCP server, push gate, model proxy and egress proxy",
+			"network", string(n.Mode))
+		return
+	case harness.NetLandlock:
+		log.Info("agents' network is confined by Landlock: TCP connections only to their harness's ports (UDP and name resolution stay open)",
+			"network", string(n.Mode), "why", n.Why)
+		return
+	}
+	log.Warn("AGENTS' NETWORK IS OPEN: every agent can connect to any host and port this machine reaches, galley's own port included, and send what it holds",
+		"network", string(n.Mode), "why", n.Why)
+	fmt.Fprintf(os.Stderr, "galley: WARNING: agents' network is open: each agent can connect to any host this machine reaches (%s); run galley serve as root, or on a kernel with Landlock ABI 4 or later\n", n.Why)
 }
 
 // partialIsolation rewrites the descriptor's worker.launch_isolated to

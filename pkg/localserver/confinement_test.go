@@ -25,7 +25,7 @@ func TestConfinedDescriptor(t *testing.T) {
 		want string
 	}{{harness.ConfineNone, "partial"}, {harness.ConfineUser, "supported"}, {harness.ConfineLandlock, "supported"}} {
 		rec := httptest.NewRecorder()
-		confined(log, harness.Enforcement{Mode: tc.mode}, api).ServeHTTP(rec, httptest.NewRequest("GET", "/v1/descriptor", nil))
+		confined(log, harness.Enforcement{Mode: tc.mode}, harness.NetworkEnforcement{Mode: harness.NetNamespace}, api).ServeHTTP(rec, httptest.NewRequest("GET", "/v1/descriptor", nil))
 		var d struct {
 			Backend      string
 			Capabilities map[string]string

@@ -689,8 +689,12 @@ func truncate(s string, n int) string {
 
 // AgentExitedBody is the body of the worker-done row galley writes for a
 // worker whose agent exited with code before reporting an outcome (a
-// reason may follow it after ": "). The load driver reads it to know a
-// scripted exit was reached.
+// reason may follow it after ": "); a negative code is an agent that
+// never ran or whose end the harness did not see. The load driver reads
+// it to know a scripted exit was reached.
 func AgentExitedBody(code int) string {
+	if code < 0 {
+		return "the agent ended without reporting an outcome"
+	}
 	return fmt.Sprintf("the agent exited with code %d without reporting an outcome", code)
 }

@@ -46,6 +46,10 @@ func (r *Runtime) confine() {
 		}
 	}
 	r.enforcement = harness.ChooseConfinement(r.WorkspacesDir(), r.harness)
+	r.network = harness.ChooseNetwork()
+	if r.enforcement.Mode == harness.ConfineNone {
+		r.network = harness.NetworkEnforcement{Mode: harness.NetOpen, Why: "the agents are not confined"}
+	}
 	if r.enforcement.Mode == harness.ConfineUser && r.repository != "" && filepath.IsAbs(r.repository) {
 		if fi, err := os.Stat(r.repository); err == nil && fi.Mode().Perm()&0o005 != 0 {
 			if _, inside := inside(r.dir, r.repository); !inside {
@@ -57,3 +61,7 @@ func (r *Runtime) confine() {
 
 // Confinement is how this runtime's agents are confined, decided at New.
 func (r *Runtime) Confinement() harness.Enforcement { return r.enforcement }
+
+// Network is how this runtime's agents' network is confined, decided at
+// New and passed to every harness.
+func (r *Runtime) Network() harness.NetworkEnforcement { return r.network }

@@ -21,6 +21,7 @@ const (
 	EnvBranch     = "GALLEY_BRANCH"            // the worker's branch
 	EnvHandle     = "GALLEY_WORKER_HANDLE"     // the worker's handle
 	EnvConfine    = harness.EnvConfine         // how the agent is confined (Runtime.Confinement)
+	EnvNetwork    = harness.EnvAgentNetwork    // how the agent's network is confined (Runtime.Network)
 	EnvLogLimit   = harness.EnvLogLimit        // the worker's log budget in bytes (WithLogLimit)
 )
 
@@ -46,7 +47,7 @@ const reservedPrefix = "GALLEY_"
 // runtimeOwned are the variables only the runtime sets, per worker. The
 // worker's token itself never travels in a variable, only its file's path.
 var runtimeOwned = []string{
-	EnvTokenFile, EnvEndpoint, EnvWorkspace, EnvRepository, EnvBranch, EnvHandle, EnvConfine,
+	EnvTokenFile, EnvEndpoint, EnvWorkspace, EnvRepository, EnvBranch, EnvHandle, EnvConfine, EnvNetwork,
 	EnvLogLimit, "GALLEY_WORKER_TOKEN",
 }
 
@@ -89,6 +90,7 @@ func (r *Runtime) harnessEnv(handle, tokenFile, workspace, branch string) []stri
 		EnvBranch+"="+branch,
 		EnvHandle+"="+handle,
 		EnvConfine+"="+string(r.enforcement.Mode),
+		EnvNetwork+"="+string(r.network.Mode),
 		EnvLogLimit+"="+strconv.FormatInt(r.logLimit, 10),
 	)
 }

@@ -60,6 +60,8 @@ type Runtime struct {
 	logLimit   int64  // each harness.log's budget (WithLogLimit)
 	optErr     string // the first bad option, reported by New
 	// enforcement is how agents are confined, chosen at New (confine).
+	// network is how their network is.
+	network harness.NetworkEnforcement
 	enforcement harness.Enforcement
 
 	sigchld chan os.Signal

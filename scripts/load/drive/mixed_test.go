@@ -18,7 +18,7 @@ import (
 func TestExpectedPostsOnlyAccepted(t *testing.T) {
 	const run = "load-t-h0"
 	ref := protocol.Resource{Kind: protocol.KindWorker, Backend: "galley", Handle: "w-1"}
-	exited := service.AgentExitedBody(3) + ": " + service.AgentExitedBody(3) // as the harness reports its exit
+	exited := service.AgentExitedBody(3) + ": its stderr ended with:\nscript-agent: exit 3" // as the harness reports its exit
 	failed := "script directive failed at line 2"
 	delivered := func(rows ...protocol.MailMessage) []history.Op {
 		ms := int64(1000)
