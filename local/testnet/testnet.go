@@ -39,31 +39,47 @@ type Host struct {
 // iproute2, no namespaces).
 var ErrUnavailable = errors.New("testnet: cannot make a host beyond here")
 
-// New makes a host beyond with address 203.0.113.<n> (n in 2..254, one
-// per host that tests make at once on this machine). Each pair is a
-// point-to-point link with a /32 route and no address on this machine's
-// end, so hosts beyond made side by side share nothing.
-func New(n int) (*Host, error) {
+// New makes a host beyond with an address 203.0.113.<n> that no other
+// host beyond on this machine has (tests side by side, two runs at once:
+// n is drawn, and drawn again when taken). Each pair is a point-to-point
+// link with a /32 route and no address on this machine's end, so hosts
+// beyond share nothing.
+func New() (*Host, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("%w: needs root", ErrUnavailable)
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, fmt.Errorf("%w: no ip command (Debian: apt-get install iproute2)", ErrUnavailable)
 	}
-	if n < 2 || n > 254 {
-		return nil, errors.New("testnet: host number must be in 2..254")
+	var last error
+	for try := 0; try < 32; try++ {
+		h, err := newHost()
+		if err == nil {
+			return h, nil
+		}
+		last = err
+		if !errors.Is(err, errTaken) {
+			return nil, err
+		}
 	}
-	var b [4]byte
+	return nil, last
+}
+
+var errTaken = errors.New("testnet: the address is taken")
+
+func newHost() (*Host, error) {
+	var b [5]byte
 	_, _ = rand.Read(b[:])
-	id := hex.EncodeToString(b[:])
-	h := &Host{Addr: net.IPv4(203, 0, 113, byte(n)).To4(), ns: "galley-inet-" + id, veth: "gin" + id[:8]}
+	id := hex.EncodeToString(b[:4])
+	n := 2 + int(b[4])%253
+	h := &Host{Addr: net.IPv4(203, 0, 113, byte(n)).To4(), ns: "galley-inet-" + id, veth: "gin" + id}
 	ok := false
 	defer func() {
 		if !ok {
 			h.Close()
 		}
 	}()
-	peer := "gip" + id[:8]
+	peer := "gip" + id
 	addr := h.Addr.String()
 	for _, args := range [][]string{
 		{"netns", "add", h.ns},
@@ -78,6 +94,9 @@ func New(n int) (*Host, error) {
 		{"-n", h.ns, "route", "add", "default", "dev", peer},
 	} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			if args[0] == "route" && strings.Contains(string(out), "File exists") {
+				return nil, errTaken
+			}
 			return nil, fmt.Errorf("%w: ip %s: %v: %s", ErrUnavailable, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 		}
 	}

@@ -13,7 +13,7 @@ import (
 // The host beyond is reached from this machine's network, by its
 // public-looking address, as a host of the internet would be.
 func TestHostBeyondIsReached(t *testing.T) {
-	h, err := testnet.New(9)
+	h, err := testnet.New()
 	if errors.Is(err, testnet.ErrUnavailable) {
 		t.Skip(err)
 	}
