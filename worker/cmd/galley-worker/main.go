@@ -5,8 +5,10 @@
 // the harness's script driver starts; with agent-exec, the confined start
 // of an agent (harness.RunAgentExec); with the agent-session subcommand,
 // the session supervisor that the claude and codex drivers start; with
-// remove-workspace <path>, deletes one workspace on the shared file system
-// (the cleanup task package ecsrt starts when a worktree is released).
+// egress-proxy, the egress proxy service of the AWS stack (egress.RunService,
+// configured from the environment); with remove-workspace <path>, deletes
+// one workspace on the shared file system (the cleanup task package ecsrt
+// starts when a worktree is released).
 package main
 
 import (
@@ -20,6 +22,7 @@ import (
 	"syscall"
 
 	"github.com/galley-run/galley/pkg/agents"
+	"github.com/galley-run/galley/pkg/egress"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/scriptagent"
@@ -85,6 +88,16 @@ func run(ctx context.Context, args []string) int {
 			return 2
 		}
 		return agents.RunSession(ctx, cfg, os.Stdout, os.Stderr)
+	case len(args) == 1 && args[0] == egress.ServiceCommand:
+		log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+		if err := egress.RunService(ctx, os.Getenv, log); err != nil {
+			log.Error("egress proxy failed", "err", err)
+			if galleyerr.Is(galleyerr.Invalid, err) {
+				return 2
+			}
+			return 1
+		}
+		return 0
 	case len(args) == 2 && args[0] == removeWorkspaceCommand:
 		root := os.Getenv(envWorkspaceRoot)
 		if root == "" {
@@ -99,8 +112,8 @@ func run(ctx context.Context, args []string) int {
 		}
 		return 0
 	default:
-		fmt.Fprintf(os.Stderr, "usage: galley-worker [%s | %s | %s <path>]\n",
-			harness.ScriptAgentCommand, agents.SessionCommand, removeWorkspaceCommand)
+		fmt.Fprintf(os.Stderr, "usage: galley-worker [%s | %s | %s | %s <path>]\n",
+			harness.ScriptAgentCommand, agents.SessionCommand, egress.ServiceCommand, removeWorkspaceCommand)
 		return 2
 	}
 }
