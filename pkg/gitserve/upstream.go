@@ -13,6 +13,16 @@ import (
 	"strings"
 )
 
+// UpstreamOption tunes how Upstream reaches the repository.
+type UpstreamOption func(*http.Transport)
+
+// ViaProxy makes Upstream reach the repository through the HTTP proxy at
+// u (the egress proxy, as the harness: u may carry its credential), and
+// through nothing else: the process's proxy variables are not read.
+func ViaProxy(u *url.URL) UpstreamOption {
+	return func(t *http.Transport) { t.Proxy = http.ProxyURL(u) }
+}
+
 // Upstream forwards smart-HTTP requests to the repository at rawURL
 // (https, or http on loopback), adding basic auth user:token() to each.
 // token is called per request (rotation); the credential never appears in
@@ -20,7 +30,7 @@ import (
 // forwarded. An upstream 401 (the house credential was refused) becomes a
 // 502 naming the cause, so the client is not asked for a credential of its
 // own it could never supply.
-func Upstream(rawURL, user string, token func(context.Context) (string, error)) (http.Handler, error) {
+func Upstream(rawURL, user string, token func(context.Context) (string, error), opts ...UpstreamOption) (http.Handler, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, errors.New("gitserve: the upstream repository is not a valid URL") // it may hold a secret: not repeated
@@ -44,6 +54,9 @@ func Upstream(rawURL, user string, token func(context.Context) (string, error)) 
 	base.RawPath = ""
 	up := &upstream{user: user, token: token}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
+	for _, o := range opts {
+		o(transport)
+	}
 	up.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			out := base

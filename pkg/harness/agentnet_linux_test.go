@@ -8,13 +8,16 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/workerapi"
+	"golang.org/x/sys/unix"
 )
 
 // netProbe is an agent that tries what an attacker's agent would: its own
@@ -172,4 +175,44 @@ func machineAddr(t *testing.T) string {
 	}
 	t.Skip("this machine has no address but loopback")
 	return ""
+}
+
+// dialIn dials addr from inside the network namespace of process pid (an
+// agent's, where the harness's servers listen): the socket is made on a
+// thread that has entered it.
+func dialIn(pid int, addr string) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		own, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- result{nil, err}
+			return
+		}
+		defer own.Close()
+		ns, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- result{nil, err}
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			done <- result{nil, err}
+			return
+		}
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if unix.Setns(int(own.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- result{c, err}
+	}()
+	r := <-done
+	return r.c, r.err
 }

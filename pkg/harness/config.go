@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/galley-run/galley/pkg/egress"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/workerapi/client"
 	"github.com/galley-run/galley/pkg/workspace"
@@ -100,7 +101,9 @@ const DefaultQuietRead = 5 * time.Minute
 // newBell is the bell the harness waits on: the one galley's wake grant
 // names.
 func (c Config) newBell(api wakeAPI, log *slog.Logger) bell {
-	return newWakeBell(api, log, c.InboxWait, c.SQSEndpoint, c.CABundle)
+	b := newWakeBell(api, log, c.InboxWait, c.SQSEndpoint, c.CABundle)
+	b.proxy = c.ownProxy
+	return b
 }
 
 // DefaultHeartbeat is how often the harness posts a heartbeat while the
@@ -184,6 +187,17 @@ type Config struct {
 	// Network is how the agent's network is confined (see AgentNetwork);
 	// empty is NetAuto. ConfigFromEnv reads EnvAgentNetwork.
 	Network AgentNetwork
+	// EgressAllow is the house's allowlist for the agent's egress proxy
+	// (EnvEgressAllow; empty: the agent reaches no host).
+	EgressAllow egress.HostList
+	// EgressUpstream and EgressSecret name the stack's egress service and
+	// the harness's credential there (EnvEgressUpstream,
+	// EnvEgressSecret): set, every call of the harness's own goes through
+	// it. EgressSecret is a secret: redacted like the keys.
+	EgressUpstream, EgressSecret string
+	// EgressResolver is the DNS server the agent's egress proxy asks
+	// (EnvEgressResolver); empty: the system's.
+	EgressResolver string
 
 	// Drivers maps an agent family to its driver; nil means DefaultDrivers.
 	Drivers map[string]Driver
@@ -197,6 +211,11 @@ type Config struct {
 	ClientOptions []client.Option
 
 	Logger *slog.Logger // default: JSON lines on stderr
+
+	// ownProxy is the egress service as the harness (EgressUpstream with
+	// EgressSecret), which every call of the harness's own goes through;
+	// nil for none. setDefaults makes it.
+	ownProxy *url.URL
 }
 
 // ConfigFromEnv reads a Config from the environment through getenv.
@@ -228,6 +247,17 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		return cfg, galleyerr.E(op, galleyerr.Invalid, err)
 	}
 	cfg.Network = network
+	if cfg.EgressAllow, err = egress.ParseAllowlist(getenv(EnvEgressAllow)); err != nil {
+		return cfg, galleyerr.E(op, galleyerr.Invalid, EnvEgressAllow, err)
+	}
+	cfg.EgressUpstream = strings.TrimSpace(getenv(EnvEgressUpstream))
+	cfg.EgressSecret = strings.TrimSpace(getenv(EnvEgressSecret))
+	cfg.EgressResolver = strings.TrimSpace(getenv(EnvEgressResolver))
+	if cfg.EgressUpstream != "" {
+		if _, err := egress.HarnessProxyURL(cfg.EgressUpstream, cfg.EgressSecret); err != nil {
+			return cfg, galleyerr.E(op, galleyerr.Invalid, EnvEgressUpstream+" and "+EnvEgressSecret, err)
+		}
+	}
 	switch cfg.Confine {
 	case "":
 		cfg.Confine = ConfineAuto
@@ -351,7 +381,7 @@ func firstSet(getenv func(string) string, names ...string) string {
 
 // secretEnv are the variables that carry secrets to the harness.
 var secretEnv = []string{
-	EnvToken, EnvBootstrap, EnvAnthropicKey, EnvOpenAIKey, EnvGitCredential,
+	EnvToken, EnvBootstrap, EnvAnthropicKey, EnvOpenAIKey, EnvGitCredential, EnvEgressSecret,
 	EnvAnthropicCLIKey, EnvCodexCLIKey, EnvOpenAICLIKey,
 }
 
@@ -390,6 +420,7 @@ func (c Config) redactedCopy() configView {
 		AnthropicKey: redact(c.AnthropicKey), OpenAIKey: redact(c.OpenAIKey),
 		GitCredential: redact(c.GitCredential), GitUsername: c.GitUsername,
 		AnthropicBaseURL: c.AnthropicBaseURL, OpenAIBaseURL: c.OpenAIBaseURL,
+		EgressAllow: c.EgressAllow.String(), EgressUpstream: c.EgressUpstream, EgressSecret: redact(c.EgressSecret),
 		Heartbeat: c.Heartbeat, Progress: c.Progress, InboxWait: c.InboxWait, StopGrace: c.StopGrace,
 	}
 }
@@ -399,6 +430,7 @@ type configView struct {
 	Endpoint, Token, Bootstrap, Handle, Workspace, Repository, Branch, AgentBinDir, GitCache string
 	AnthropicKey, OpenAIKey, GitCredential, GitUsername                                      string
 	AnthropicBaseURL, OpenAIBaseURL                                                          string
+	EgressAllow, EgressUpstream, EgressSecret                                                string
 	Heartbeat, Progress, InboxWait, StopGrace                                                time.Duration
 }
 
@@ -418,6 +450,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("anthropicKey", v.AnthropicKey), slog.String("openaiKey", v.OpenAIKey),
 		slog.String("gitCredential", v.GitCredential), slog.String("gitUsername", v.GitUsername),
 		slog.String("anthropicBaseURL", v.AnthropicBaseURL), slog.String("openaiBaseURL", v.OpenAIBaseURL),
+		slog.String("egressAllow", v.EgressAllow), slog.String("egressUpstream", v.EgressUpstream), slog.String("egressSecret", v.EgressSecret),
 		slog.Duration("heartbeat", v.Heartbeat), slog.Duration("progress", v.Progress), slog.Duration("inboxWait", v.InboxWait), slog.Duration("stopGrace", v.StopGrace),
 	)
 }
@@ -454,10 +487,13 @@ func readTokenFile(path string) (string, error) {
 // prepareWith is workspace.Prepare, presenting the git credential when one
 // is set (in git's environment only: never in the clone's config), and
 // cloning through the git object cache when there is one.
-func prepareWith(user, credential, cache string, log *slog.Logger) func(ctx context.Context, repoURL, branch, dir string) error {
+func prepareWith(user, credential, cache string, proxy *url.URL, log *slog.Logger) func(ctx context.Context, repoURL, branch, dir string) error {
 	var opts []workspace.Option
 	if credential != "" {
 		opts = append(opts, workspace.WithCredential(user, credential))
+	}
+	if proxy != nil {
+		opts = append(opts, workspace.WithProxy(proxy.String()))
 	}
 	if cache != "" {
 		opts = append(opts, workspace.WithCache(cache, log))
@@ -498,8 +534,16 @@ func (c *Config) setDefaults() {
 	if c.PushBudget <= 0 {
 		c.PushBudget = DefaultPushBudget
 	}
+	if c.EgressUpstream != "" && c.ownProxy == nil {
+		// ConfigFromEnv checked it; a Config made in code is checked here.
+		if u, err := egress.HarnessProxyURL(c.EgressUpstream, c.EgressSecret); err == nil {
+			c.ownProxy = u
+		} else {
+			c.Logger.Error("the egress service cannot be used: the harness's own calls go direct", "err", err)
+		}
+	}
 	if c.Prepare == nil {
-		c.Prepare = prepareWith(c.GitUsername, c.GitCredential, c.GitCache, c.Logger)
+		c.Prepare = prepareWith(c.GitUsername, c.GitCredential, c.GitCache, c.ownProxy, c.Logger)
 	}
 	if c.UseGate == nil {
 		c.UseGate = workspace.UseGate

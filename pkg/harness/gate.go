@@ -104,7 +104,11 @@ func (h *harness) gateUpstream(repoURL string) (http.Handler, error) {
 		// repository can be fetched, and a refusal comes back as a 502
 		// naming the house credential.
 		cred := h.cfg.GitCredential
-		return gitserve.Upstream(repoURL, h.cfg.GitUsername, func(context.Context) (string, error) { return cred, nil })
+		var opts []gitserve.UpstreamOption
+		if h.cfg.ownProxy != nil {
+			opts = append(opts, gitserve.ViaProxy(h.cfg.ownProxy))
+		}
+		return gitserve.Upstream(repoURL, h.cfg.GitUsername, func(context.Context) (string, error) { return cred, nil }, opts...)
 	case strings.HasPrefix(repoURL, "file://"):
 		u, err := url.Parse(repoURL)
 		if err != nil || u.Path == "" || (u.Host != "" && u.Host != "localhost") {

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -53,7 +54,9 @@ type harness struct {
 	needs AgentNeeds
 	// gateEnv gives the agent's git the push gate's credential.
 	gateEnv []string
-	box     *inbox
+	// egressURL is the agent's egress proxy (egress.go).
+	egressURL string
+	box       *inbox
 	// net is the agent's network: where the harness's servers listen for
 	// the agent (agentnet.go).
 	net *agentNet
@@ -86,6 +89,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return galleyerr.E(galleyerr.Op("harness.key"), "could not make the worker's proof key", err)
 	}
 	cfg.ClientOptions = append(slices.Clone(cfg.ClientOptions), client.WithProofKey(key))
+	if cfg.ownProxy != nil {
+		// galley's API is reached through the stack's egress service.
+		cfg.ClientOptions = append(cfg.ClientOptions, client.WithHTTPClient(&http.Client{Transport: ownTransport(cfg.ownProxy)}))
+	}
 	if cfg.Token == "" && cfg.Bootstrap != "" {
 		// The claim is drawn once and repeated on every retry of the
 		// exchange, so a lost answer can be retried.
@@ -181,6 +188,12 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 		return h.notStarted(ctx, "starting the MCP server failed", err)
 	}
 	defer srv.close()
+	egressProxy, egressURL, err := h.startEgress()
+	if err != nil {
+		return h.notStarted(ctx, "starting the agent's egress proxy failed", err)
+	}
+	defer closeEgress(egressProxy)
+	h.egressURL = egressURL
 
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	defer stopPoll()
@@ -405,7 +418,7 @@ func (h *harness) stderrTail() string {
 
 // secrets are the values the harness holds that no report may carry.
 func (h *harness) secrets() []string {
-	return []string{h.cfg.Token, h.cfg.Bootstrap, h.cfg.GitCredential, h.cfg.AnthropicKey, h.cfg.OpenAIKey}
+	return []string{h.cfg.Token, h.cfg.Bootstrap, h.cfg.GitCredential, h.cfg.AnthropicKey, h.cfg.OpenAIKey, h.cfg.EgressSecret}
 }
 
 func exitCode(ps *os.ProcessState) int {
@@ -485,8 +498,12 @@ func (h *harness) prepareCommand(cmd *exec.Cmd) error {
 		env = append(env, h.needs.BaseURLEnv+"="+u)
 	}
 	env = append(env, h.gateEnv...)
+	if h.egressURL != "" {
+		env = append(env, egressEnv(h.egressURL)...)
+	}
 	cmd.Env = append(env, cmd.Env...)
-	forbidden := map[string]string{"the worker token": h.cfg.Token, "the git credential": h.cfg.GitCredential}
+	forbidden := map[string]string{"the worker token": h.cfg.Token, "the git credential": h.cfg.GitCredential,
+		"the egress service's credential": h.cfg.EgressSecret}
 	for _, p := range []Provider{ProviderAnthropic, ProviderOpenAI} {
 		if k := h.providerKey(p); k != key {
 			forbidden["the "+string(p)+" key"] = k

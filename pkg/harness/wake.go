@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 
@@ -58,8 +59,9 @@ type wakeBell struct {
 	api       wakeAPI
 	log       *slog.Logger
 	inboxWait time.Duration
-	endpoint  string // the SQS endpoint; empty: the SDK's default
-	caBundle  string // a PEM file of CAs to trust besides the system's
+	endpoint  string   // the SQS endpoint; empty: the SDK's default
+	caBundle  string   // a PEM file of CAs to trust besides the system's
+	proxy     *url.URL // the egress service as the harness; nil for none
 
 	grant   workerapi.WakeGrant
 	sqs     sqsReceiver
@@ -147,8 +149,8 @@ func (b *wakeBell) dialSQS(g workerapi.SQSWake) (sqsReceiver, error) {
 	if b.endpoint != "" {
 		opts.BaseEndpoint = aws.String(b.endpoint)
 	}
-	if b.caBundle != "" {
-		client, err := caClient(b.caBundle)
+	if b.caBundle != "" || b.proxy != nil {
+		client, err := caClient(b.caBundle, b.proxy)
 		if err != nil {
 			return nil, err
 		}
@@ -157,9 +159,14 @@ func (b *wakeBell) dialSQS(g workerapi.SQSWake) (sqsReceiver, error) {
 	return sqs.New(opts), nil
 }
 
-// caClient is an HTTP client trusting the system's CAs and those of the
-// PEM file.
-func caClient(file string) (*http.Client, error) {
+// caClient is an HTTP client trusting the system's CAs and, with file,
+// those of the PEM file; through proxy when there is one, and never
+// through one the environment names.
+func caClient(file string, proxy *url.URL) (*http.Client, error) {
+	t := ownTransport(proxy)
+	if file == "" {
+		return &http.Client{Transport: t}, nil
+	}
 	pem, err := os.ReadFile(file)
 	if err != nil {
 		return nil, galleyerr.E(galleyerr.Other, "the CA bundle", err)
@@ -171,7 +178,6 @@ func caClient(file string) (*http.Client, error) {
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, galleyerr.Errorf(galleyerr.Other, "the CA bundle holds no certificate")
 	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	return &http.Client{Transport: t}, nil
 }

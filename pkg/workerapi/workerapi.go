@@ -215,8 +215,10 @@ const MaxEventsPerRequest = 32
 
 // HarnessEvent is one thing the harness saw. Event names it: workspace
 // (prepared; field took), confinement (field mode), agent-started, tool
-// (fields tool, args, resultBytes), push (fields ref, commit), warning,
-// error.
+// (fields tool, args, resultBytes), push (fields ref, commit), egress
+// (the agent's egress proxy's decisions: egress.Decision's fields and a
+// count), model (the model proxy: usage, and a call refused at the
+// worker's cap), warning, error.
 type HarnessEvent struct {
 	Event  string            `json:"event"`
 	At     time.Time         `json:"at,omitzero"`
@@ -231,6 +233,8 @@ const (
 	EventAgentStarted = "agent-started"
 	EventTool         = "tool"
 	EventPush         = "push"
+	EventEgress       = "egress"
+	EventModel        = "model"
 	EventWarning      = "warning"
 	EventError        = "error"
 )

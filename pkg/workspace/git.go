@@ -16,8 +16,18 @@ type Option func(*options)
 
 type options struct {
 	user, token string
+	proxy       string       // WithProxy
 	cache       string       // WithCache
 	log         *slog.Logger // WithCache
+}
+
+// WithProxy makes Prepare's git commands that reach the repository go
+// through the HTTP proxy at proxyURL (the egress proxy, which may need the
+// harness's credential in the URL: like the repository's credential it
+// travels in those git processes' environment only, as an http.proxy
+// setting scoped to the repository URL).
+func WithProxy(proxyURL string) Option {
+	return func(o *options) { o.proxy = proxyURL }
 }
 
 // WithCredential makes Prepare's git commands that reach the repository
@@ -35,20 +45,30 @@ func WithCredential(user, token string) Option {
 // repoURL, numbered after any GIT_CONFIG_COUNT entries the process already
 // passes down (a harness's credential helper), which it keeps.
 func (o options) credentialEnv(repoURL string) []string {
-	if o.token == "" || !(strings.HasPrefix(repoURL, "https://") || strings.HasPrefix(repoURL, "http://")) {
+	if !(strings.HasPrefix(repoURL, "https://") || strings.HasPrefix(repoURL, "http://")) {
+		return nil
+	}
+	var kv [][2]string
+	if o.token != "" {
+		auth := base64.StdEncoding.EncodeToString([]byte(o.user + ":" + o.token))
+		kv = append(kv, [2]string{"http." + repoURL + ".extraHeader", "Authorization: Basic " + auth})
+	}
+	if o.proxy != "" {
+		kv = append(kv, [2]string{"http." + repoURL + ".proxy", o.proxy})
+	}
+	if len(kv) == 0 {
 		return nil
 	}
 	n, err := strconv.Atoi(os.Getenv("GIT_CONFIG_COUNT"))
 	if err != nil || n < 0 {
 		n = 0
 	}
-	auth := base64.StdEncoding.EncodeToString([]byte(o.user + ":" + o.token))
-	i := strconv.Itoa(n)
-	return []string{
-		"GIT_CONFIG_COUNT=" + strconv.Itoa(n+1),
-		"GIT_CONFIG_KEY_" + i + "=http." + repoURL + ".extraHeader",
-		"GIT_CONFIG_VALUE_" + i + "=Authorization: Basic " + auth,
+	env := []string{"GIT_CONFIG_COUNT=" + strconv.Itoa(n+len(kv))}
+	for j, e := range kv {
+		i := strconv.Itoa(n + j)
+		env = append(env, "GIT_CONFIG_KEY_"+i+"="+e[0], "GIT_CONFIG_VALUE_"+i+"="+e[1])
 	}
+	return env
 }
 
 // safeArgs and safeEnv are how galley runs git inside a workspace an agent
