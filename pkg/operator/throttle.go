@@ -25,8 +25,8 @@ const (
 	LoginWindow      = time.Minute
 )
 
-// overCap bounds the tallies a handler remembers to be over their limit
-// (so that it refuses their attempts without a store write each).
+// overCap bounds the tallies a handler remembers at their limit (so that
+// it refuses their attempts without a store write each).
 const overCap = 4096
 
 // limiter counts attempts at the operator token in the store's tallies.
@@ -35,8 +35,8 @@ type limiter struct {
 	now     func() time.Time
 
 	mu sync.Mutex
-	// over holds the tallies this process saw past their limit, each with
-	// the end of its window: until then their attempts are refused
+	// over holds the tallies this process saw reach their limit, each
+	// with the end of its window: until then their attempts are refused
 	// without a write (a tally only grows within its window).
 	over map[string]time.Time
 }
@@ -69,9 +69,9 @@ func (l *limiter) known(addr string) *refusal {
 	defer l.mu.Unlock()
 	switch {
 	case now.Before(l.over[all]):
-		return l.refuseAll(end.Sub(now))
+		return refuseAll(end.Sub(now))
 	case now.Before(l.over[mine]):
-		return l.refuseMine(end.Sub(now))
+		return refuseMine(end.Sub(now))
 	}
 	return nil
 }
@@ -99,7 +99,7 @@ func (l *limiter) count(ctx context.Context, addr string) (*refusal, error) {
 		l.remember(mine, end, now)
 	}
 	if n > LoginsPerAddress {
-		return l.refuseMine(end.Sub(now)), nil
+		return refuseMine(end.Sub(now)), nil
 	}
 	if n, err = l.tallies.AddTally(ctx, all, end.Add(LoginWindow)); err != nil {
 		return nil, err
@@ -108,7 +108,7 @@ func (l *limiter) count(ctx context.Context, addr string) (*refusal, error) {
 		l.remember(all, end, now)
 	}
 	if n > LoginsInAll {
-		return l.refuseAll(end.Sub(now)), nil
+		return refuseAll(end.Sub(now)), nil
 	}
 	return nil, nil
 }
@@ -132,12 +132,12 @@ func (l *limiter) remember(key string, end, now time.Time) {
 	l.over[key] = end
 }
 
-func (l *limiter) refuseMine(wait time.Duration) *refusal {
+func refuseMine(wait time.Duration) *refusal {
 	return &refusal{wait, fmt.Sprintf("too many attempts at the operator token from this address: at most %d a minute; try again in %d s",
 		LoginsPerAddress, seconds(wait))}
 }
 
-func (l *limiter) refuseAll(wait time.Duration) *refusal {
+func refuseAll(wait time.Duration) *refusal {
 	return &refusal{wait, fmt.Sprintf("too many attempts at the operator token at this server: at most %d a minute in all; try again in %d s",
 		LoginsInAll, seconds(wait))}
 }
