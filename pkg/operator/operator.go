@@ -432,6 +432,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, err)
 		return
 	}
+	checked := h.now() // the credential was checked as the request came in
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
@@ -441,7 +442,6 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	checked := h.now()
 	for {
 		// A stream outlives no session: the credential is checked again
 		// every heartbeat, so a logout, an expiry or a new token ends it.
