@@ -75,8 +75,9 @@ func launchScript(t testing.TB, s *awslocal.Stack, token, run, key, script strin
 // order, without gap or duplicate; a cursor resumed later replays exactly
 // what it missed; a cursor older than the retained events gets one reset
 // event; kitchn's token opens no operator route and the operator token no
-// kitchn route; the console is served and says to long poll; and the
-// galley commands work against the stack.
+// kitchn route; a console session's cookie is refused after its logout;
+// the console is served and says to long poll; and the galley commands
+// work against the stack.
 func TestOperatorAPIAWSLocal(t *testing.T) {
 	s, token := startStack(t)
 	opToken := operatorToken(t, s)
@@ -109,6 +110,21 @@ func TestOperatorAPIAWSLocal(t *testing.T) {
 			t.Errorf("%s %s with %s: %d %s, want %d", c.method, c.path, who, got, body, c.want)
 		}
 	}
+	// The console's session through the gateway and the function: the
+	// login's cookie opens the API until its logout, and after it the old
+	// cookie, replayed, is refused (the session is gone from the table,
+	// whichever instance answers).
+	cookie := consoleLogin(t, s, opToken)
+	if code, body := cookieCall(t, s, "GET", operator.PathWorkers, cookie); code != http.StatusOK {
+		t.Fatalf("a read with the session cookie: %d %s", code, body)
+	}
+	if code, body := cookieCall(t, s, "POST", operator.PathLogout, cookie, operator.CSRFHeader, "1"); code != http.StatusOK {
+		t.Fatalf("logout: %d %s", code, body)
+	}
+	if code, _ := cookieCall(t, s, "GET", operator.PathWorkers, cookie); code != http.StatusUnauthorized {
+		t.Errorf("after logout the old session cookie opened the API: %d, want 401", code)
+	}
+
 	// The console, served by the stack: /operator redirects to it, and
 	// its session says to follow by long poll (no stream through Lambda).
 	if code, _ := status(t, s, "", "GET", "/operator", ""); code != http.StatusFound {
@@ -258,6 +274,46 @@ func TestOperatorAPIAWSLocal(t *testing.T) {
 	if out, err := exec.Command(galley, "workers", "--endpoint", s.Endpoint(), "--token-file", s.TokenFile()).CombinedOutput(); err == nil {
 		t.Errorf("galley workers with kitchn's token file succeeded:\n%s", out)
 	}
+}
+
+// consoleLogin logs in with the operator token as the console does and
+// answers the session cookie as a Cookie header's value.
+func consoleLogin(t testing.TB, s *awslocal.Stack, opToken string) string {
+	t.Helper()
+	req, _ := http.NewRequest("POST", s.Endpoint()+operator.PathLogin, strings.NewReader(`{"token":"`+opToken+`"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(operator.CSRFHeader, "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, c := range resp.Cookies() {
+		if c.Name == "galley_operator" && resp.StatusCode == http.StatusOK {
+			return c.Name + "=" + c.Value
+		}
+	}
+	t.Fatalf("login: %d %s, no session cookie", resp.StatusCode, b)
+	return ""
+}
+
+// cookieCall makes one request with the session cookie and the headers
+// given, and answers its status and body.
+func cookieCall(t testing.TB, s *awslocal.Stack, method, path, cookie string, header ...string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, s.Endpoint()+path, nil)
+	req.Header.Set("Cookie", cookie)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // functionStore is the stack's table as fn's role reaches it.

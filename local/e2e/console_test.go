@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,9 +22,10 @@ const chromiumPath = "/usr/bin/chromium"
 // markup and script; its events appear live, a reload shows the same
 // timeline, a cancel from the console settles it (and kitchn's observe
 // agrees), nothing the agent wrote runs or becomes an element, the token
-// is never in storage or the URL, and screenshots are taken at phone and
-// desktop width (under GALLEY_CONSOLE_SHOTS when set). It also times the
-// list render of 1,000 workers (docs/BENCHMARKS.md).
+// is never in storage or the URL, after a logout the session's old
+// cookie is refused, and screenshots are taken at phone and desktop width
+// (under GALLEY_CONSOLE_SHOTS when set). It also times the list render of
+// 1,000 workers (docs/BENCHMARKS.md).
 func TestConsoleBrowser(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -83,6 +85,7 @@ func TestConsoleBrowser(t *testing.T) {
 		Injected                         int
 		MarkupShownAsText, PhoneOverflow bool
 		Cancelled                        bool
+		CookieAfterLogout                int
 		List1000Ms                       struct {
 			Median, Max float64
 			Rows        int
@@ -110,6 +113,8 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Error("the page is wider than a phone's screen")
 	case !r.Cancelled || len(r.Screenshots) != 4:
 		t.Errorf("cancelled %v, screenshots %v", r.Cancelled, r.Screenshots)
+	case r.CookieAfterLogout != http.StatusUnauthorized:
+		t.Errorf("after the console's logout its old session cookie, replayed, answered %d, want 401 (0: no cookie, or not cleared)", r.CookieAfterLogout)
 	}
 	for _, e := range r.Errors {
 		t.Errorf("page error: %s", e)

@@ -124,6 +124,20 @@ func TestOperator(t *testing.T) {
 	if st, body := opCall(t, s, "GET", "/operator/v1/workers", opToken); st != http.StatusOK {
 		t.Fatalf("the operator token was refused: %d %s", st, body)
 	}
+	// The console's session: a login's cookie opens the API until its
+	// logout, and after it the old cookie, replayed, is refused.
+	ended := consoleLogin(t, s, opToken)
+	if st, body := opCall(t, s, "GET", "/operator/v1/workers", "", "Cookie", ended); st != http.StatusOK {
+		t.Fatalf("a read with the session cookie: %d %s", st, body)
+	}
+	if st, body := opCall(t, s, "POST", "/operator/v1/logout", "", "Cookie", ended, "X-Galley-Operator", "1"); st != http.StatusOK {
+		t.Fatalf("logout: %d %s", st, body)
+	}
+	if st, _ := opCall(t, s, "GET", "/operator/v1/workers", "", "Cookie", ended); st != http.StatusUnauthorized {
+		t.Errorf("after logout the old session cookie opened the API: %d, want 401", st)
+	}
+	// A session lives in the store: it outlives the server's kill below.
+	kept := consoleLogin(t, s, opToken)
 
 	const run = "run-op"
 	brief := "#!galley-script\nstatus hello <b>there</b>\nusage 120 30\nask need input :: which way?\nsleep 1h\n"
@@ -214,6 +228,16 @@ func TestOperator(t *testing.T) {
 		}
 	}
 
+	if st, body := opCall(t, s2, "GET", "/operator/v1/workers", "", "Cookie", kept); st != http.StatusOK {
+		t.Errorf("a session issued before the kill, after it: %d %s", st, body)
+	}
+	if st, _ := opCall(t, s2, "POST", "/operator/v1/logout", "", "Cookie", kept, "X-Galley-Operator", "1"); st != http.StatusOK {
+		t.Errorf("logout after the kill: %d", st)
+	}
+	if st, _ := opCall(t, s2, "GET", "/operator/v1/workers", "", "Cookie", kept); st != http.StatusUnauthorized {
+		t.Errorf("after logout the old session cookie opened the API: %d, want 401", st)
+	}
+
 	// A stream resumes after its Last-Event-ID.
 	req, _ := http.NewRequestWithContext(ctx, "GET", s2.Endpoint+"/operator/v1/workers/"+h+"/stream", nil)
 	req.Header.Set("Authorization", "Bearer "+opToken)
@@ -270,6 +294,31 @@ func TestOperator(t *testing.T) {
 		!hasEvent(final, "state", map[string]string{"state": "settled", "outcome": "cancelled"}) {
 		t.Errorf("the log lacks the cancel or the revoke: %v", final)
 	}
+}
+
+// consoleLogin logs in to the console's API with the operator token, as
+// the page does, and answers the session cookie as a Cookie header's
+// value.
+func consoleLogin(t *testing.T, s *server, opToken string) string {
+	t.Helper()
+	req, err := http.NewRequest("POST", s.Endpoint+"/operator/v1/login", strings.NewReader(`{"token":"`+opToken+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Galley-Operator", "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, c := range resp.Cookies() {
+		if c.Name == "galley_operator" && resp.StatusCode == http.StatusOK {
+			return c.Name + "=" + c.Value
+		}
+	}
+	t.Fatalf("login: %d, no session cookie", resp.StatusCode)
+	return ""
 }
 
 // launchScripted launches a worker of the server's default agent (the

@@ -39,7 +39,7 @@ func (a *App) OperatorHandler() (http.Handler, error) {
 	}
 	t := &operatorTokens{src: src, maxAge: a.Config.TokenCache, now: a.clock.Now,
 		build: func(token []byte) http.Handler {
-			return operator.New(token, a.Service, events, a.Doorbell, a.Log, operator.WithPollOnly())
+			return operator.New(token, a.Service, events, a.Store, a.Doorbell, a.Log, operator.WithPollOnly())
 		}}
 	return a.flushing(Bounded(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !operator.Owns(r.URL.Path) {
@@ -59,8 +59,9 @@ func (a *App) OperatorHandler() (http.Handler, error) {
 }
 
 // operatorTokens keeps the operator handler of the token's current value:
-// a new value (a rotation) makes a new handler, whose console session
-// cookie (a MAC of the token) differs, so a rotation ends the sessions.
+// a new value (a rotation) makes a new handler, whose token fingerprint
+// differs from the one the sessions in the store were issued under, so a
+// rotation ends the sessions.
 type operatorTokens struct {
 	src    TokenSource
 	maxAge time.Duration

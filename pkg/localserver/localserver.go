@@ -325,7 +325,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	// Harnesses a killed server started still run; one that ends without
 	// a report must settle its worker as if this server had started it.
 	rt.WatchInherited(inheritedPoll)
-	h := withOperator(operator.New(operatorToken, svc, evlog, evbell, o.Logger),
+	h := withOperator(operator.New(operatorToken, svc, evlog, st, evbell, o.Logger),
 		confined(o.Logger, rt.Confinement(), rt.Network(), api.New(api.WithService(svc), api.WithAuthenticator(api.StaticToken(token)), api.WithLogger(o.Logger))))
 	s.http = newHTTPServer(trustKitchn(h, token), o)
 	ln.Install(s.http)

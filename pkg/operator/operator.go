@@ -7,22 +7,22 @@
 //
 // A request is the operator's when it carries "Authorization: Bearer
 // <operator token>", or the console's session cookie (HttpOnly,
-// SameSite=Strict) that POST /operator/v1/login sets for the token. An
-// action or login made with the cookie must also carry the header
-// X-Galley-Operator and, when the browser sends one, an Origin of this
-// host: a page of another site can send neither.
+// SameSite=Strict) that POST /operator/v1/login sets for the token: a
+// fresh random id at each login, of which the house's store keeps only
+// the hash, until the logout, the session's lifetime (on the server's
+// clock) or a new operator token, whichever comes first. An action or
+// login made with the cookie must also carry the header X-Galley-Operator
+// and, when the browser sends one, an Origin of this host: a page of
+// another site can send neither. Attempts at the token (logins, wrong
+// bearer tokens) are throttled per client address and in all, counted in
+// the store.
 package operator
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -73,14 +73,16 @@ type Events interface {
 
 // Handler serves the operator's routes.
 type Handler struct {
-	token   []byte
-	session string // the cookie's value: a MAC of the token, never the token
-	svc     Service
-	events  Events
-	bell    service.Doorbell
-	log     *slog.Logger
-	now     func() time.Time
-	mux     *http.ServeMux
+	token       []byte
+	fingerprint string // of the token, in each session it issues
+	svc         Service
+	events      Events
+	sessions    Sessions
+	limit       *limiter
+	bell        service.Doorbell
+	log         *slog.Logger
+	now         func() time.Time
+	mux         *http.ServeMux
 	// heartbeat is how often an idle stream sends a comment, so that
 	// proxies keep it open and a gone client is noticed.
 	heartbeat time.Duration
@@ -92,6 +94,10 @@ type Handler struct {
 
 // Option configures a Handler.
 type Option func(*Handler)
+
+// WithClock sets the clock that sessions expire and login windows turn by
+// (tests).
+func WithClock(now func() time.Time) Option { return func(h *Handler) { h.now = now } }
 
 // WithPollOnly serves no Server-Sent Events: the stream route answers 404
 // naming the long poll, and the session tells the console to long poll.
@@ -112,18 +118,19 @@ type SessionAnswer struct {
 	Live string `json:"live"`
 }
 
-// New returns the handler for one operator token.
-func New(token []byte, svc Service, events Events, bell service.Doorbell, log *slog.Logger, opts ...Option) *Handler {
+// New returns the handler for one operator token. sessions keeps the
+// console's sessions and login tallies: the house's store, shared by every
+// process that serves the operator.
+func New(token []byte, svc Service, events Events, sessions Sessions, bell service.Doorbell, log *slog.Logger, opts ...Option) *Handler {
 	if log == nil {
 		log = slog.Default()
 	}
-	m := hmac.New(sha256.New, token)
-	m.Write([]byte("galley operator console session"))
-	h := &Handler{token: token, session: hex.EncodeToString(m.Sum(nil)), svc: svc, events: events, bell: bell,
+	h := &Handler{token: token, fingerprint: tokenFingerprint(token), svc: svc, events: events, sessions: sessions, bell: bell,
 		log: log, now: time.Now, mux: http.NewServeMux(), heartbeat: 15 * time.Second}
 	for _, o := range opts {
 		o(h)
 	}
+	h.limit = &limiter{tallies: sessions, now: h.now}
 	// The page at /operator/ and at /operator/console: an HTTP API's
 	// greedy route takes no empty path, so on AWS /operator redirects to
 	// the second (the page's relative links resolve the same from both).
@@ -174,23 +181,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// auth reports how r is authenticated: by the bearer token, by the
-// session cookie, or not at all.
-func (h *Handler) auth(r *http.Request) (ok, cookie bool) {
-	if v := r.Header.Get("Authorization"); v != "" {
-		const p = "Bearer "
-		return len(v) > len(p) && strings.EqualFold(v[:len(p)], p) && h.tokenOK(v[len(p):]), false
-	}
-	if c, err := r.Cookie(cookieName); err == nil {
-		return subtle.ConstantTimeCompare([]byte(c.Value), []byte(h.session)) == 1, true
-	}
-	return false, false
-}
-
-func (h *Handler) tokenOK(t string) bool {
-	return len(h.token) > 0 && subtle.ConstantTimeCompare([]byte(t), h.token) == 1
-}
-
 // sameSite checks what a cookie-authenticated POST must carry: the custom
 // header (a cross-site form cannot send one, and a cross-site script
 // cannot without a CORS preflight galley never answers) and, when sent,
@@ -215,54 +205,25 @@ func sameSite(r *http.Request) bool {
 
 func (h *Handler) authed(action bool, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		ok, cookie := h.auth(r)
-		if !ok {
+		how, ref, err := h.auth(r)
+		switch {
+		case err != nil:
+			h.unavailable(w, "the operator's credentials cannot be checked now; try again", err)
+			return
+		case ref != nil:
+			ref.write(w)
+			return
+		case how == refused:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="galley operator"`)
-			writeJSON(w, http.StatusUnauthorized, errorJSON{"the operator token is missing or wrong"})
+			writeJSON(w, http.StatusUnauthorized, errorJSON{"the operator token or session is missing, wrong or ended"})
 			return
 		}
-		if action && cookie && !sameSite(r) {
+		if action && how == byCookie && !sameSite(r) {
 			writeJSON(w, http.StatusForbidden, errorJSON{"a console action needs the " + CSRFHeader + " header and this site's Origin"})
 			return
 		}
 		next(w, r)
 	}
-}
-
-// login takes the operator token once and answers the session cookie.
-func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
-	if !sameSite(r) {
-		writeJSON(w, http.StatusForbidden, errorJSON{"a login needs the " + CSRFHeader + " header and this site's Origin"})
-		return
-	}
-	var req struct {
-		Token string `json:"token"`
-	}
-	if err := json.NewDecoder(io.LimitReader(r.Body, 4<<10)).Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, errorJSON{"the body must be {\"token\": ...}"})
-		return
-	}
-	if !h.tokenOK(strings.TrimSpace(req.Token)) {
-		writeJSON(w, http.StatusUnauthorized, errorJSON{"that is not the operator token"})
-		return
-	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: h.session, Path: Prefix, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: secure(r), MaxAge: 12 * 3600})
-	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
-}
-
-func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
-	if !sameSite(r) {
-		writeJSON(w, http.StatusForbidden, errorJSON{"a logout needs the " + CSRFHeader + " header"})
-		return
-	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: secure(r), MaxAge: -1})
-	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
-}
-
-func secure(r *http.Request) bool {
-	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
 // WorkerView is one row of the worker list.
@@ -459,7 +420,7 @@ func (h *Handler) Wait(ctx context.Context, handle string, after int64, wait tim
 // stream serves the worker's events as Server-Sent Events from the
 // cursor (Last-Event-ID, or ?after), then live: each event's id is its
 // number, so a reconnecting EventSource resumes exactly after the last one
-// it received.
+// it received. It ends when its credential no longer opens the API.
 func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
 	if h.pollOnly {
 		writeJSON(w, http.StatusNotFound, errorJSON{"this deployment cannot stream: long poll " + PathWorkers + "/{handle}/events?after=N&wait=25"})
@@ -471,6 +432,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, err)
 		return
 	}
+	checked := h.now() // the credential was checked as the request came in
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
@@ -481,6 +443,14 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	for {
+		// A stream outlives no session: the credential is checked again
+		// every heartbeat, so a logout, an expiry or a new token ends it.
+		if h.now().Sub(checked) >= h.heartbeat {
+			if how, _, _ := h.auth(r); how == refused {
+				return
+			}
+			checked = h.now()
+		}
 		es, err := h.Wait(ctx, handle, after, h.heartbeat)
 		if err != nil {
 			if ctx.Err() == nil {

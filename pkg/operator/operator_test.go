@@ -32,7 +32,8 @@ func (a *actions) RevokeWorkerCredential(context.Context, string) error { return
 
 func newHandler(t *testing.T) (*httptest.Server, *actions) {
 	a := &actions{}
-	h := operator.New([]byte("operator-secret-token"), a, memstore.New(), localbell.New(), nil)
+	st := memstore.New()
+	h := operator.New([]byte("operator-secret-token"), a, st, st, localbell.New(), nil)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv, a
@@ -127,7 +128,8 @@ func TestConsoleHeaders(t *testing.T) {
 // refused and the session tells the console to long poll; the console
 // is also served at PathConsole, where /operator redirects.
 func TestPollOnly(t *testing.T) {
-	h := operator.New([]byte("operator-secret-token"), &actions{}, memstore.New(), localbell.New(), nil, operator.WithPollOnly())
+	st := memstore.New()
+	h := operator.New([]byte("operator-secret-token"), &actions{}, st, st, localbell.New(), nil, operator.WithPollOnly())
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	auth := []string{"Authorization", "Bearer operator-secret-token"}

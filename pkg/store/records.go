@@ -286,6 +286,19 @@ type InboxItem struct {
 	At       time.Time `json:"at"`
 }
 
+// Session is an operator console session as a store keeps it. The
+// session's id (the cookie's value) is never stored, only its hash: who
+// reads the store cannot log in with what it finds.
+type Session struct {
+	IDHash string `json:"idHash"` // hex SHA-256 of the session id: the key
+	// TokenFingerprint names the operator token the session was issued
+	// under (a MAC made with it, never the token): after a rotation the
+	// session no longer opens anything.
+	TokenFingerprint string    `json:"tokenFingerprint"`
+	Created          time.Time `json:"created"`
+	Expires          time.Time `json:"expires"` // the session's end, whatever the browser keeps
+}
+
 // Event is one entry of a worker's event log: what happened to the worker,
 // for its operator (docs/operations.md). Seq numbers a worker's events 1,
 // 2, ... in the order the store committed them. Events never hold a

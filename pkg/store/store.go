@@ -78,6 +78,38 @@ type Nonces interface {
 	UseNonce(ctx context.Context, key string, expires time.Time) (bool, error)
 }
 
+// Sessions keeps the operator console's sessions (package operator) by
+// the hash of their id, never the id, until they expire. Every process
+// that serves the operator reads the same sessions, so a logout in one
+// ends the session in all.
+type Sessions interface {
+	// PutSession stores s under s.IDHash, unless a session lives there
+	// (Conflict). A session must expire (Invalid without Expires).
+	PutSession(ctx context.Context, s Session) error
+	// GetSession answers the session stored under idHash, or NotFound when
+	// there is none or it has expired (by the store's clock; the caller
+	// checks Expires against its own as well).
+	GetSession(ctx context.Context, idHash string) (Session, error)
+	// DeleteSession forgets the session stored under idHash; one that is
+	// not there is not an error, so a repeated logout succeeds.
+	DeleteSession(ctx context.Context, idHash string) error
+}
+
+// Tallies counts events in windows that expire (the operator's login
+// attempts, per client address and in all, per minute): a rate that all
+// of a house's processes see.
+type Tallies interface {
+	// AddTally adds one to the tally named key in one atomic write and
+	// answers its new count. An absent tally starts at 0 and lives until
+	// expires, the expiry its first add gave it (later adds keep it); once
+	// that has passed, the tally is absent again (and may be forgotten at
+	// any time). Of concurrent adds to one live tally, from any process,
+	// no two answer one count. After Unavailable the add may or may not
+	// have counted; an add resent after a lost answer may count twice, which
+	// errs on the side of a limit.
+	AddTally(ctx context.Context, key string, expires time.Time) (int64, error)
+}
+
 // CounterAgentUID is the counter that numbers the house's agent uids
 // (Worker.AgentUID).
 const CounterAgentUID = "agent-uid"
@@ -90,5 +122,7 @@ type Store interface {
 	Inboxes
 	Counters
 	Nonces
+	Sessions
+	Tallies
 	Close() error
 }

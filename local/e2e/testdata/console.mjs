@@ -4,9 +4,10 @@
 // script. It logs in, sees the worker in the list, follows its timeline
 // live through the reply it sends (as kitchn would), reloads and sees the
 // same timeline, cancels it from the console, takes screenshots at phone
-// and desktop width, times the list render of 1,000 workers, and checks
-// that nothing an agent wrote ran or became markup. It prints one JSON
-// object: what the Go test checks.
+// and desktop width, times the list render of 1,000 workers, checks that
+// nothing an agent wrote ran or became markup, and logs out, replaying
+// the session's cookie afterwards. It prints one JSON object: what the Go
+// test checks.
 import { chromium } from "playwright-core";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -133,6 +134,16 @@ try {
     runs.sort((a, b) => a - b);
     return { median: runs[2], max: runs[4], rows: document.querySelectorAll("#workers tbody tr").length };
   });
+
+  // Log out: the page shows the login form, and the session's cookie,
+  // replayed from outside the browser, opens nothing.
+  const old = (await context.cookies(endpoint + "/operator/")).find((c) => c.name === "galley_operator");
+  loggedIn = false; // a list refresh in flight may meet the ended session
+  await page.click("#logout");
+  await page.waitForSelector("#login:not([hidden])", { timeout: T });
+  const gone = (await context.cookies(endpoint + "/operator/")).every((c) => c.name !== "galley_operator");
+  const replay = await fetch(endpoint + "/operator/v1/workers", { headers: { Cookie: "galley_operator=" + (old ? old.value : "") } });
+  result.cookieAfterLogout = old && gone ? replay.status : 0;
 } finally {
   await context.close();
 }

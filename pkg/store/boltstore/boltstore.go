@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -35,6 +34,7 @@ import (
 //	inboxes         worker -> bucket: seq (8 bytes) -> item JSON; likewise
 //	counters        name -> last value (8 bytes)
 //	events          worker -> bucket: seq (8 bytes) -> event JSON, at most store.MaxEvents (events.go)
+//	nonces, sessions, tallies and their -expiry indexes: expiring.go
 //
 // version is 8 bytes big-endian; numbers in keys are big-endian so that
 // keys sort in numeric order.
@@ -48,16 +48,22 @@ var (
 	bucketInboxes       = []byte("inboxes")
 	bucketMessageIDs    = []byte("message-ids")
 	bucketCounters      = []byte("counters")
-	bucketNonces        = []byte("nonces")       // key -> expiry (unix ns)
-	bucketNonceExpiry   = []byte("nonce-expiry") // expiry (unix ns) || key -> nothing, oldest first
-	allBuckets          = [][]byte{bucketMeta, bucketEffects, bucketResources, bucketResourceOrder, bucketMailboxes, bucketMessages, bucketInboxes, bucketMessageIDs, bucketCounters, bucketNonces, bucketNonceExpiry}
+	bucketNonces        = []byte("nonces")         // key -> expiry (unix ns)
+	bucketNonceExpiry   = []byte("nonce-expiry")   // expiry (unix ns) || key -> nothing, oldest first
+	bucketSessions      = []byte("sessions")       // id hash -> expiry (unix ns) | session JSON
+	bucketSessionExpiry = []byte("session-expiry") // expiry || id hash -> nothing
+	bucketTallies       = []byte("tallies")        // key -> expiry (unix ns) | count (8 bytes)
+	bucketTallyExpiry   = []byte("tally-expiry")   // expiry || key -> nothing
+	allBuckets          = [][]byte{bucketMeta, bucketEffects, bucketResources, bucketResourceOrder, bucketMailboxes, bucketMessages, bucketInboxes, bucketMessageIDs, bucketCounters,
+		bucketNonces, bucketNonceExpiry, bucketSessions, bucketSessionExpiry, bucketTallies, bucketTallyExpiry}
 )
 
 // formatVersion names the layout above; a file of another format is
 // refused rather than misread. Format 1 lacked message-ids; Open upgrades
 // it by indexing the messages it holds. The counters bucket came within
 // format 2: Open creates it in a file that lacks it, and a galley that
-// predates it never opens it.
+// predates it never opens it. So did the buckets of expiring entries
+// (nonces, sessions, tallies).
 const (
 	formatVersion = "2"
 	formatNoIDs   = "1"
@@ -565,49 +571,6 @@ func (s *Store) AppendInbox(ctx context.Context, worker string, item store.Inbox
 
 func (s *Store) ListInbox(ctx context.Context, worker string, after int64) ([]store.InboxItem, error) {
 	return listFrom[store.InboxItem](s, ctx, "boltstore.ListInbox", bucketInboxes, worker, after, 0)
-}
-
-// UseNonce records key in one write transaction (bbolt serializes them),
-// and drops up to 64 expired nonces in it, oldest first, so that the
-// buckets hold about the nonces of one expiry window.
-func (s *Store) UseNonce(ctx context.Context, key string, expires time.Time) (fresh bool, err error) {
-	const op = galleyerr.Op("boltstore.UseNonce")
-	if err := needKeys(op, key); err != nil {
-		return false, err
-	}
-	now := time.Now().UnixNano()
-	err = s.update(ctx, op, func(tx *bolt.Tx) error {
-		b, ex := tx.Bucket(bucketNonces), tx.Bucket(bucketNonceExpiry)
-		var old [][]byte
-		c := ex.Cursor()
-		for k, _ := c.First(); k != nil && len(old) < 64; k, _ = c.Next() {
-			if len(k) < 8 || int64(binary.BigEndian.Uint64(k[:8])) > now {
-				break
-			}
-			old = append(old, slices.Clone(k))
-		}
-		for _, k := range old {
-			if err := b.Delete(k[8:]); err != nil {
-				return err
-			}
-			if err := ex.Delete(k); err != nil {
-				return err
-			}
-		}
-		if v := b.Get([]byte(key)); len(v) == 8 && int64(binary.BigEndian.Uint64(v)) > now {
-			return nil
-		}
-		fresh = true
-		exp := u64(uint64(expires.UnixNano()))
-		if err := b.Put([]byte(key), exp); err != nil {
-			return err
-		}
-		return ex.Put(append(exp, key...), nil)
-	})
-	if err != nil {
-		return false, err
-	}
-	return fresh, nil
 }
 
 // NextCount counts in the counters bucket, one write transaction (bbolt

@@ -59,6 +59,7 @@ var Methods = []string{
 	"GetMailbox", "PutMailbox", "AppendMessage", "ListMessages",
 	"AppendInbox", "ListInbox",
 	"NextCount", "UseNonce",
+	"PutSession", "GetSession", "DeleteSession", "AddTally",
 	"Close",
 }
 
@@ -66,8 +67,8 @@ var Methods = []string{
 type Call struct {
 	Method string
 	// Key is the record the call is about: the effect key, "kind/handle"
-	// of a resource, the run, the worker, the counter; "" for
-	// ListResources and Close.
+	// of a resource, the run, the worker, the counter, the nonce, the
+	// session's id hash, the tally; "" for ListResources and Close.
 	Key string
 }
 
@@ -410,6 +411,36 @@ func (s *Store) UseNonce(ctx context.Context, key string, expires time.Time) (fr
 		return false, err
 	}
 	return fresh, nil
+}
+
+func (s *Store) PutSession(ctx context.Context, se store.Session) error {
+	return s.do(ctx, Call{"PutSession", se.IDHash}, func() error { return s.inner.PutSession(ctx, se) })
+}
+
+func (s *Store) GetSession(ctx context.Context, idHash string) (se store.Session, err error) {
+	err = s.do(ctx, Call{"GetSession", idHash}, func() (err error) {
+		se, err = s.inner.GetSession(ctx, idHash)
+		return err
+	})
+	if err != nil {
+		return store.Session{}, err
+	}
+	return se, nil
+}
+
+func (s *Store) DeleteSession(ctx context.Context, idHash string) error {
+	return s.do(ctx, Call{"DeleteSession", idHash}, func() error { return s.inner.DeleteSession(ctx, idHash) })
+}
+
+func (s *Store) AddTally(ctx context.Context, key string, expires time.Time) (n int64, err error) {
+	err = s.do(ctx, Call{"AddTally", key}, func() (err error) {
+		n, err = s.inner.AddTally(ctx, key, expires)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 func (s *Store) ListInbox(ctx context.Context, worker string, after int64) (items []store.InboxItem, err error) {

@@ -8,7 +8,6 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/store"
@@ -27,9 +26,9 @@ type Store struct {
 	inboxes   map[string][]store.InboxItem // inboxes[worker][seq-1]
 	counters  map[string]int64
 	events    map[string]*eventLog
-	nonces    map[string]time.Time
-	// noncesSwept is len(nonces) after the last sweep of expired ones.
-	noncesSwept int
+	nonces    expiring[struct{}]
+	sessions  expiring[store.Session]
+	tallies   expiring[int64]
 }
 
 type versioned[T any] struct {
@@ -248,33 +247,6 @@ func (s *Store) NextCount(ctx context.Context, name string) (int64, error) {
 	}
 	s.counters[name]++
 	return s.counters[name], nil
-}
-
-// UseNonce keeps nonces in a map, dropping the expired ones whenever the
-// map has doubled since the last sweep.
-func (s *Store) UseNonce(ctx context.Context, key string, expires time.Time) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(ctx, "memstore.UseNonce", key); err != nil {
-		return false, err
-	}
-	now := time.Now()
-	if exp, ok := s.nonces[key]; ok && now.Before(exp) {
-		return false, nil
-	}
-	if s.nonces == nil {
-		s.nonces = map[string]time.Time{}
-	}
-	if len(s.nonces) >= 2*s.noncesSwept+64 {
-		for k, exp := range s.nonces {
-			if !now.Before(exp) {
-				delete(s.nonces, k)
-			}
-		}
-		s.noncesSwept = len(s.nonces)
-	}
-	s.nonces[key] = expires
-	return true, nil
 }
 
 func (s *Store) ListInbox(ctx context.Context, worker string, after int64) ([]store.InboxItem, error) {

@@ -3,7 +3,8 @@
 // as faultstore. It checks the whole contract of package store: conditional
 // create and update, NotFound, increasing versions, creation order, gap-free
 // sequences under concurrency, messages appended once per id, counters
-// that never answer one value twice, races that
+// that never answer one value twice, nonces used once, sessions and
+// tallies that expire, races that
 // only a condition inside the write can win, exact round trips of every
 // field, and (RunDurable) that what was acknowledged survives a close or a
 // kill.
@@ -41,6 +42,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Inboxes", func(t *testing.T) { testInboxes(t, open) })
 	t.Run("Counters", func(t *testing.T) { testCounters(t, open) })
 	t.Run("Nonces", func(t *testing.T) { testNonces(t, open) })
+	t.Run("Sessions", func(t *testing.T) { testSessions(t, open) })
+	t.Run("Tallies", func(t *testing.T) { testTallies(t, open) })
 	t.Run("Aliasing", func(t *testing.T) { testAliasing(t, open) })
 	t.Run("LargeValues", func(t *testing.T) { testLargeValues(t, open) })
 	t.Run("LargestWorker", func(t *testing.T) { testLargestWorker(t, open) })
