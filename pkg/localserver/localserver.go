@@ -28,6 +28,7 @@ import (
 	"github.com/galley-run/galley/pkg/api"
 	"github.com/galley-run/galley/pkg/connlimit"
 	"github.com/galley-run/galley/pkg/doorbell/localbell"
+	"github.com/galley-run/galley/pkg/egress"
 	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/harness"
@@ -75,6 +76,12 @@ type Options struct {
 	// own family's CLI.
 	AnthropicBaseURL string
 	OpenAIBaseURL    string
+	// EgressAllow is the house's allowlist (comma-separated host names or
+	// *.domain): what each agent may reach through its egress proxy;
+	// empty, no host. EgressResolver is a DNS server (host:port) the
+	// proxies resolve names with instead of the system's.
+	EgressAllow    string
+	EgressResolver string
 	// Limits of the HTTP server; zero values take the Default* constants.
 	// BodyTimeout is how long a request's body may take to arrive after
 	// its headers; MaxUnauthenticated bounds the unauthenticated requests
@@ -148,6 +155,14 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	for _, u := range baseURLs(o) {
 		if err := harness.ValidateBaseURL(u.v); err != nil {
 			return nil, fmt.Errorf("the %s %w", u.what, err)
+		}
+	}
+	if _, err := egress.ParseAllowlist(o.EgressAllow); err != nil {
+		return nil, fmt.Errorf("the egress allowlist (--egress-allow): %w", err)
+	}
+	if o.EgressResolver != "" {
+		if _, _, err := net.SplitHostPort(o.EgressResolver); err != nil {
+			return nil, fmt.Errorf("the egress resolver (--egress-resolver) must be host:port: %w", err)
 		}
 	}
 	// The default request log is buffered: a JSON line per request written
@@ -281,6 +296,12 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		if u.v != "" {
 			rtOpts = append(rtOpts, localproc.WithEnv(u.env, u.v))
 		}
+	}
+	if o.EgressAllow != "" {
+		rtOpts = append(rtOpts, localproc.WithEnv(harness.EnvEgressAllow, o.EgressAllow))
+	}
+	if o.EgressResolver != "" {
+		rtOpts = append(rtOpts, localproc.WithEnv(harness.EnvEgressResolver, o.EgressResolver))
 	}
 	if o.WorkerLogLimit > 0 {
 		rtOpts = append(rtOpts, localproc.WithLogLimit(o.WorkerLogLimit))

@@ -144,6 +144,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.AgentBinDir, "agent-bin-dir", "", "directory searched first for the claude and codex CLIs")
 	fs.StringVar(&o.AnthropicBaseURL, "anthropic-base-url", "", "claude workers' Anthropic API base URL (an LLM gateway or proxy): https, or http to loopback (default: the public API)")
 	fs.StringVar(&o.OpenAIBaseURL, "openai-base-url", "", "codex workers' OpenAI API base URL, e.g. https://gw.example/v1: https, or http to loopback (default: the public API)")
+	fs.StringVar(&o.EgressAllow, "egress-allow", "", "hosts every agent may reach through its egress proxy, comma-separated names or *.domain (default: none)")
+	fs.StringVar(&o.EgressResolver, "egress-resolver", "", "DNS server (host:port) the agents' egress proxies resolve names with (default: the system's)")
 	fs.StringVar(&o.WorkerBin, "worker-bin", "", "the galley-worker binary (default: beside galley, or on PATH)")
 	fs.DurationVar(&o.AwaitCap, "await-cap", 25*time.Second, "longest hold of deliveries/await")
 	fs.IntVar(&o.MaxWorkers, "max-workers", 0, "most unsettled workers; 0 for no bound")
