@@ -54,8 +54,9 @@ func (g *Galley) gauge(name string) awscloudwatch.Metric {
 func (g *Galley) stuckWorkers() awscloudwatch.Metric { return g.gauge(MetricStuckWorkers) }
 
 // liveWorkers counts the unsettled workers, which the launch cap counts.
-// (The cluster runs no ECS service, so Container Insights' per-service
-// task counts never exist for it.)
+// (The worker cluster runs no ECS service, the egress proxy's being in a
+// cluster of its own, so Container Insights' per-service task counts never
+// exist for it.)
 func (g *Galley) liveWorkers() awscloudwatch.Metric { return g.gauge(MetricLiveWorkers) }
 
 // addAlarms makes one alarm per failure an operator must hear about.
