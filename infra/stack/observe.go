@@ -220,6 +220,8 @@ func (g *Galley) addOutputs() {
 	out("GitCredentialSecretArn", "fill in: aws secretsmanager put-secret-value --secret-id <arn> --secret-string <token>", g.ProviderSecrets[SecretGit].SecretArn())
 	out("TableName", "DynamoDB table with every galley record (retained on teardown)", g.Table.TableName())
 	out("ClusterName", "ECS cluster running one task per worker", g.Cluster.ClusterName())
+	out("EgressClusterName", "ECS cluster running the egress proxy", g.EgressCluster.ClusterName())
+	out("EgressServiceName", "the egress proxy's ECS service (a new deployment restarts it: docs/deploy.md, Rotating)", g.EgressService.ServiceName())
 	out("WorkspacesFileSystemId", "EFS file system holding the worktrees (retained on teardown)", g.Workspaces.FileSystemId())
 	out("DashboardName", "CloudWatch dashboard", g.Dashboard.DashboardName())
 }

@@ -1129,7 +1129,7 @@ func TestOutputs(t *testing.T) {
 	s := deployment(t)
 	outs := s.json["Outputs"].(map[string]any)
 	for _, name := range []string{"Endpoint", "KitchnBinding", "TokenSecretArn", "ReadTokenCommand",
-		"AnthropicKeySecretArn", "OpenAIKeySecretArn", "GitCredentialSecretArn"} {
+		"AnthropicKeySecretArn", "OpenAIKeySecretArn", "GitCredentialSecretArn", "EgressClusterName", "EgressServiceName"} {
 		if _, ok := outs[name]; !ok {
 			t.Errorf("no output %s", name)
 		}
