@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -129,7 +130,7 @@ var matchNoTraffic = map[string]any{
 // reach any other resource of this account. The S3 gateway endpoint
 // allows reading ECR's layer bucket alone (ECR hands out presigned URLs
 // signed by ECR, so its principal cannot be named).
-func (g *Galley) addEndpoints() {
+func (g *Galley) addEndpoints() error {
 	execRoles := []awsiam.IPrincipal{
 		awsiam.NewArnPrincipal(g.ExecutionRole.RoleArn()),
 		awsiam.NewArnPrincipal(g.EgressExecutionRole.RoleArn()),
@@ -208,14 +209,19 @@ func (g *Galley) addEndpoints() {
 	// managed prefix list for S3 in the region, whose ID CloudFormation
 	// cannot look up (S3PrefixList below). Through the gateway endpoint,
 	// the only route to them, those addresses serve the layer bucket alone.
+	prefixList, err := g.s3PrefixList()
+	if err != nil {
+		return err
+	}
 	awsec2.NewCfnSecurityGroupEgress(g.Stack, jsii.String("WorkerSecurityGroupToS3"), &awsec2.CfnSecurityGroupEgressProps{
 		GroupId:                 g.WorkerSG.SecurityGroupId(),
 		IpProtocol:              jsii.String("tcp"),
 		FromPort:                jsii.Number(443),
 		ToPort:                  jsii.Number(443),
-		DestinationPrefixListId: g.s3PrefixList(),
+		DestinationPrefixListId: prefixList,
 		Description:             jsii.String("S3 through its gateway endpoint: the ECR image layers"),
 	})
+	return nil
 }
 
 // S3PrefixListType is the custom resource that looks up the ID of AWS's
@@ -231,9 +237,13 @@ var s3PrefixListHandler []byte
 // CloudFormation has no intrinsic for it. The handler (s3prefixlist,
 // embedded) runs on Lambda at deploy time with
 // ec2:DescribeManagedPrefixLists only.
-func (g *Galley) s3PrefixList() *string {
+func (g *Galley) s3PrefixList() (*string, error) {
+	code, err := handlerDir("s3prefixlist", s3PrefixListHandler)
+	if err != nil {
+		return nil, err
+	}
 	provider := awscdk.CustomResourceProvider_GetOrCreateProvider(g.Stack, jsii.String("S3PrefixListProvider"), &awscdk.CustomResourceProviderProps{
-		CodeDirectory: jsii.String(handlerDir("s3prefixlist", s3PrefixListHandler)),
+		CodeDirectory: jsii.String(code),
 		Runtime:       awscdk.CustomResourceProviderRuntime_NODEJS_22_X,
 		Description:   jsii.String("galley: looks up the region's S3 prefix list for the workers' security group"),
 		PolicyStatements: &[]any{map[string]any{
@@ -247,37 +257,42 @@ func (g *Galley) s3PrefixList() *string {
 			"PrefixListName": awscdk.Fn_Join(jsii.String(""), &[]*string{jsii.String("com.amazonaws."), awscdk.Aws_REGION(), jsii.String(".s3")}),
 		},
 	})
-	return g.S3PrefixList.GetAttString(jsii.String("PrefixListId"))
+	return g.S3PrefixList.GetAttString(jsii.String("PrefixListId")), nil
 }
 
 // handlerDir writes an embedded handler to a folder of its own, named by
 // its content, for CDK to stage as the provider's code (it stages a
 // folder's contents, hashed, so the folder's place does not matter).
-func handlerDir(name string, code []byte) string {
+func handlerDir(name string, code []byte) (string, error) {
 	sum := sha256.Sum256(code)
 	dir := filepath.Join(os.TempDir(), "galley-"+name+"-"+hex.EncodeToString(sum[:8]))
 	if b, err := os.ReadFile(filepath.Join(dir, "index.js")); err == nil && slices.Equal(b, code) {
-		return dir
+		return dir, nil
+	}
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("galley: staging the %s handler for CDK: %w", name, err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		panic(err)
+		return fail(err)
 	}
-	// Written whole, then renamed: a synth beside this one never reads
-	// half a file.
-	tmp, err := os.CreateTemp(dir, ".index-*.js")
+	// Written whole beside the folder, then renamed into it: a synth
+	// beside this one never stages half a file, nor a temporary one.
+	tmp, err := os.CreateTemp(filepath.Dir(dir), "galley-"+name+"-*.js.tmp")
 	if err != nil {
-		panic(err)
+		return fail(err)
 	}
+	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(code); err != nil {
-		panic(err)
+		tmp.Close()
+		return fail(err)
 	}
 	if err := tmp.Close(); err != nil {
-		panic(err)
+		return fail(err)
 	}
 	if err := os.Rename(tmp.Name(), filepath.Join(dir, "index.js")); err != nil {
-		panic(err)
+		return fail(err)
 	}
-	return dir
+	return dir, nil
 }
 
 // DNS Firewall rule priorities: the allow list first, then everything.
@@ -293,8 +308,9 @@ const (
 // allowlist (the proxy resolves those hosts for agents), the deployment's
 // own destinations (the git host, the providers, a custom domain), AWS's
 // service names (*.amazonaws.com: the endpoints, ECR's layer bucket, EFS,
-// SQS, the API's execute-api host) and the proxy's namespace. Sorted, no
-// repeats; the AWS entry follows the partition's URL suffix.
+// SQS, the API's execute-api host), the proxy's namespace and EC2's
+// internal host names. Sorted, no repeats; the AWS entry follows the
+// partition's URL suffix.
 func (g *Galley) DNSAllowList() []*string {
 	cfg := g.Config
 	names := slices.Clone(cfg.EgressAllowlist)
@@ -304,6 +320,10 @@ func (g *Galley) DNSAllowList() []*string {
 		names = append(names, cfg.DomainName)
 	}
 	names = append(names, cfg.EgressNamespace(), "*."+cfg.EgressNamespace())
+	// EC2's own names of the VPC's addresses (a task's host name is one;
+	// tools that look their host up get an answer): the VPC resolver
+	// answers them itself and forwards them nowhere.
+	names = append(names, "*.ec2.internal", "*.compute.internal")
 	slices.Sort(names)
 	names = slices.Compact(names)
 	out := jsii.Strings(names...)

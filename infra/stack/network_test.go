@@ -456,8 +456,9 @@ func TestDNSFirewall(t *testing.T) {
 	if !jsonEq(listOf(block), []any{"*"}) {
 		t.Errorf("block list %v, want every name", listOf(block))
 	}
-	wantAllowed := []any{"*.galley-dns.internal", "*.pythonhosted.org", "galley-dns.internal", "galley.example.com", "git.example.com",
-		"llm.example", "pypi.org", map[string]any{"Fn::Join": []any{"", []any{"*.", ref("AWS::URLSuffix")}}}}
+	wantAllowed := []any{"*.compute.internal", "*.ec2.internal", "*.galley-dns.internal", "*.pythonhosted.org", "galley-dns.internal",
+		"galley.example.com", "git.example.com", "llm.example", "pypi.org",
+		map[string]any{"Fn::Join": []any{"", []any{"*.", ref("AWS::URLSuffix")}}}}
 	if !jsonEq(listOf(allow), wantAllowed) {
 		t.Errorf("allowed names %v, want %v", listOf(allow), wantAllowed)
 	}

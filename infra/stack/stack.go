@@ -336,7 +336,9 @@ func NewGalleyStack(scope constructs.Construct, id string, cfg Config, props *aw
 		return nil, err
 	}
 	g.addEgressProxy()
-	g.addEndpoints()
+	if err := g.addEndpoints(); err != nil {
+		return nil, err
+	}
 	// The proxy's first task pulls its image through the endpoints.
 	for _, name := range EndpointNames {
 		g.EgressService.Node().AddDependency(g.Endpoints[name])
