@@ -1,14 +1,18 @@
 // Package stack defines galley's AWS deployment as a CDK stack: the HTTP
 // API and its Go functions, the DynamoDB table, the worker cluster and task
-// definition, secrets, alarms and a dashboard, with cdk-nag's AwsSolutions
-// checks applied. The infra module's main package only reads the CDK
+// definition, the workers' network (isolated subnets, the egress proxy
+// service, VPC endpoints, a DNS Firewall), secrets, alarms and a
+// dashboard, with cdk-nag's AwsSolutions checks applied. The infra module's main package only reads the CDK
 // context into a Config and synthesizes NewApp's result.
 package stack
 
 import (
 	"fmt"
+	"math"
+	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -79,6 +83,25 @@ type Config struct {
 	// task's environment (not secrets).
 	AnthropicBaseURL string `json:"anthropicBaseUrl"`
 	OpenAIBaseURL    string `json:"openaiBaseUrl"`
+	// EgressAllowlist is the house's list of hosts an agent may reach
+	// through the egress proxy: host names, or "*.domain" for every name
+	// below a domain (not the domain itself). Empty: agents reach no host.
+	EgressAllowlist []string `json:"egressAllowlist"`
+	// ModelCapTokens and ModelCapUSD cap what one worker may spend on
+	// model calls (the harness's model proxy counts from the providers'
+	// answers and refuses at the cap): tokens, and decimal dollars as
+	// written ("25", "12.50"). 0 and "" set no cap.
+	ModelCapTokens int64  `json:"modelCapTokens"`
+	ModelCapUSD    string `json:"modelCapUsd"`
+	// DNSFirewall associates a Route 53 Resolver DNS Firewall rule group
+	// with the VPC: the names the deployment needs and the allowlist
+	// resolve, every other name is answered NXDOMAIN, so no process in
+	// the VPC can carry data out in DNS queries through the VPC resolver.
+	DNSFirewall bool `json:"dnsFirewall"`
+	// AvailabilityZones is how many AZs the VPC spans (1 or 2): each
+	// interface endpoint is billed per AZ, so one AZ halves their cost, at
+	// the price of workers that cannot start while that AZ is impaired.
+	AvailabilityZones int `json:"availabilityZones"`
 	// WorkerContext is the worker image's build context (the repository
 	// root) and WorkerDockerfile the Dockerfile inside it.
 	WorkerContext    string `json:"-"`
@@ -106,6 +129,8 @@ func Defaults() Config {
 		LambdaArchitecture:         ArchARM64,
 		WorkerDockerfile:           "worker/Dockerfile",
 		RetainSecrets:              true,
+		DNSFirewall:                true,
+		AvailabilityZones:          2,
 
 		// Workers: a long poll at a time each, and their posts.
 		WorkerThrottleRate:  50,
@@ -175,6 +200,36 @@ func FromContext(get Context) (Config, error) {
 		}
 		c.RetainSecrets = b
 	}
+	if v := get("dnsFirewall"); v != nil {
+		b, err := strconv.ParseBool(strings.TrimSpace(fmt.Sprint(v)))
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("context dnsFirewall: %q is not true or false", fmt.Sprint(v)))
+		}
+		c.DNSFirewall = b
+	}
+	num("availabilityZones", &c.AvailabilityZones)
+	if v := get("egressAllowlist"); v != nil {
+		c.EgressAllowlist = listOf(v)
+	}
+	if v := get("modelCapTokens"); v != nil {
+		n, err := wholeNumber(v)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Sprintf("context modelCapTokens: %q is not a whole number of tokens from 1 to %d", fmt.Sprint(v), maxModelCapTokens))
+		} else {
+			c.ModelCapTokens = n
+		}
+	}
+	if v := get("modelCapUsd"); v != nil {
+		switch d := v.(type) {
+		case float64:
+			c.ModelCapUSD = strconv.FormatFloat(d, 'f', -1, 64)
+		default:
+			c.ModelCapUSD = strings.TrimSpace(fmt.Sprint(v))
+		}
+		if c.ModelCapUSD == "" {
+			errs = append(errs, "context modelCapUsd: empty; leave the key out for no dollar cap")
+		}
+	}
 	num("workerCpu", &c.WorkerCPU)
 	num("workerMemory", &c.WorkerMemory)
 	num("maxWorkers", &c.MaxWorkers)
@@ -189,26 +244,49 @@ func FromContext(get Context) (Config, error) {
 	num("credentialThrottleRate", &c.CredentialThrottleRate)
 	num("credentialThrottleBurst", &c.CredentialThrottleBurst)
 	if v := get("agentFamilies"); v != nil {
-		c.AgentFamilies = nil
-		var parts []string
-		switch l := v.(type) {
-		case []any:
-			for _, p := range l {
-				parts = append(parts, fmt.Sprint(p))
-			}
-		default:
-			parts = strings.Split(fmt.Sprint(v), ",")
-		}
-		for _, p := range parts {
-			if p = strings.TrimSpace(p); p != "" {
-				c.AgentFamilies = append(c.AgentFamilies, p)
-			}
-		}
+		c.AgentFamilies = listOf(v)
 	}
 	if len(errs) > 0 {
 		return c, fmt.Errorf("galley config: %s", strings.Join(errs, "; "))
 	}
 	return c, c.Validate()
+}
+
+// listOf reads a list context value: a JSON list (cdk.json) or a
+// comma-separated string (-c key=a,b), blanks dropped.
+func listOf(v any) []string {
+	var parts, out []string
+	switch l := v.(type) {
+	case []any:
+		for _, p := range l {
+			parts = append(parts, fmt.Sprint(p))
+		}
+	default:
+		parts = strings.Split(fmt.Sprint(v), ",")
+	}
+	for _, p := range parts {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// wholeNumber reads an integer context value: a JSON number that is whole,
+// or a string of digits.
+func wholeNumber(v any) (int64, error) {
+	switch n := v.(type) {
+	case float64:
+		if n != math.Trunc(n) || n > math.MaxInt64 || n < math.MinInt64 {
+			return 0, fmt.Errorf("not a whole number")
+		}
+		return int64(n), nil
+	case int:
+		return int64(n), nil
+	case int64:
+		return n, nil
+	}
+	return strconv.ParseInt(strings.TrimSpace(fmt.Sprint(v)), 10, 64)
 }
 
 var identifier = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -360,10 +438,123 @@ func (c Config) Validate() error {
 	if c.AssetDir == "" {
 		errs = append(errs, "assetDir: want the folder holding <function>/bootstrap")
 	}
+	// The worker tasks reach the repository and the providers only through
+	// the egress proxy, whose security group sends HTTPS on 443 (and HTTP
+	// on 80) alone.
+	for _, b := range []struct{ key, v string }{{"repository", c.Repository}, {"anthropicBaseUrl", c.AnthropicBaseURL}, {"openaiBaseUrl", c.OpenAIBaseURL}} {
+		if u, err := url.Parse(b.v); b.v != "" && err == nil && u.Port() != "" && u.Port() != "443" {
+			errs = append(errs, fmt.Sprintf("%s: port %s: the workers' network carries HTTPS on port 443 only (the egress proxy's security group)", b.key, u.Port()))
+		}
+	}
+	errs = append(errs, allowlistProblems(c.EgressAllowlist)...)
+	if c.ModelCapTokens < 0 || c.ModelCapTokens > maxModelCapTokens {
+		errs = append(errs, fmt.Sprintf("modelCapTokens %d: want 1 to %d tokens (or leave it out for no cap)", c.ModelCapTokens, maxModelCapTokens))
+	}
+	if why := dollarsProblem(c.ModelCapUSD); why != "" {
+		errs = append(errs, "modelCapUsd "+strconv.Quote(c.ModelCapUSD)+": "+why)
+	}
+	if c.AvailabilityZones != 1 && c.AvailabilityZones != 2 {
+		errs = append(errs, fmt.Sprintf("availabilityZones %d: want 1 or 2 (a stack without an account and region at synth spans at most 2)", c.AvailabilityZones))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("galley config: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// MaxEgressAllowlist is the most entries egressAllowlist may hold: the
+// list is in two task definitions' environment (64 KiB each, all told)
+// and the DNS Firewall's domain list.
+const MaxEgressAllowlist = 200
+
+// maxModelCapTokens bounds modelCapTokens: a trillion tokens is no cap a
+// house means.
+const maxModelCapTokens = 1_000_000_000_000
+
+// hostLabel is one label of a host name: letters (lower case), digits and
+// hyphens, not at either end.
+var hostLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// allowlistProblems checks egressAllowlist: host names or "*.domain"
+// globs only, each of at least two labels (a glob over a top-level domain
+// is the open internet), lower case ASCII (the xn-- form of an
+// internationalized name), no scheme, port, path or IP address, at most
+// MaxEgressAllowlist. The egress proxy and the DNS Firewall both match
+// by name, and a glob matches the names below its domain, not the
+// domain itself.
+func allowlistProblems(list []string) []string {
+	var errs []string
+	if len(list) > MaxEgressAllowlist {
+		errs = append(errs, fmt.Sprintf("egressAllowlist: %d entries, at most %d", len(list), MaxEgressAllowlist))
+	}
+	for _, e := range list {
+		if why := allowEntryProblem(e); why != "" {
+			errs = append(errs, fmt.Sprintf("egressAllowlist: entry %q: %s", e, why))
+		}
+	}
+	return errs
+}
+
+func allowEntryProblem(e string) string {
+	host := strings.TrimPrefix(e, "*.")
+	switch {
+	case e == "*" || e == "*.":
+		return "matches every host: list the hosts agents may reach"
+	case strings.Contains(e, "://") || strings.ContainsAny(e, "/?#@"):
+		return "want a host name or *.domain, without scheme, path or user"
+	case net.ParseIP(strings.Trim(host, "[]")) != nil:
+		return "an IP address: the proxy allows hosts by name (and refuses private addresses after resolving)"
+	case strings.Contains(e, ":"):
+		return "want a host name without a port (the proxy reaches HTTPS on 443 and HTTP on 80)"
+	case strings.Contains(host, "*"):
+		return "a wildcard only as a whole first label (*.example.com)"
+	case len(host) > 253:
+		return "longer than a host name's 253 characters"
+	}
+	for _, r := range host {
+		if r > 0x7e {
+			return "not ASCII: write an internationalized name in its xn-- form"
+		}
+	}
+	if host != strings.ToLower(host) {
+		return "want lower case (host names match without regard to case)"
+	}
+	labels := strings.Split(host, ".")
+	if len(labels) < 2 {
+		if strings.HasPrefix(e, "*.") {
+			return "a glob over a top-level domain allows most of the internet"
+		}
+		return "want a fully qualified host name (at least two labels)"
+	}
+	for _, l := range labels {
+		if !hostLabel.MatchString(l) {
+			return "want labels of letters, digits and inner hyphens, 1 to 63 characters each"
+		}
+	}
+	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
+		return "the last label is a number: an IP address is not allowed"
+	}
+	return ""
+}
+
+// usd is a decimal dollar amount: whole dollars and at most six decimals
+// (a millionth of a dollar, the unit usage reports count).
+var usd = regexp.MustCompile(`^[0-9]{1,7}(\.[0-9]{1,6})?$`)
+
+// dollarsProblem says what is wrong with modelCapUsd ("" when it is unset
+// or fine): a positive amount of at most $1,000,000.
+func dollarsProblem(s string) string {
+	if s == "" {
+		return ""
+	}
+	if !usd.MatchString(s) {
+		return "want a decimal number of dollars, such as 25 or 12.50 (no sign, currency symbol or exponent; at most 6 decimals)"
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f <= 0 || f > 1_000_000 {
+		return "want more than 0 and at most 1000000 dollars"
+	}
+	return ""
 }
 
 // baseURLProblem says what is wrong with a provider base URL ("" when it
@@ -401,4 +592,58 @@ func (c Config) SecretPrefix() string { return "galley/" + c.House + "/" }
 // StackName is the CloudFormation stack name (no underscores allowed there).
 func (c Config) StackName() string {
 	return "galley-" + strings.ReplaceAll(c.House, "_", "-")
+}
+
+// EgressPort is the egress proxy's port (GALLEY_EGRESS_LISTEN).
+const EgressPort = 3128
+
+// EgressService is the proxy's name in the Cloud Map namespace.
+const EgressService = "egress"
+
+// EgressNamespace is the private DNS namespace (a Route 53 private hosted
+// zone of the VPC) the egress proxy registers in: "galley-<house>.internal",
+// the house lower-cased with "_" as "-" (a host name's letters), under the
+// .internal top-level domain ICANN keeps for private use.
+func (c Config) EgressNamespace() string {
+	label := strings.TrimRight(strings.ToLower(strings.ReplaceAll(c.Prefix(), "_", "-")), "-")
+	return label + ".internal"
+}
+
+// EgressHost is the egress proxy's DNS name, which the worker tasks
+// resolve through the VPC resolver.
+func (c Config) EgressHost() string { return EgressService + "." + c.EgressNamespace() }
+
+// EgressUpstream is the worker's GALLEY_EGRESS_UPSTREAM: the proxy's URL.
+func (c Config) EgressUpstream() string {
+	return "http://" + c.EgressHost() + ":" + strconv.Itoa(EgressPort)
+}
+
+// ProviderHosts are the hosts the harness's model proxy calls for the
+// allowed agent families: each family's base URL's host when set, else
+// the provider's public API.
+func (c Config) ProviderHosts() []string {
+	var out []string
+	for _, f := range c.AgentFamilies {
+		base, public := c.AnthropicBaseURL, "api.anthropic.com"
+		if f == "codex" {
+			base, public = c.OpenAIBaseURL, "api.openai.com"
+		}
+		host := public
+		if u, err := url.Parse(base); base != "" && err == nil {
+			host = u.Hostname()
+		}
+		if !slices.Contains(out, host) {
+			out = append(out, host)
+		}
+	}
+	return out
+}
+
+// GitHost is the house repository's host.
+func (c Config) GitHost() string {
+	u, err := url.Parse(c.Repository)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
 }

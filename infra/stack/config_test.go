@@ -1,6 +1,7 @@
 package stack_test
 
 import (
+	"maps"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -115,11 +116,9 @@ func TestFromContext(t *testing.T) {
 				stack.CatchAllRouteKey:         {Rate: 5, Burst: 10},
 				stack.OperatorRouteKey:         {Rate: 10, Burst: 20},
 				stack.OperatorRedirectRouteKey: {Rate: 10, Burst: 20},
+				stack.OperatorLoginRouteKey:    {Rate: 1, Burst: 5},
 			}
-			if got := c.RouteThrottles(); len(got) != len(want) || got[stack.CredentialRouteKey] != want[stack.CredentialRouteKey] ||
-				got[stack.WorkerRouteKey] != want[stack.WorkerRouteKey] || got[stack.CatchAllRouteKey] != want[stack.CatchAllRouteKey] ||
-				got[stack.OperatorRouteKey] != want[stack.OperatorRouteKey] ||
-				got[stack.OperatorRedirectRouteKey] != want[stack.OperatorRedirectRouteKey] {
+			if got := c.RouteThrottles(); !maps.Equal(got, want) {
 				t.Errorf("route throttles %+v, want %+v", got, want)
 			}
 			if c.ThrottleRate != 50 || c.ThrottleBurst != 100 {
@@ -136,6 +135,101 @@ func TestFromContext(t *testing.T) {
 		{name: "credential throttle off", ctx: map[string]any{"credentialThrottleRate": 0}, wantErr: "credentialThrottleRate"},
 		{name: "worker burst off", ctx: map[string]any{"workerThrottleBurst": 0}, wantErr: "workerThrottleBurst"},
 		{name: "stage throttle off", ctx: map[string]any{"throttleRate": 0}, wantErr: "throttleRate"},
+
+		// The network (issue 28): the egress allowlist, the model caps,
+		// the DNS Firewall and the AZs.
+		{name: "network defaults", check: func(t *testing.T, c stack.Config) {
+			if len(c.EgressAllowlist) != 0 || c.ModelCapTokens != 0 || c.ModelCapUSD != "" || !c.DNSFirewall || c.AvailabilityZones != 2 {
+				t.Errorf("allowlist %q caps %d %q dnsFirewall %v azs %d, want none, none, on, 2",
+					c.EgressAllowlist, c.ModelCapTokens, c.ModelCapUSD, c.DNSFirewall, c.AvailabilityZones)
+			}
+			if c.EgressHost() != "egress.galley-main.internal" || c.EgressUpstream() != "http://egress.galley-main.internal:3128" {
+				t.Errorf("egress host %s upstream %s", c.EgressHost(), c.EgressUpstream())
+			}
+		}},
+		{name: "allowlist from -c", ctx: map[string]any{"egressAllowlist": "pypi.org, *.pythonhosted.org,registry.npmjs.org"},
+			check: func(t *testing.T, c stack.Config) {
+				if !slices.Equal(c.EgressAllowlist, []string{"pypi.org", "*.pythonhosted.org", "registry.npmjs.org"}) {
+					t.Errorf("allowlist %q", c.EgressAllowlist)
+				}
+			}},
+		{name: "allowlist from cdk.json", ctx: map[string]any{"egressAllowlist": []any{"xn--bcher-kva.example", "*.github.com"}},
+			check: func(t *testing.T, c stack.Config) {
+				if !slices.Equal(c.EgressAllowlist, []string{"xn--bcher-kva.example", "*.github.com"}) {
+					t.Errorf("allowlist %q", c.EgressAllowlist)
+				}
+			}},
+		{name: "allowlist empty", ctx: map[string]any{"egressAllowlist": ""}, check: func(t *testing.T, c stack.Config) {
+			if len(c.EgressAllowlist) != 0 {
+				t.Errorf("allowlist %q", c.EgressAllowlist)
+			}
+		}},
+		{name: "allowlist everything", ctx: map[string]any{"egressAllowlist": "*"}, wantErr: `egressAllowlist: entry "*": matches every host`},
+		{name: "allowlist tld glob", ctx: map[string]any{"egressAllowlist": "*.com"}, wantErr: `egressAllowlist: entry "*.com": a glob over a top-level domain`},
+		{name: "allowlist url", ctx: map[string]any{"egressAllowlist": "https://pypi.org"}, wantErr: `egressAllowlist: entry "https://pypi.org": want a host name`},
+		{name: "allowlist path", ctx: map[string]any{"egressAllowlist": "pypi.org/simple"}, wantErr: `egressAllowlist: entry "pypi.org/simple"`},
+		{name: "allowlist port", ctx: map[string]any{"egressAllowlist": "pypi.org:443"}, wantErr: `egressAllowlist: entry "pypi.org:443": want a host name without a port`},
+		{name: "allowlist ipv4", ctx: map[string]any{"egressAllowlist": "203.0.113.7"}, wantErr: `egressAllowlist: entry "203.0.113.7": an IP address`},
+		{name: "allowlist ipv6", ctx: map[string]any{"egressAllowlist": "2001:db8::1"}, wantErr: `egressAllowlist: entry "2001:db8::1": an IP address`},
+		{name: "allowlist numeric tld", ctx: map[string]any{"egressAllowlist": "host.123"}, wantErr: `egressAllowlist: entry "host.123"`},
+		{name: "allowlist inner wildcard", ctx: map[string]any{"egressAllowlist": "api.*.example.com"}, wantErr: "a wildcard only as a whole first label"},
+		{name: "allowlist single label", ctx: map[string]any{"egressAllowlist": "localhost"}, wantErr: "at least two labels"},
+		{name: "allowlist upper case", ctx: map[string]any{"egressAllowlist": "PyPI.org"}, wantErr: "lower case"},
+		{name: "allowlist unicode", ctx: map[string]any{"egressAllowlist": "bücher.example"}, wantErr: "xn--"},
+		{name: "allowlist bad label", ctx: map[string]any{"egressAllowlist": "-bad.example.com"}, wantErr: "labels of letters"},
+		{name: "allowlist too long", ctx: map[string]any{"egressAllowlist": strings.TrimSuffix(strings.Repeat("h.example.com,", stack.MaxEgressAllowlist+1), ",")},
+			wantErr: "egressAllowlist: 201 entries, at most 200"},
+		{name: "caps from -c", ctx: map[string]any{"modelCapTokens": "2000000", "modelCapUsd": "12.50"}, check: func(t *testing.T, c stack.Config) {
+			if c.ModelCapTokens != 2000000 || c.ModelCapUSD != "12.50" {
+				t.Errorf("caps %d %q", c.ModelCapTokens, c.ModelCapUSD)
+			}
+		}},
+		{name: "caps from cdk.json", ctx: map[string]any{"modelCapTokens": 5e6, "modelCapUsd": 7.25}, check: func(t *testing.T, c stack.Config) {
+			if c.ModelCapTokens != 5000000 || c.ModelCapUSD != "7.25" {
+				t.Errorf("caps %d %q", c.ModelCapTokens, c.ModelCapUSD)
+			}
+		}},
+		{name: "token cap zero", ctx: map[string]any{"modelCapTokens": 0}, wantErr: "modelCapTokens"},
+		{name: "token cap fraction", ctx: map[string]any{"modelCapTokens": 1.5}, wantErr: "modelCapTokens"},
+		{name: "token cap words", ctx: map[string]any{"modelCapTokens": "a million"}, wantErr: "modelCapTokens"},
+		{name: "token cap huge", ctx: map[string]any{"modelCapTokens": "2000000000000"}, wantErr: "modelCapTokens"},
+		{name: "dollar cap sign", ctx: map[string]any{"modelCapUsd": "$20"}, wantErr: "modelCapUsd"},
+		{name: "dollar cap negative", ctx: map[string]any{"modelCapUsd": "-1"}, wantErr: "modelCapUsd"},
+		{name: "dollar cap zero", ctx: map[string]any{"modelCapUsd": "0.00"}, wantErr: "modelCapUsd"},
+		{name: "dollar cap exponent", ctx: map[string]any{"modelCapUsd": "1e3"}, wantErr: "modelCapUsd"},
+		{name: "dollar cap too fine", ctx: map[string]any{"modelCapUsd": "0.0000001"}, wantErr: "modelCapUsd"},
+		{name: "dollar cap huge", ctx: map[string]any{"modelCapUsd": "2000000"}, wantErr: "modelCapUsd"},
+		{name: "dollar cap empty", ctx: map[string]any{"modelCapUsd": " "}, wantErr: "modelCapUsd"},
+		{name: "dns firewall off", ctx: map[string]any{"dnsFirewall": "false"}, check: func(t *testing.T, c stack.Config) {
+			if c.DNSFirewall {
+				t.Error("dnsFirewall on")
+			}
+		}},
+		{name: "dns firewall not a bool", ctx: map[string]any{"dnsFirewall": "sometimes"}, wantErr: "dnsFirewall"},
+		{name: "one az", ctx: map[string]any{"availabilityZones": 1}, check: func(t *testing.T, c stack.Config) {
+			if c.AvailabilityZones != 1 {
+				t.Errorf("availabilityZones %d", c.AvailabilityZones)
+			}
+		}},
+		{name: "three azs", ctx: map[string]any{"availabilityZones": "3"}, wantErr: "availabilityZones 3: want 1 or 2"},
+		{name: "repository on another port", ctx: map[string]any{"repository": "https://git.example.com:8443/h.git"}, wantErr: "repository: port 8443"},
+		{name: "repository on 443", ctx: map[string]any{"repository": "https://git.example.com:443/h.git"}, check: func(t *testing.T, c stack.Config) {
+			if c.GitHost() != "git.example.com" {
+				t.Errorf("git host %q", c.GitHost())
+			}
+		}},
+		{name: "base URL on another port", ctx: map[string]any{"openaiBaseUrl": "https://gw.example:8080/v1"}, wantErr: "openaiBaseUrl: port 8080"},
+		{name: "provider hosts", ctx: map[string]any{"agentFamilies": "codex", "openaiBaseUrl": "https://gw.example/v1"},
+			check: func(t *testing.T, c stack.Config) {
+				if !slices.Equal(c.ProviderHosts(), []string{"gw.example"}) {
+					t.Errorf("provider hosts %q", c.ProviderHosts())
+				}
+			}},
+		{name: "namespace of an odd house", ctx: map[string]any{"house": "My_House-"}, check: func(t *testing.T, c stack.Config) {
+			if c.EgressNamespace() != "galley-my-house.internal" {
+				t.Errorf("namespace %q", c.EgressNamespace())
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -75,8 +75,9 @@ func TestWorkerKeepsOnlyTheHarnessCapabilities(t *testing.T) {
 
 // TestRouteThrottles: kitchn's routes keep the stage's default throttle
 // (50/100 each), the unauthenticated credential exchange has its own tight
-// one, the workers' greedy route its own and the /v1/ catch-all (which
-// kitchn never calls) a tight one, so that none of them spends kitchn's
+// one, the workers' greedy route its own, the /v1/ catch-all (which
+// kitchn never calls) a tight one and the operator console's login the
+// tightest (1/5), so that none of them spends kitchn's
 // budget. The stage is made after the routes it names, which API
 // Gateway requires.
 func TestRouteThrottles(t *testing.T) {
@@ -100,6 +101,7 @@ func TestRouteThrottles(t *testing.T) {
 		stack.CatchAllRouteKey:         map[string]any{"ThrottlingRateLimit": 5.0, "ThrottlingBurstLimit": 10.0},
 		stack.OperatorRouteKey:         map[string]any{"ThrottlingRateLimit": 10.0, "ThrottlingBurstLimit": 20.0},
 		stack.OperatorRedirectRouteKey: map[string]any{"ThrottlingRateLimit": 10.0, "ThrottlingBurstLimit": 20.0},
+		stack.OperatorLoginRouteKey:    map[string]any{"ThrottlingRateLimit": 1.0, "ThrottlingBurstLimit": 5.0},
 	}
 	if !jsonEq(p["RouteSettings"], wantRoutes) {
 		t.Errorf("route settings %v, want %v", p["RouteSettings"], wantRoutes)
@@ -158,5 +160,36 @@ func TestCredentialRouteOfItsOwn(t *testing.T) {
 	}
 	if !slices.Contains(keys, stack.CredentialRouteKey) || !slices.Contains(keys, stack.WorkerRouteKey) {
 		t.Errorf("stack.Routes %v, want both worker routes", keys)
+	}
+}
+
+// TestOperatorLoginRouteOfItsOwn: the console's login has an exact route,
+// which API Gateway prefers to the operator's greedy route, served by the
+// operator function through the same integration, so the operator routes
+// behave as before; only its throttle is its own.
+func TestOperatorLoginRouteOfItsOwn(t *testing.T) {
+	s := deployment(t)
+	target := map[string]any{}
+	for _, r := range s.resources("AWS::ApiGatewayV2::Route") {
+		target[props(r)["RouteKey"].(string)] = props(r)["Target"]
+	}
+	login, greedy := target[stack.OperatorLoginRouteKey], target[stack.OperatorRouteKey]
+	if login == nil || greedy == nil {
+		t.Fatalf("routes %v, want both %s and %s", target, stack.OperatorLoginRouteKey, stack.OperatorRouteKey)
+	}
+	if !jsonEq(login, greedy) || !jsonEq(login, target[stack.OperatorRedirectRouteKey]) {
+		t.Errorf("login route targets %v, the operator routes %v and %v: want the operator function's one integration",
+			login, greedy, target[stack.OperatorRedirectRouteKey])
+	}
+	i := slices.IndexFunc(stack.Routes, func(r stack.Route) bool { return r.Key() == stack.OperatorLoginRouteKey })
+	if i < 0 || stack.Routes[i].Function != stack.FnOperator {
+		t.Fatalf("stack.Routes has no %s served by %s", stack.OperatorLoginRouteKey, stack.FnOperator)
+	}
+	// Its bucket is the tightest of all: a guesser gets fewer tries than
+	// any other caller.
+	for key, th := range s.g.Config.RouteThrottles() {
+		if key != stack.OperatorLoginRouteKey && (th.Rate < stack.OperatorLoginThrottle.Rate || th.Burst < stack.OperatorLoginThrottle.Burst) {
+			t.Errorf("route %s throttle %+v is tighter than the login's %+v", key, th, stack.OperatorLoginThrottle)
+		}
 	}
 }

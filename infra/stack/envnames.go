@@ -34,8 +34,9 @@ const (
 	EnvDefaultAgent = "GALLEY_DEFAULT_AGENT"
 
 	// Beyond the list above, for RunTask: the container to override, and
-	// whether to give the task a public IP (the VPC has public subnets
-	// only, so a task without one cannot reach anything).
+	// whether to give the task a public IP. The stack sets DISABLED: the
+	// workers' subnets have no route out (the egress proxy, the VPC
+	// endpoints and EFS are all they reach).
 	EnvWorkerContainer = "GALLEY_WORKER_CONTAINER"
 	EnvAssignPublicIP  = "GALLEY_ASSIGN_PUBLIC_IP"
 	// The secret that signs worker credentials: effects signs, the worker
@@ -76,7 +77,46 @@ const (
 	// hands each to its own family's CLI (pkg/harness).
 	EnvAnthropicBaseURL = "GALLEY_ANTHROPIC_BASE_URL"
 	EnvOpenAIBaseURL    = "GALLEY_OPENAI_BASE_URL"
+
+	// EnvEgressUpstream is the egress proxy the harness sends all its own
+	// traffic through and forwards the agent's allowed connections to:
+	// http://<the proxy's Cloud Map name>:3128 (the worker has no other
+	// way out).
+	EnvEgressUpstream = "GALLEY_EGRESS_UPSTREAM"
+	// EnvEgressAllow is the house's allowlist for agents, comma-separated
+	// host names and *.domain globs (context egressAllowlist; empty: no
+	// host). On the worker the harness's agent-facing proxy enforces it
+	// first; the egress proxy enforces it again.
+	EnvEgressAllow = "GALLEY_EGRESS_ALLOW"
+	// EnvAgentNetwork says how the agent's network is confined: "task" on
+	// Fargate, where the platform confines the task's network (isolated
+	// subnets, the security group) and the harness makes no namespace.
+	EnvAgentNetwork = "GALLEY_AGENT_NETWORK"
+	// EnvModelCapTokens and EnvModelCapUSD cap one worker's model use
+	// (context modelCapTokens, a whole number of tokens, and modelCapUsd,
+	// decimal dollars), set only when given: the harness's model proxy
+	// refuses calls past either.
+	EnvModelCapTokens = "GALLEY_MODEL_CAP_TOKENS"
+	EnvModelCapUSD    = "GALLEY_MODEL_CAP_USD"
 )
+
+// Plain environment of the egress proxy's container (the worker image run
+// as `galley-worker egress-proxy`).
+const (
+	// EnvEgressListen is the proxy's listen address, ":3128".
+	EnvEgressListen = "GALLEY_EGRESS_LISTEN"
+	// EnvEgressHarnessAllow is the deployment's own destinations, which
+	// only a harness (holding GALLEY_EGRESS_SECRET) may reach: the API's
+	// host, the git host, the model providers' hosts and SQS's regional
+	// host, comma-separated; derived by the stack, not configured.
+	EnvEgressHarnessAllow = "GALLEY_EGRESS_HARNESS_ALLOW"
+	// GALLEY_EGRESS_ALLOW (EnvEgressAllow) as on the worker.
+)
+
+// EnvEgressSecret is a container secret of both the egress proxy and the
+// worker (ECS reads it with each one's execution role): the secret a
+// harness proves itself to the proxy with, which the agent never holds.
+const EnvEgressSecret = "GALLEY_EGRESS_SECRET"
 
 // WorkerContainerName is the worker task definition's only container.
 const WorkerContainerName = "worker"

@@ -14,7 +14,8 @@ import (
 // TestTemplatesPassCfnLint runs cfn-lint, for every region of
 // stack.LintRegions, over the templates of the default deployment and of
 // one with every option the tests set (custom domain, alarm topic, base
-// URLs, x86 functions, no retained secrets): no finding but those the
+// URLs, x86 functions, no retained secrets, an egress allowlist, model
+// caps, one AZ), and of one without the DNS Firewall: no finding but those the
 // stack suppresses with a reason. cfn-lint missing skips it, or fails it
 // with GALLEY_REQUIRE_CFN_LINT=1 (make test-infra, which installs it).
 func TestTemplatesPassCfnLint(t *testing.T) {
@@ -31,6 +32,8 @@ func TestTemplatesPassCfnLint(t *testing.T) {
 		"alarmTopicArn": "arn:aws:sns:us-east-1:123456789012:alarms", "lambdaArchitecture": "x86_64",
 		"anthropicBaseUrl": "https://gw.example/anthropic", "openaiBaseUrl": "https://gw.example/openai/v1",
 		"retainSecrets": "false", "effectsReservedConcurrency": 0,
+		"egressAllowlist": "pypi.org,*.pythonhosted.org", "modelCapTokens": 1000000, "modelCapUsd": "12.50",
+		"availabilityZones": 1,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +41,11 @@ func TestTemplatesPassCfnLint(t *testing.T) {
 	dir := t.TempDir()
 	args := append([]string{"--regions"}, stack.LintRegions...)
 	args = append(args, "--")
-	for name, s := range map[string]*synthed{"default": deployment(t), "options": options} {
+	noFirewall, err := synth(map[string]any{"house": "nofw", "repository": "https://git.example.com/house.git", "dnsFirewall": "false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*synthed{"default": deployment(t), "options": options, "nofirewall": noFirewall} {
 		b, err := json.Marshal(s.json)
 		if err != nil {
 			t.Fatal(err)

@@ -64,6 +64,10 @@ func (g *Galley) addNagSuppressions() {
 		"ecr:GetAuthorizationToken supports no resource-level permission (AWS requires Resource *); "+
 			"the image pull itself is scoped to the asset repository.", "Resource::*")
 
+	suppress(g.EgressExecutionRole, "AwsSolutions-IAM5",
+		"ecr:GetAuthorizationToken supports no resource-level permission (AWS requires Resource *); "+
+			"the image pull itself is scoped to the asset repository.", "Resource::*")
+
 	suppress(g.TokenSecret, "AwsSolutions-SMG4",
 		"kitchn reads the token from a file in its registry, so a rotation must write the new token there too: "+
 			"the operator rotates with put-secret-value (docs/deploy.md), and galley accepts the current and the "+
@@ -75,6 +79,10 @@ func (g *Galley) addNagSuppressions() {
 		"The operator holds the token in a file for the galley commands and types it into the console: a "+
 			"scheduled rotation would lock them out unannounced; the operator rotates with put-secret-value "+
 			"(docs/operations.md), taking effect within the token cache.")
+	suppress(g.EgressSecret, "AwsSolutions-SMG4",
+		"ECS injects the secret into the egress proxy and each worker at task start: a scheduled rotation would "+
+			"leave the running workers holding a value the proxy no longer takes; the operator rotates it between "+
+			"workloads (put-secret-value, then a new deployment of the proxy service: docs/deploy.md).")
 	for _, name := range sortedKeys(g.ProviderSecrets) {
 		suppress(g.ProviderSecrets[name], "AwsSolutions-SMG4",
 			"The value is issued by an outside provider (Anthropic, OpenAI, the git host), which no rotation "+
@@ -93,6 +101,15 @@ func (g *Galley) addNagSuppressions() {
 			"git user name); the provider keys and the git credential are container secrets that ECS reads from "+
 			"Secrets Manager with the execution role at task start, so no secret value is in the task definition or "+
 			"RunTask's overrides (asserted by the infra tests).")
+
+	suppress(g.EgressTaskDefinition, "AwsSolutions-ECS2",
+		"The container environment holds configuration only (listen address, the house's allowlist, the "+
+			"deployment's own destinations); the egress secret is a container secret that ECS reads from Secrets "+
+			"Manager with the execution role at task start (asserted by the infra tests).")
+	suppress(g.EgressCluster, "AwsSolutions-ECS4",
+		"The cluster runs the one egress proxy task; ECS's own service metrics (CPUUtilization, "+
+			"MemoryUtilization in AWS/ECS, free) and the proxy's log cover it, and Container Insights would bill "+
+			"custom metrics for a single task.")
 
 	suppress(g.ReconcilerDLQ, "AwsSolutions-SQS3",
 		"This queue is itself the dead-letter queue of the EventBridge rule's Lambda target; cdk-nag recognizes "+

@@ -54,8 +54,9 @@ func (g *Galley) gauge(name string) awscloudwatch.Metric {
 func (g *Galley) stuckWorkers() awscloudwatch.Metric { return g.gauge(MetricStuckWorkers) }
 
 // liveWorkers counts the unsettled workers, which the launch cap counts.
-// (The cluster runs no ECS service, so Container Insights' per-service
-// task counts never exist for it.)
+// (The worker cluster runs no ECS service, the egress proxy's being in a
+// cluster of its own, so Container Insights' per-service task counts never
+// exist for it.)
 func (g *Galley) liveWorkers() awscloudwatch.Metric { return g.gauge(MetricLiveWorkers) }
 
 // addAlarms makes one alarm per failure an operator must hear about.
@@ -219,6 +220,8 @@ func (g *Galley) addOutputs() {
 	out("GitCredentialSecretArn", "fill in: aws secretsmanager put-secret-value --secret-id <arn> --secret-string <token>", g.ProviderSecrets[SecretGit].SecretArn())
 	out("TableName", "DynamoDB table with every galley record (retained on teardown)", g.Table.TableName())
 	out("ClusterName", "ECS cluster running one task per worker", g.Cluster.ClusterName())
+	out("EgressClusterName", "ECS cluster running the egress proxy", g.EgressCluster.ClusterName())
+	out("EgressServiceName", "the egress proxy's ECS service (a new deployment restarts it: docs/deploy.md, Rotating)", g.EgressService.ServiceName())
 	out("WorkspacesFileSystemId", "EFS file system holding the worktrees (retained on teardown)", g.Workspaces.FileSystemId())
 	out("DashboardName", "CloudWatch dashboard", g.Dashboard.DashboardName())
 }

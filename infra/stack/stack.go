@@ -23,7 +23,9 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdadestinations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsroute53resolver"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsservicediscovery"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -92,6 +94,10 @@ var Routes = []Route{
 	// route takes no empty path). kitchn's token opens none of them.
 	{"ANY", "/operator/{proxy+}", FnOperator},
 	{"GET", "/operator", FnOperator},
+	// The console's login, exact so that it has a throttle of its own
+	// (API Gateway prefers it to the greedy route; same function and
+	// integration). Last, so that every other route keeps its logical ID.
+	{"POST", "/operator/v1/login", FnOperator},
 }
 
 // Route keys throttled apart from the stage's default (Config's
@@ -107,7 +113,16 @@ const (
 	// and OperatorRedirectRouteKey the redirect to the console.
 	OperatorRouteKey         = "ANY /operator/{proxy+}"
 	OperatorRedirectRouteKey = "GET /operator"
+	// OperatorLoginRouteKey is the console's login, the one operator call
+	// made without a session: a guessed token costs a request.
+	OperatorLoginRouteKey = "POST /operator/v1/login"
 )
+
+// OperatorLoginThrottle is the login route's throttle: a person logs in a
+// few times a day, so one a second with a burst of five leaves them room
+// and holds a guesser to 86,400 tries a day, in a bucket of its own (the
+// operator function throttles logins again, per client).
+var OperatorLoginThrottle = Throttle{Rate: 1, Burst: 5}
 
 // OperatorThrottle is the operator routes' throttle: one person's
 // console (a list every 2 s, a long poll per open worker) and commands
@@ -139,6 +154,7 @@ func (c Config) RouteThrottles() map[string]Throttle {
 		OperatorRouteKey:   OperatorThrottle,
 		// Its own bucket too: only kitchn's routes take the default.
 		OperatorRedirectRouteKey: OperatorThrottle,
+		OperatorLoginRouteKey:    OperatorLoginThrottle,
 	}
 }
 
@@ -155,6 +171,10 @@ const (
 	// SecretOperatorToken opens the operator API and console; it opens
 	// nothing of kitchn's, and kitchn's token does not open it.
 	SecretOperatorToken = "operator-token"
+	// SecretEgress is what a harness proves itself to the egress proxy
+	// with: generated, read by the worker's and the proxy's execution
+	// roles only, for ECS to inject.
+	SecretEgress = "egress-proxy"
 )
 
 // fnSpec is one function's size and bound. The mailbox function outlives
@@ -185,19 +205,54 @@ type Galley struct {
 	Table awsdynamodb.Table
 	// WakeRole is assumed, per worker and scoped to its queue, for the
 	// worker's harness to wait on (addWakeRole).
-	WakeRole       awsiam.Role
-	API            awsapigatewayv2.HttpApi
-	Stage          awsapigatewayv2.HttpStage
-	AccessLogs     awslogs.LogGroup
-	Functions      map[string]awslambda.Function
-	FunctionLogs   map[string]awslogs.LogGroup
-	Roles          map[string]awsiam.Role
-	Vpc            awsec2.Vpc
+	WakeRole     awsiam.Role
+	API          awsapigatewayv2.HttpApi
+	Stage        awsapigatewayv2.HttpStage
+	AccessLogs   awslogs.LogGroup
+	Functions    map[string]awslambda.Function
+	FunctionLogs map[string]awslogs.LogGroup
+	Roles        map[string]awsiam.Role
+	Vpc          awsec2.Vpc
+	// WorkerSubnets are the isolated subnets the worker tasks, the EFS
+	// mount targets and the interface endpoints sit in; EgressSubnets the
+	// public ones of the egress proxy.
+	WorkerSubnets *awsec2.SubnetSelection
+	EgressSubnets *awsec2.SubnetSelection
+	// WorkerSG admits nothing and lets out only what addNetwork and
+	// addEndpoints name; EgressSG is the proxy's, EndpointsSG the
+	// interface endpoints'.
 	WorkerSG       awsec2.SecurityGroup
+	EgressSG       awsec2.SecurityGroup
+	EndpointsSG    awsec2.SecurityGroup
 	Cluster        awsecs.Cluster
 	TaskDefinition awsecs.FargateTaskDefinition
 	TaskRole       awsiam.Role
 	ExecutionRole  awsiam.Role
+	// WorkerImage is the image asset of the worker task and the egress
+	// proxy; WorkerLogs the worker container's log group.
+	WorkerImage awsecrassets.DockerImageAsset
+	WorkerLogs  awslogs.LogGroup
+	// Endpoints are the interface endpoints by EndpointNames' names, and
+	// S3Endpoint the gateway endpoint for ECR's layers; S3PrefixList looks
+	// up the prefix list the workers' group sends layers' HTTPS to.
+	Endpoints    map[string]awsec2.InterfaceVpcEndpoint
+	S3Endpoint   awsec2.GatewayVpcEndpoint
+	S3PrefixList awscdk.CustomResource
+	// The egress proxy (addEgressProxy): its cluster, service, task
+	// definition, roles, logs and Cloud Map namespace, and the secret the
+	// harnesses prove themselves with (read by the two execution roles
+	// only).
+	EgressCluster        awsecs.Cluster
+	EgressService        awsecs.FargateService
+	EgressTaskDefinition awsecs.FargateTaskDefinition
+	EgressTaskRole       awsiam.Role
+	EgressExecutionRole  awsiam.Role
+	EgressLogs           awslogs.LogGroup
+	EgressNamespace      awsservicediscovery.PrivateDnsNamespace
+	EgressSecret         awssecretsmanager.Secret
+	// DNSFirewall is the VPC's DNS Firewall rule group (nil with context
+	// dnsFirewall=false).
+	DNSFirewall awsroute53resolver.CfnFirewallRuleGroup
 	// Workspaces is the file system every worktree lives on (mounted at
 	// WorkspaceMount in the worker container, through WorkspacesAccessPoint
 	// only), so a worktree outlives its task.
@@ -280,6 +335,15 @@ func NewGalleyStack(scope constructs.Construct, id string, cfg Config, props *aw
 	if err := g.addWorkers(); err != nil {
 		return nil, err
 	}
+	g.addEgressProxy()
+	if err := g.addEndpoints(); err != nil {
+		return nil, err
+	}
+	// The proxy's first task pulls its image through the endpoints.
+	for _, name := range EndpointNames {
+		g.EgressService.Node().AddDependency(g.Endpoints[name])
+	}
+	g.addDNSFirewall()
 	g.addFunctions()
 	g.addRoutes()
 	g.addReconcilerRule()
@@ -388,6 +452,17 @@ func (g *Galley) addSecrets() {
 			IncludeSpace:       jsii.Bool(false),
 		},
 	})
+	// Nothing outside the stack holds it: it goes with the stack, and a
+	// new one is made with the next.
+	g.EgressSecret = awssecretsmanager.NewSecret(g.Stack, jsii.String("EgressSecret"), &awssecretsmanager.SecretProps{
+		SecretName:  jsii.String(g.Config.SecretPrefix() + SecretEgress),
+		Description: jsii.String("the secret galley house " + g.Config.House + "'s harnesses prove themselves to its egress proxy with"),
+		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
+			PasswordLength:     jsii.Number(48),
+			ExcludePunctuation: jsii.Bool(true),
+			IncludeSpace:       jsii.Bool(false),
+		},
+	})
 	for _, p := range []struct{ id, name, desc string }{
 		{"AnthropicKey", SecretAnthropic, "Anthropic API key for Claude Code workers"},
 		{"OpenAIKey", SecretOpenAI, "OpenAI API key for Codex workers"},
@@ -462,38 +537,14 @@ func (g *Galley) addAPI() {
 	}
 }
 
-// addWorkers makes the VPC, the cluster and the worker task definition.
-//
-// The VPC has public subnets only, in two AZs, and no NAT gateway: a task
-// gets a public IP and reaches the galley API, the model providers and the
-// git host directly. A NAT gateway would cost about $33/month per AZ before
-// data; the task's security group admits no inbound traffic, so a public
-// IP exposes nothing.
+// addWorkers makes the network (addNetwork), the cluster and the worker
+// task definition. Worker tasks run in isolated subnets with no public
+// IP: they reach the galley API, the model providers, the git host and
+// SQS only through the egress proxy (addEgressProxy), and AWS only
+// through the VPC endpoints (addEndpoints).
 func (g *Galley) addWorkers() error {
 	cfg := g.Config
-	g.Vpc = awsec2.NewVpc(g.Stack, jsii.String("Vpc"), &awsec2.VpcProps{
-		IpAddresses: awsec2.IpAddresses_Cidr(jsii.String("10.64.0.0/16")),
-		MaxAzs:      jsii.Number(2),
-		NatGateways: jsii.Number(0),
-		SubnetConfiguration: &[]*awsec2.SubnetConfiguration{{
-			Name:                jsii.String("workers"),
-			SubnetType:          awsec2.SubnetType_PUBLIC,
-			CidrMask:            jsii.Number(20),
-			MapPublicIpOnLaunch: jsii.Bool(false), // RunTask assigns it per task
-		}},
-		RestrictDefaultSecurityGroup: jsii.Bool(true),
-	})
-	g.Vpc.AddFlowLog(jsii.String("FlowLog"), &awsec2.FlowLogOptions{
-		Destination: awsec2.FlowLogDestination_ToCloudWatchLogs(g.logGroup("FlowLogs"), nil),
-		TrafficType: awsec2.FlowLogTrafficType_ALL,
-	})
-	g.WorkerSG = awsec2.NewSecurityGroup(g.Stack, jsii.String("WorkerSecurityGroup"), &awsec2.SecurityGroupProps{
-		Vpc:              g.Vpc,
-		Description:      jsii.String("galley workers: no inbound; HTTPS out, NFS to the workspaces file system"),
-		AllowAllOutbound: jsii.Bool(false),
-	})
-	g.WorkerSG.AddEgressRule(awsec2.Peer_AnyIpv4(), awsec2.Port_Tcp(jsii.Number(443)),
-		jsii.String("HTTPS to the galley API, model providers and the git host"), nil)
+	g.addNetwork()
 
 	g.Cluster = awsecs.NewCluster(g.Stack, jsii.String("Cluster"), &awsecs.ClusterProps{
 		Vpc:                 g.Vpc,
@@ -528,7 +579,7 @@ func (g *Galley) addWorkers() error {
 	if err != nil {
 		return err
 	}
-	image := awsecrassets.NewDockerImageAsset(g.Stack, jsii.String("WorkerImage"), &awsecrassets.DockerImageAssetProps{
+	g.WorkerImage = awsecrassets.NewDockerImageAsset(g.Stack, jsii.String("WorkerImage"), &awsecrassets.DockerImageAssetProps{
 		Directory:  jsii.String(cfg.WorkerContext),
 		File:       jsii.String(cfg.WorkerDockerfile),
 		Platform:   awsecrassets.Platform_LINUX_ARM64(),
@@ -548,6 +599,7 @@ func (g *Galley) addWorkers() error {
 			},
 		},
 	})
+	g.WorkerLogs = g.logGroup("WorkerLogs")
 	linux := awsecs.NewLinuxParameters(g.Stack, jsii.String("WorkerLinux"), &awsecs.LinuxParametersProps{
 		// An init process reaps the agents' child processes.
 		InitProcessEnabled: jsii.Bool(true),
@@ -562,6 +614,16 @@ func (g *Galley) addWorkers() error {
 		EnvWorkspace:      jsii.String("/workspace"),
 		EnvWorkspaceRoot:  jsii.String(WorkspaceMount),
 		EnvGitUsername:    jsii.String(cfg.GitUsername),
+		// The task's only way out, and what the agent may reach by it.
+		EnvEgressUpstream: jsii.String(cfg.EgressUpstream()),
+		EnvEgressAllow:    jsii.String(strings.Join(cfg.EgressAllowlist, ",")),
+		EnvAgentNetwork:   jsii.String(AgentNetworkTask),
+	}
+	if cfg.ModelCapTokens > 0 {
+		workerEnv[EnvModelCapTokens] = jsii.String(strconv.FormatInt(cfg.ModelCapTokens, 10))
+	}
+	if cfg.ModelCapUSD != "" {
+		workerEnv[EnvModelCapUSD] = jsii.String(cfg.ModelCapUSD)
 	}
 	if cfg.AnthropicBaseURL != "" {
 		workerEnv[EnvAnthropicBaseURL] = jsii.String(cfg.AnthropicBaseURL)
@@ -571,14 +633,14 @@ func (g *Galley) addWorkers() error {
 	}
 	worker := g.TaskDefinition.AddContainer(jsii.String(WorkerContainerName), &awsecs.ContainerDefinitionOptions{
 		ContainerName:   jsii.String(WorkerContainerName),
-		Image:           awsecs.ContainerImage_FromDockerImageAsset(image),
+		Image:           awsecs.ContainerImage_FromDockerImageAsset(g.WorkerImage),
 		Essential:       jsii.Bool(true),
 		LinuxParameters: linux,
 		// The harness reports its outcome on SIGTERM; Fargate's maximum.
 		StopTimeout: awscdk.Duration_Seconds(jsii.Number(120)),
 		Logging: awsecs.LogDriver_AwsLogs(&awsecs.AwsLogDriverProps{
 			StreamPrefix: jsii.String("worker"),
-			LogGroup:     g.logGroup("WorkerLogs"),
+			LogGroup:     g.WorkerLogs,
 		}),
 		// Configuration only.
 		Environment: &workerEnv,
@@ -590,6 +652,8 @@ func (g *Galley) addWorkers() error {
 			EnvAnthropicAPIKey: awsecs.Secret_FromSecretsManager(g.ProviderSecrets[SecretAnthropic], nil),
 			EnvOpenAIAPIKey:    awsecs.Secret_FromSecretsManager(g.ProviderSecrets[SecretOpenAI], nil),
 			EnvGitCredential:   awsecs.Secret_FromSecretsManager(g.ProviderSecrets[SecretGit], nil),
+			// The harness proves itself to the egress proxy with it.
+			EnvEgressSecret: awsecs.Secret_FromSecretsManager(g.EgressSecret, nil),
 		},
 	})
 	worker.AddMountPoints(&awsecs.MountPoint{
@@ -599,6 +663,10 @@ func (g *Galley) addWorkers() error {
 	})
 	return nil
 }
+
+// AgentNetworkTask is GALLEY_AGENT_NETWORK on Fargate: the platform
+// confines the task's network, so the harness makes no namespace.
+const AgentNetworkTask = "task"
 
 // WorkspaceMount is where the workspaces file system is mounted in the
 // worker container; the effects function makes every worktree below it
@@ -703,7 +771,7 @@ func (g *Galley) addWorkspaces() {
 	})
 	g.Workspaces = awsefs.NewFileSystem(g.Stack, jsii.String("Workspaces"), &awsefs.FileSystemProps{
 		Vpc:           g.Vpc,
-		VpcSubnets:    &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PUBLIC},
+		VpcSubnets:    g.WorkerSubnets,
 		SecurityGroup: g.WorkspacesSG,
 		Encrypted:     jsii.Bool(true),
 		// Worktrees idle for two weeks move to Infrequent Access (about a
@@ -767,9 +835,10 @@ func (g *Galley) queueArnPattern() *string {
 	})
 }
 
+// subnetIDs are the workers' (isolated) subnets, for RunTask.
 func (g *Galley) subnetIDs() *string {
 	var ids []string
-	for _, sn := range *g.Vpc.PublicSubnets() {
+	for _, sn := range *g.Vpc.SelectSubnets(g.WorkerSubnets).Subnets {
 		ids = append(ids, *sn.SubnetId())
 	}
 	return jsii.String(strings.Join(ids, ","))
@@ -794,7 +863,9 @@ func (g *Galley) addFunctions() {
 		EnvRepository:      jsii.String(cfg.Repository),
 		EnvWorkerEndpoint:  g.Endpoint,
 		EnvWorkerContainer: jsii.String(WorkerContainerName),
-		EnvAssignPublicIP:  jsii.String("ENABLED"),
+		// The workers' subnets have no route out: a public IP would reach
+		// nothing.
+		EnvAssignPublicIP: jsii.String("DISABLED"),
 	}
 	for _, name := range FunctionNames {
 		spec := fnSpecs[name]

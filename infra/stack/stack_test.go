@@ -176,6 +176,9 @@ func props(r map[string]any) map[string]any {
 
 // id is a construct's logical ID in the template.
 func (s *synthed) id(c constructs.IConstruct) string {
+	if e, ok := c.(awscdk.CfnElement); ok {
+		return *s.g.Stack.GetLogicalId(e)
+	}
 	return *s.g.Stack.GetLogicalId(c.Node().DefaultChild().(awscdk.CfnElement))
 }
 
@@ -611,6 +614,7 @@ func TestSecretsReadOnlyByTheirUsers(t *testing.T) {
 		"openai":    g.ProviderSecrets[stack.SecretOpenAI],
 		"git":       g.ProviderSecrets[stack.SecretGit],
 		"operator":  g.OperatorTokenSecret,
+		"egress":    g.EgressSecret,
 	}
 	tests := []struct {
 		who   string
@@ -620,7 +624,11 @@ func TestSecretsReadOnlyByTheirUsers(t *testing.T) {
 		// The agent might reach the task role's credentials: no secret.
 		{"worker task role", g.TaskRole, nil},
 		// ECS injects the container's secrets with the execution role.
-		{"worker execution role", g.ExecutionRole, []string{"anthropic", "git", "openai"}},
+		{"worker execution role", g.ExecutionRole, []string{"anthropic", "egress", "git", "openai"}},
+		// The proxy's task holds no permission; its execution role reads
+		// the one secret ECS injects into it.
+		{"egress proxy task role", g.EgressTaskRole, nil},
+		{"egress proxy execution role", g.EgressExecutionRole, []string{"egress"}},
 		{"effects", g.Roles[stack.FnEffects], []string{"git", "token", "workerKey"}},
 		{"reads", g.Roles[stack.FnReads], []string{"git", "token"}},
 		{"mailbox", g.Roles[stack.FnMailbox], []string{"token"}},
@@ -634,7 +642,7 @@ func TestSecretsReadOnlyByTheirUsers(t *testing.T) {
 		t.Run(tt.who, func(t *testing.T) {
 			sts := s.statements(s.id(tt.role))
 			var got []string
-			for _, name := range []string{"anthropic", "git", "openai", "operator", "token", "workerKey"} {
+			for _, name := range []string{"anthropic", "egress", "git", "openai", "operator", "token", "workerKey"} {
 				secretRef := ref(s.id(secrets[name]))
 				for _, action := range []string{"secretsmanager:GetSecretValue", "secretsmanager:BatchGetSecretValue"} {
 					if allows(sts, action, secretRef) {
@@ -663,12 +671,34 @@ func TestSecretsReadOnlyByTheirUsers(t *testing.T) {
 			}
 		})
 	}
-	// The task role has no Secrets Manager action whatever.
-	for _, st := range s.statements(s.id(g.TaskRole)) {
-		for _, a := range st.Actions {
-			if strings.HasPrefix(a, "secretsmanager:") {
-				t.Errorf("worker task role may %s on %v", a, st.Resources)
+	// The task roles have no Secrets Manager action whatever.
+	for _, role := range []constructs.IConstruct{g.TaskRole, g.EgressTaskRole} {
+		for _, st := range s.statements(s.id(role)) {
+			for _, a := range st.Actions {
+				if strings.HasPrefix(a, "secretsmanager:") {
+					t.Errorf("task role %s may %s on %v", s.id(role), a, st.Resources)
+				}
 			}
+		}
+	}
+	// Nothing else in the stack may read the egress secret: every role's
+	// statements, CDK's own included.
+	for id := range s.resources("AWS::IAM::Role") {
+		if id == s.id(g.ExecutionRole) || id == s.id(g.EgressExecutionRole) {
+			continue
+		}
+		if len(list(props(s.resources("AWS::IAM::Role")[id])["ManagedPolicyArns"])) > 0 {
+			// CDK's custom resource providers: their managed policy is
+			// AWSLambdaBasicExecutionRole, logs only.
+			for _, m := range list(props(s.resources("AWS::IAM::Role")[id])["ManagedPolicyArns"]) {
+				if raw, _ := json.Marshal(m); !strings.Contains(string(raw), "AWSLambdaBasicExecutionRole") {
+					t.Errorf("role %s has managed policy %s", id, raw)
+				}
+			}
+			continue
+		}
+		if allows(s.statements(id), "secretsmanager:GetSecretValue", ref(s.id(g.EgressSecret))) {
+			t.Errorf("role %s may read the egress secret", id)
 		}
 	}
 }
@@ -697,6 +727,8 @@ func TestSecretsSurviveTeardown(t *testing.T) {
 		stack.SecretAnthropic:     {"Delete", "Delete"},
 		stack.SecretOpenAI:        {"Delete", "Delete"},
 		stack.SecretGit:           {"Delete", "Delete"},
+		// Nothing outside the stack holds it.
+		stack.SecretEgress: {"Delete", "Delete"},
 	}
 	if !jsonEq(got, want) {
 		t.Errorf("secrets' DeletionPolicy/UpdateReplacePolicy %v, want %v", got, want)
@@ -733,6 +765,10 @@ func TestTableHasPITRTTLAndProtection(t *testing.T) {
 	check(t, "one table", func() { s.tmpl.ResourceCountIs(jsii.String("AWS::DynamoDB::Table"), jsii.Number(1)) })
 }
 
+// notCredentials are the container variables whose names only look like
+// a credential's: a cap counted in model tokens.
+var notCredentials = map[string]bool{stack.EnvModelCapTokens: true}
+
 func TestTaskDefinitionHoldsNoSecretValue(t *testing.T) {
 	s := deployment(t)
 	td := props(s.resources("AWS::ECS::TaskDefinition")[s.id(s.g.TaskDefinition)])
@@ -753,10 +789,12 @@ func TestTaskDefinitionHoldsNoSecretValue(t *testing.T) {
 	if c["Name"] != stack.WorkerContainerName {
 		t.Errorf("container %v, want %s", c["Name"], stack.WorkerContainerName)
 	}
-	// The provider keys and the git credential are container secrets:
-	// ECS reads each by its ARN (the secret's Ref) at task start.
+	// The provider keys, the git credential and the egress secret are
+	// container secrets: ECS reads each by its ARN (the secret's Ref) at
+	// task start.
 	wantSecrets := []any{
 		map[string]any{"Name": stack.EnvAnthropicAPIKey, "ValueFrom": ref(s.id(s.g.ProviderSecrets[stack.SecretAnthropic]))},
+		map[string]any{"Name": stack.EnvEgressSecret, "ValueFrom": ref(s.id(s.g.EgressSecret))},
 		map[string]any{"Name": stack.EnvGitCredential, "ValueFrom": ref(s.id(s.g.ProviderSecrets[stack.SecretGit]))},
 		map[string]any{"Name": stack.EnvOpenAIAPIKey, "ValueFrom": ref(s.id(s.g.ProviderSecrets[stack.SecretOpenAI]))},
 	}
@@ -771,7 +809,7 @@ func TestTaskDefinitionHoldsNoSecretValue(t *testing.T) {
 		s.tmpl.HasResourceProperties(jsii.String("AWS::ECS::TaskDefinition"), map[string]any{
 			"ContainerDefinitions": []any{assertions.Match_ObjectLike(&map[string]any{
 				"Name":    stack.WorkerContainerName,
-				"Secrets": assertions.Match_ArrayWith(&[]any{wantSecrets[0], wantSecrets[1], wantSecrets[2]}),
+				"Secrets": assertions.Match_ArrayWith(&[]any{wantSecrets[0], wantSecrets[1], wantSecrets[2], wantSecrets[3]}),
 			})},
 		})
 	})
@@ -791,7 +829,7 @@ func TestTaskDefinitionHoldsNoSecretValue(t *testing.T) {
 		e := e.(map[string]any)
 		name := e["Name"].(string)
 		names[name] = e["Value"]
-		if regexp.MustCompile(`(?i)token|password|api_?key|credential|secret`).MatchString(name) {
+		if regexp.MustCompile(`(?i)token|password|api_?key|credential|secret`).MatchString(name) && !notCredentials[name] {
 			t.Errorf("variable %s looks like a credential", name)
 		}
 		if r, ok := e["Value"].(map[string]any); ok {
@@ -825,16 +863,11 @@ func TestTaskDefinitionHoldsNoSecretValue(t *testing.T) {
 func TestWorkersNetworkAndCluster(t *testing.T) {
 	s := deployment(t)
 	check(t, "no NAT", func() { s.tmpl.ResourceCountIs(jsii.String("AWS::EC2::NatGateway"), jsii.Number(0)) })
-	check(t, "two subnets", func() { s.tmpl.ResourceCountIs(jsii.String("AWS::EC2::Subnet"), jsii.Number(2)) })
+	// Two AZs: a workers' (isolated) and an egress (public) subnet in each.
+	check(t, "four subnets", func() { s.tmpl.ResourceCountIs(jsii.String("AWS::EC2::Subnet"), jsii.Number(4)) })
 	check(t, "flow log", func() { s.tmpl.ResourceCountIs(jsii.String("AWS::EC2::FlowLog"), jsii.Number(1)) })
-	sg := props(s.resources("AWS::EC2::SecurityGroup")[s.id(s.g.WorkerSG)])
-	if _, ok := sg["SecurityGroupIngress"]; ok {
-		t.Errorf("worker security group admits %v", sg["SecurityGroupIngress"])
-	}
-	egress := sg["SecurityGroupEgress"].([]any)
-	if len(egress) != 1 || egress[0].(map[string]any)["FromPort"] != 443.0 || egress[0].(map[string]any)["ToPort"] != 443.0 {
-		t.Errorf("egress %v, want HTTPS only", egress)
-	}
+	// The network itself: TestWorkerSubnetsHaveNoRouteOut,
+	// TestWorkerSecurityGroupLetsOutOnlyWhatItNeeds.
 	check(t, "container insights", func() {
 		s.tmpl.HasResourceProperties(jsii.String("AWS::ECS::Cluster"), map[string]any{
 			"ClusterSettings": []any{map[string]any{"Name": "containerInsights", "Value": "enabled"}},
@@ -1096,7 +1129,7 @@ func TestOutputs(t *testing.T) {
 	s := deployment(t)
 	outs := s.json["Outputs"].(map[string]any)
 	for _, name := range []string{"Endpoint", "KitchnBinding", "TokenSecretArn", "ReadTokenCommand",
-		"AnthropicKeySecretArn", "OpenAIKeySecretArn", "GitCredentialSecretArn"} {
+		"AnthropicKeySecretArn", "OpenAIKeySecretArn", "GitCredentialSecretArn", "EgressClusterName", "EgressServiceName"} {
 		if _, ok := outs[name]; !ok {
 			t.Errorf("no output %s", name)
 		}
@@ -1317,6 +1350,7 @@ func TestDeploymentOptions(t *testing.T) {
 				stack.CatchAllRouteKey:         map[string]any{"ThrottlingBurstLimit": 10.0, "ThrottlingRateLimit": 5.0},
 				stack.OperatorRouteKey:         map[string]any{"ThrottlingBurstLimit": 20.0, "ThrottlingRateLimit": 10.0},
 				stack.OperatorRedirectRouteKey: map[string]any{"ThrottlingBurstLimit": 20.0, "ThrottlingRateLimit": 10.0},
+				stack.OperatorLoginRouteKey:    map[string]any{"ThrottlingBurstLimit": 5.0, "ThrottlingRateLimit": 1.0},
 			},
 		}
 		got := map[string]any{"DefaultRouteSettings": p["DefaultRouteSettings"], "RouteSettings": p["RouteSettings"]}

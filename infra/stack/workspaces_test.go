@@ -94,8 +94,18 @@ func TestWorkspacesFileSystem(t *testing.T) {
 
 	// Mount targets in every worker subnet, behind the workspaces group.
 	mts := s.resources("AWS::EFS::MountTarget")
-	if len(mts) != len(*s.g.Vpc.PublicSubnets()) {
-		t.Errorf("%d mount targets, want one per worker subnet (%d)", len(mts), len(*s.g.Vpc.PublicSubnets()))
+	workerSubnets := map[string]bool{}
+	for _, sn := range *s.g.Vpc.IsolatedSubnets() {
+		workerSubnets[s.id(sn)] = true
+	}
+	if len(mts) != len(workerSubnets) || len(workerSubnets) != 2 {
+		t.Errorf("%d mount targets, want one per worker subnet (%d)", len(mts), len(workerSubnets))
+	}
+	for id, mt := range mts {
+		sn, _ := props(mt)["SubnetId"].(map[string]any)["Ref"].(string)
+		if !workerSubnets[sn] {
+			t.Errorf("mount target %s in subnet %v, not a worker subnet", id, props(mt)["SubnetId"])
+		}
 	}
 	sgRef := map[string]any{"Fn::GetAtt": []any{s.id(s.g.WorkspacesSG), "GroupId"}}
 	workerSG := map[string]any{"Fn::GetAtt": []any{s.id(s.g.WorkerSG), "GroupId"}}
