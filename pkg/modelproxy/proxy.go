@@ -337,7 +337,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	}
 	c := resp.Request.Context().Value(callKey{}).(*call)
 	c.touch(p.idleTimeout)
-	b := &answerBody{rc: resp.Body, c: c, p: p, ok: resp.StatusCode/100 == 2}
+	b := &answerBody{rc: resp.Body, c: c, p: p, ok: resp.StatusCode/100 == 2, left: resp.ContentLength}
 	if c.route.billed {
 		ct, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";")
 		ct = strings.TrimSpace(strings.ToLower(ct))
@@ -387,6 +387,10 @@ type answerBody struct {
 	scan *fieldScanner // a JSON answer's
 	sink io.Writer
 	eof  bool
+	// left is what remains of an answer of known length (-1 unknown): the
+	// call is counted before its last bytes go to the agent, so that the
+	// agent's next call finds it counted.
+	left int64
 	once sync.Once
 }
 
@@ -398,14 +402,18 @@ func (b *answerBody) Read(buf []byte) (int, error) {
 			_, _ = b.sink.Write(buf[:n])
 		}
 	}
-	if err == io.EOF {
-		b.eof = true
+	if b.left >= 0 {
+		b.left -= int64(n)
+	}
+	if err == io.EOF || b.left == 0 {
+		b.eof = b.eof || err == io.EOF
+		b.once.Do(b.count)
 	}
 	return n, err
 }
 
 func (b *answerBody) Close() error {
-	if !b.eof && b.sink != nil {
+	if !b.eof && b.left != 0 && b.sink != nil {
 		// The agent stopped reading (or went away): the provider bills the
 		// call all the same, so its usage is still read.
 		_, _ = io.Copy(io.Discard, io.LimitReader(readerFunc(b.Read), drainLimit))

@@ -562,12 +562,16 @@ func TestIdleTimeout(t *testing.T) {
 
 func TestNewRefuses(t *testing.T) {
 	for name, f := range map[string]func() (*modelproxy.Proxy, error){
-		"unknown family":  func() (*modelproxy.Proxy, error) { return modelproxy.New("gemini", houseKey, workerToken) },
-		"no house key":    func() (*modelproxy.Proxy, error) { return modelproxy.New(modelproxy.OpenAI, "", workerToken) },
-		"short token":     func() (*modelproxy.Proxy, error) { return modelproxy.New(modelproxy.OpenAI, houseKey, "abc") },
-		"token is key":    func() (*modelproxy.Proxy, error) { return modelproxy.New(modelproxy.OpenAI, houseKey, houseKey) },
-		"upstream query":  func() (*modelproxy.Proxy, error) { return modelproxy.New(modelproxy.OpenAI, houseKey, workerToken, modelproxy.WithUpstream("https://x/v1?a=b")) },
-		"upstream scheme": func() (*modelproxy.Proxy, error) { return modelproxy.New(modelproxy.OpenAI, houseKey, workerToken, modelproxy.WithUpstream("ftp://x")) },
+		"unknown family": func() (*modelproxy.Proxy, error) { return modelproxy.New("gemini", houseKey, workerToken) },
+		"no house key":   func() (*modelproxy.Proxy, error) { return modelproxy.New(modelproxy.OpenAI, "", workerToken) },
+		"short token":    func() (*modelproxy.Proxy, error) { return modelproxy.New(modelproxy.OpenAI, houseKey, "abc") },
+		"token is key":   func() (*modelproxy.Proxy, error) { return modelproxy.New(modelproxy.OpenAI, houseKey, houseKey) },
+		"upstream query": func() (*modelproxy.Proxy, error) {
+			return modelproxy.New(modelproxy.OpenAI, houseKey, workerToken, modelproxy.WithUpstream("https://x/v1?a=b"))
+		},
+		"upstream scheme": func() (*modelproxy.Proxy, error) {
+			return modelproxy.New(modelproxy.OpenAI, houseKey, workerToken, modelproxy.WithUpstream("ftp://x"))
+		},
 		"negative budget": func() (*modelproxy.Proxy, error) {
 			return modelproxy.New(modelproxy.OpenAI, houseKey, workerToken, modelproxy.WithBudget(modelproxy.Budget{Tokens: -1}))
 		},
