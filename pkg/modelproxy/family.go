@@ -109,9 +109,27 @@ func (f Family) setHouseKey(h http.Header, key string) {
 	h.Set("Authorization", "Bearer "+key)
 }
 
+// capStatus is the status of a call refused at the cap: one the family's
+// CLI does not retry, found by trying the pinned CLIs (claude 2.1.332,
+// codex 0.171.0; local/realcli's TestRealCLIsAtTheCap holds it):
+//
+//   - claude: 402 (billing_error), one request, then "API Error: 402
+//     galley: ..."; 403 is not retried either but claude words it "Failed
+//     to authenticate"; a 400 it sent 6 times in one trial; 429 and 5xx it
+//     retries for minutes.
+//   - codex: 400, one request, then the turn fails with the message; 402
+//     and 403 it sends 6 times (5 reconnects); 429 and 5xx it retries.
+func (f Family) capStatus() int {
+	if f == Anthropic {
+		return http.StatusPaymentRequired
+	}
+	return http.StatusBadRequest
+}
+
 // Error kinds, mapped to each family's error type.
 const (
 	errAuth     = "auth"
+	errBadBody  = "bad_body"
 	errNotFound = "not_found"
 	errTooLarge = "too_large"
 	errBusy     = "busy"
@@ -123,8 +141,8 @@ const (
 func (f Family) writeError(w http.ResponseWriter, status int, kind, msg string) {
 	var body any
 	if f == Anthropic {
-		typ := map[string]string{errAuth: "authentication_error", errNotFound: "not_found_error",
-			errTooLarge: "request_too_large", errBusy: "rate_limit_error", errBudget: "permission_error",
+		typ := map[string]string{errAuth: "authentication_error", errBadBody: "invalid_request_error", errNotFound: "not_found_error",
+			errTooLarge: "request_too_large", errBusy: "rate_limit_error", errBudget: "billing_error",
 			errUpstream: "api_error"}[kind]
 		body = map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}}
 	} else {
@@ -139,7 +157,7 @@ func (f Family) writeError(w http.ResponseWriter, status int, kind, msg string) 
 		case errBusy:
 			typ, code = "rate_limit_error", "rate_limit_exceeded"
 		case errBudget:
-			typ, code = "permission_error", "galley_budget_exhausted"
+			code = "galley_budget_exhausted"
 		case errUpstream:
 			typ = "server_error"
 		}

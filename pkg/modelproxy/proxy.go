@@ -58,10 +58,6 @@ const (
 	// peekLimit is how much of a request body is read before forwarding
 	// to learn its model (the CLIs send it first).
 	peekLimit = 64 << 10
-	// capStatus is the status of a call refused at the cap: 403, which
-	// neither claude nor codex retries (429, 408, 409 and 5xx they do;
-	// docs/agents.md "The model proxy").
-	capStatus = http.StatusForbidden
 )
 
 // Proxy is one worker's model proxy: an http.Handler.
@@ -297,13 +293,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				f.writeError(w, http.StatusRequestEntityTooLarge, errTooLarge, fmt.Sprintf("the request body is over %d bytes", p.maxBody))
 				return
 			}
-			f.writeError(w, http.StatusBadRequest, errUpstream, "the request body could not be read")
+			f.writeError(w, http.StatusBadRequest, errBadBody, "the request body could not be read")
 			return
 		}
 		r.Body, c.model = body, model
 		if why := p.meter.admit(model); why != "" {
 			p.log.Warn("model proxy: a call refused at the cap", "model", model, "why", why)
-			f.writeError(w, capStatus, errBudget, why)
+			f.writeError(w, f.capStatus(), errBudget, why)
 			return
 		}
 	}

@@ -124,6 +124,15 @@ func times(t modelproxy.Tokens, n int64) modelproxy.Tokens {
 	return modelproxy.Tokens{Input: t.Input * n, Output: t.Output * n, CacheRead: t.CacheRead * n, CacheWrite: t.CacheWrite * n}
 }
 
+// capStatus is the status each family's CLI does not retry
+// (local/realcli's TestRealCLIsAtTheCap shows it).
+func capStatus(fam modelproxy.Family) int {
+	if fam == modelproxy.Anthropic {
+		return http.StatusPaymentRequired
+	}
+	return http.StatusBadRequest
+}
+
 var ids = regexp.MustCompile(`standin_\d+`)
 
 // The proxy forwards each family's calls, streaming and not, byte for
@@ -323,7 +332,7 @@ func TestTokenCap(t *testing.T) {
 			for i := range 3 {
 				resp, b := r.call(t, modelOf(fam), i%2 == 0)
 				e := decodeError(t, fam, b)
-				if resp.StatusCode != http.StatusForbidden || e.Error.Message != want || resp.Header.Get("X-Should-Retry") != "false" {
+				if resp.StatusCode != capStatus(fam) || e.Error.Message != want || resp.Header.Get("X-Should-Retry") != "false" {
 					t.Errorf("at the cap: %d %s", resp.StatusCode, b)
 				}
 			}
@@ -351,14 +360,14 @@ func TestDollarCap(t *testing.T) {
 		}
 	}
 	resp, b := r.call(t, claudeModel, false)
-	if e := decodeError(t, modelproxy.Anthropic, b); resp.StatusCode != http.StatusForbidden ||
-		e.Error.Message != "galley: this worker has used its model budget ($0.001440 of $0.001000); ask the coordinator" || e.Error.Type != "permission_error" {
+	if e := decodeError(t, modelproxy.Anthropic, b); resp.StatusCode != http.StatusPaymentRequired ||
+		e.Error.Message != "galley: this worker has used its model budget ($0.001440 of $0.001000); ask the coordinator" || e.Error.Type != "billing_error" {
 		t.Errorf("past the dollar cap: %d %s", resp.StatusCode, b)
 	}
 
 	r = newRig(t, modelproxy.OpenAI, modelproxy.WithBudget(modelproxy.Budget{MicroUSD: 1_000_000}))
 	resp, b = r.call(t, "gpt-6.2-sol", true)
-	if e := decodeError(t, modelproxy.OpenAI, b); resp.StatusCode != http.StatusForbidden || !strings.Contains(e.Error.Message, "no price for model gpt-6.2-sol") ||
+	if e := decodeError(t, modelproxy.OpenAI, b); resp.StatusCode != http.StatusBadRequest || !strings.Contains(e.Error.Message, "no price for model gpt-6.2-sol") ||
 		!strings.HasPrefix(e.Error.Message, "galley: ") || len(r.prov.Calls()) != 0 {
 		t.Errorf("an unpriced model under a dollar cap: %d %s (provider calls %d)", resp.StatusCode, b, len(r.prov.Calls()))
 	}
@@ -380,7 +389,7 @@ func TestDollarCap(t *testing.T) {
 		t.Errorf("an unpriced model's totals: %+v", tot)
 	}
 	resp, b = r.call(t, openaiModel, false)
-	if e := decodeError(t, modelproxy.OpenAI, b); resp.StatusCode != http.StatusForbidden || !strings.Contains(e.Error.Message, "no price for gpt-6.2-sol, which it used") {
+	if e := decodeError(t, modelproxy.OpenAI, b); resp.StatusCode != http.StatusBadRequest || !strings.Contains(e.Error.Message, "no price for gpt-6.2-sol, which it used") {
 		t.Errorf("after an unpriced model ran: %d %s", resp.StatusCode, b)
 	}
 }
