@@ -78,13 +78,13 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		c.Step = turns
 		st = s.step(turns)
 	}
-	s.record(c)
+	n := s.record(c)
 
-	id := fmt.Sprintf("msg_standin_%d", len(s.Calls()))
+	id := fmt.Sprintf("msg_standin_%d", n)
 	var block map[string]any
 	stop := "end_turn"
 	if st.Tool != "" {
-		block = map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_standin_%d", len(s.Calls())), "name": st.Tool, "input": st.Input}
+		block = map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_standin_%d", n), "name": st.Tool, "input": st.Input}
 		stop = "tool_use"
 	} else {
 		block = map[string]any{"type": "text", "text": st.Text}

@@ -159,10 +159,12 @@ func (s *Server) refuse(r *http.Request, why string) {
 	s.mu.Unlock()
 }
 
-func (s *Server) record(c Call) {
+// record keeps c and returns its number (from 1).
+func (s *Server) record(c Call) int {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.calls = append(s.calls, c)
-	s.mu.Unlock()
+	return len(s.calls)
 }
 
 func (s *Server) keyOK(got string) bool {

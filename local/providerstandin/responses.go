@@ -109,8 +109,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		c.Step = turns
 		st = s.step(turns)
 	}
-	s.record(c)
-	n := len(s.Calls())
+	n := s.record(c)
 	id := fmt.Sprintf("resp_standin_%d", n)
 	var item map[string]any
 	switch {

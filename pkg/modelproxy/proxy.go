@@ -213,6 +213,7 @@ func New(f Family, houseKey, token string, opts ...Option) (*Proxy, error) {
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.upstreamError,
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BufferPool:     copyBuffers{},
 	}
 	return p, nil
 }
@@ -471,3 +472,12 @@ func peekModel(body io.ReadCloser) (string, io.ReadCloser, error) {
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(head.Bytes()), body), body}, nil
 }
+
+// copyBuffers lends the reverse proxy its copy buffers, rather than one
+// allocated per call.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
