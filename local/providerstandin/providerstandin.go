@@ -1,5 +1,6 @@
 // Package providerstandin is a model provider for tests of the real agent
-// CLIs: it answers the Anthropic Messages API (POST /v1/messages) and the
+// CLIs: it answers the Anthropic Messages API (POST /v1/messages, and
+// POST /v1/messages/count_tokens) and the
 // OpenAI Responses API (POST /v1/responses), streaming (server-sent events)
 // or not, as the CLIs call them, and plays a script of tool calls instead
 // of a model. Point claude at it with ANTHROPIC_BASE_URL=<URL> and codex

@@ -115,10 +115,11 @@ func (f Family) setHouseKey(h http.Header, key string) {
 //
 //   - claude: 402 (billing_error), one request, then "API Error: 402
 //     galley: ..."; 403 is not retried either but claude words it "Failed
-//     to authenticate"; a 400 it sent 6 times in one trial; 429 and 5xx it
-//     retries for minutes.
+//     to authenticate"; a 400 it sent 6 times in one trial; 429 and 500 it
+//     retries (8 requests in 90 s, still going).
 //   - codex: 400, one request, then the turn fails with the message; 402
-//     and 403 it sends 6 times (5 reconnects); 429 and 5xx it retries.
+//     and 403 it sends 6 times (5 reconnects); 500, 30 times; 429 once, but
+//     it reports only "exceeded retry limit".
 func (f Family) capStatus() int {
 	if f == Anthropic {
 		return http.StatusPaymentRequired

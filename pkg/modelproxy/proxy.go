@@ -43,7 +43,8 @@ const (
 	// size limit for the Messages API (32 MB).
 	DefaultMaxBody = 32 << 20
 	// DefaultMaxConcurrent bounds the calls in flight; past it a call is
-	// refused 429 (the CLIs retry it).
+	// refused 429 (claude retries it; codex, which makes one call at a
+	// time, does not).
 	DefaultMaxConcurrent = 8
 	// DefaultHeaderTimeout bounds the wait for an answer's headers (the
 	// request's upload included): a non-streaming answer comes whole, and
