@@ -79,7 +79,7 @@ type Proxy struct {
 	ctx    context.Context // ends at Close: in-flight calls end with the worker
 	cancel context.CancelFunc
 
-	unauthorized atomic.Int64
+	unauthorized, notFound, capRefused atomic.Int64
 }
 
 type settings struct {
@@ -248,16 +248,35 @@ type call struct {
 	route    route
 	model    string // the request's, when read
 	watchdog *time.Timer
-	cancel   context.CancelFunc
+	agent    *http.ResponseController
 }
 
-// touch restarts the idle timer: bytes arrived.
-func (c *call) touch(d time.Duration) { c.watchdog.Reset(d) }
+// touch restarts the idle timer (bytes arrived from the provider) and
+// gives the agent as long to take them: an agent that stops reading holds
+// its call no longer than a silent provider would.
+func (c *call) touch(d time.Duration) {
+	c.watchdog.Reset(d)
+	_ = c.agent.SetWriteDeadline(time.Now().Add(d))
+}
+
+// logFirst is how many of each kind of refusal are logged: the agent
+// chooses how many it makes.
+const logFirst = 8
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f := p.family
+	agent := http.NewResponseController(w)
+	// The request, body included, within the header timeout (a body
+	// trickled in holds a slot no longer).
+	_ = agent.SetReadDeadline(time.Now().Add(p.headerTimeout))
+	_ = agent.SetWriteDeadline(time.Time{})
+	defer func() {
+		// A kept-alive connection's next request starts without them.
+		_ = agent.SetReadDeadline(time.Time{})
+		_ = agent.SetWriteDeadline(time.Time{})
+	}()
 	if !p.authorized(r) {
-		if p.unauthorized.Add(1) == 1 {
+		if p.unauthorized.Add(1) <= logFirst {
 			p.log.Warn("model proxy: a request without the worker's token refused", "method", r.Method, "path", r.URL.Path)
 		}
 		msg := "invalid x-api-key"
@@ -269,7 +288,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rt, ok := f.routeOf(r)
 	if !ok {
-		p.log.Info("model proxy: no such endpoint", "method", r.Method, "path", r.URL.Path, "websocket", isWebSocket(r))
+		if p.notFound.Add(1) <= logFirst {
+			p.log.Info("model proxy: no such endpoint", "method", r.Method, "path", r.URL.Path, "websocket", isWebSocket(r))
+		}
 		f.writeError(w, http.StatusNotFound, errNotFound, "galley's model proxy does not serve "+r.Method+" "+r.URL.Path)
 		return
 	}
@@ -286,7 +307,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, p.maxBody)
-	c := &call{route: rt}
+	c := &call{route: rt, agent: agent}
 	if rt.billed {
 		model, body, err := peekModel(r.Body)
 		if err != nil {
@@ -300,7 +321,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Body, c.model = body, model
 		if why := p.meter.admit(model); why != "" {
-			p.log.Warn("model proxy: a call refused at the cap", "model", model, "why", why)
+			if p.capRefused.Add(1) <= logFirst {
+				p.log.Warn("model proxy: a call refused at the cap", "model", model, "why", why)
+			}
 			f.writeError(w, f.capStatus(), errBudget, why)
 			return
 		}
@@ -312,7 +335,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	stop := context.AfterFunc(p.ctx, cancel)
 	defer stop()
 	defer cancel()
-	c.cancel = cancel
 	c.watchdog = time.AfterFunc(p.headerTimeout, cancel)
 	defer c.watchdog.Stop()
 	ctx = context.WithValue(ctx, callKey{}, c)
@@ -334,6 +356,8 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		resp.Header.Del(h)
 	}
 	c := resp.Request.Context().Value(callKey{}).(*call)
+	// The request is sent: a long answer must not meet its read deadline.
+	_ = c.agent.SetReadDeadline(time.Time{})
 	c.touch(p.idleTimeout)
 	b := &answerBody{rc: resp.Body, c: c, p: p, ok: resp.StatusCode/100 == 2, left: resp.ContentLength}
 	if c.route.billed {

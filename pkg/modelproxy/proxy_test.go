@@ -599,3 +599,46 @@ func TestNewRefuses(t *testing.T) {
 		t.Error("two tokens alike")
 	}
 }
+
+// An agent that stops reading a stream holds its call no longer than the
+// idle timeout: the proxy's write to it times out, the rest of the answer
+// is read (to its bound) for the usage, and the provider's call ends.
+func TestAgentStopsReading(t *testing.T) {
+	ended := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(ended)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-opus-5\",\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n")
+		ping := []byte(strings.Repeat("event: ping\ndata: {\"type\": \"ping\"}\n\n", 1000))
+		for {
+			if _, err := w.Write(ping); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(up.Close)
+	p, err := modelproxy.New(modelproxy.Anthropic, houseKey, workerToken, modelproxy.WithUpstream(up.URL),
+		modelproxy.WithTimeouts(time.Minute, 300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	resp, err := http.DefaultClient.Do(request(modelproxy.Anthropic, srv.URL, workerToken, "claude-opus-5", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close() // read nothing
+	select {
+	case <-ended:
+	case <-time.After(time.Minute): // a bound against a hang, not a time to meet
+		t.Fatal("the provider's call never ended")
+	}
+	deadline := time.Now().Add(time.Minute)
+	for p.Totals().Calls == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if tot := p.Totals(); tot.Calls != 1 || tot.Tokens.Input != 10 {
+		t.Errorf("totals %+v", tot)
+	}
+}
