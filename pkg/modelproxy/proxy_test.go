@@ -336,13 +336,31 @@ func TestTokenCap(t *testing.T) {
 					t.Errorf("at the cap: %d %s", resp.StatusCode, b)
 				}
 			}
+			// Refusals at once: each refused, the hook still called once.
+			var wg sync.WaitGroup
+			for range modelproxy.DefaultMaxConcurrent {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					resp, err := http.DefaultClient.Do(request(fam, r.url, workerToken, modelOf(fam), true))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					resp.Body.Close()
+					if resp.StatusCode != capStatus(fam) {
+						t.Errorf("a concurrent call at the cap: %d", resp.StatusCode)
+					}
+				}()
+			}
+			wg.Wait()
 			if got := len(r.prov.Calls()); got != 2 {
 				t.Errorf("the provider got %d calls, want 2", got)
 			}
 			tot := r.proxy.Totals()
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			if tot.Refused != 3 || tot.All() != 2*all || len(r.refusal) != 1 || r.refusal[0].Message != want || r.refusal[0].Totals.Calls != 2 {
+			if tot.Refused != 3+modelproxy.DefaultMaxConcurrent || tot.All() != 2*all || len(r.refusal) != 1 || r.refusal[0].Message != want || r.refusal[0].Totals.Calls != 2 {
 				t.Errorf("totals %+v, refusals %+v", tot, r.refusal)
 			}
 		})
