@@ -179,3 +179,28 @@ func spend(pp *proxiedProvider) error {
 	}
 	return nil
 }
+
+// TestRealCLIsUnderADollarCap: claude's default model has a price, and its
+// turn runs under a dollar cap, priced; codex's default (gpt-6.2-sol) has
+// none, and its call is refused before it reaches the provider (the proxy
+// reads the model from the request's head).
+func TestRealCLIsUnderADollarCap(t *testing.T) {
+	bin := clisBin(t)
+	for _, cli := range []string{"claude", "codex"} {
+		t.Run(cli, func(t *testing.T) {
+			pp := newProxiedProvider(t, cli, modelproxy.WithBudget(modelproxy.Budget{MicroUSD: 100_000_000}))
+			code, out := pp.runCLI(t, bin, cli)
+			tot := pp.proxy.Totals()
+			if cli == "claude" {
+				if code != 0 || !tot.Priced || tot.Calls == 0 || tot.MicroUSD == 0 || tot.Refused != 0 {
+					t.Errorf("claude exited %d, totals %+v:\n%s", code, tot, out)
+				}
+				return
+			}
+			if code == 0 || !strings.Contains(out, "galley has no price for model gpt-6.2-sol") || len(pp.prov.Calls()) != 0 || tot.Refused != 1 {
+				t.Errorf("codex exited %d, the provider answered %d calls, totals %+v:\n%s", code, len(pp.prov.Calls()), tot, out)
+			}
+			pp.checkKeys(t)
+		})
+	}
+}
