@@ -78,18 +78,19 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		c.Step = turns
 		st = s.step(turns)
 	}
-	s.record(c)
+	n := s.record(c)
 
-	id := fmt.Sprintf("msg_standin_%d", len(s.Calls()))
+	id := fmt.Sprintf("msg_standin_%d", n)
 	var block map[string]any
 	stop := "end_turn"
 	if st.Tool != "" {
-		block = map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_standin_%d", len(s.Calls())), "name": st.Tool, "input": st.Input}
+		block = map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_standin_%d", n), "name": st.Tool, "input": st.Input}
 		stop = "tool_use"
 	} else {
 		block = map[string]any{"type": "text", "text": st.Text}
 	}
-	usage := map[string]any{"input_tokens": 100, "output_tokens": 20, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+	u := MessagesUsage
+	usage := map[string]any{"input_tokens": u.Input, "output_tokens": u.Output, "cache_creation_input_tokens": u.CacheWrite, "cache_read_input_tokens": u.CacheRead}
 	if !req.Stream {
 		writeJSON(w, http.StatusOK, map[string]any{"id": id, "type": "message", "role": "assistant", "model": req.Model,
 			"content": []any{block}, "stop_reason": stop, "stop_sequence": nil, "usage": usage})
@@ -98,7 +99,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	e := newSSE(w)
 	e.event("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": id, "type": "message",
 		"role": "assistant", "model": req.Model, "content": []any{}, "stop_reason": nil, "stop_sequence": nil,
-		"usage": map[string]any{"input_tokens": 100, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}})
+		"usage": map[string]any{"input_tokens": u.Input, "output_tokens": 1, "cache_creation_input_tokens": u.CacheWrite, "cache_read_input_tokens": u.CacheRead}}})
 	if st.Tool != "" {
 		in, _ := json.Marshal(st.Input)
 		e.event("content_block_start", map[string]any{"type": "content_block_start", "index": 0,
@@ -113,6 +114,28 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	e.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
 	e.event("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
-		"usage": map[string]any{"output_tokens": 20}})
+		"usage": usage})
 	e.event("message_stop", map[string]any{"type": "message_stop"})
+}
+
+// countTokens serves POST /v1/messages/count_tokens: a count, not a model
+// call (no usage, no step).
+func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		s.refuse(r, "count_tokens: method "+r.Method)
+		anthropicError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method not allowed")
+		return
+	}
+	if !s.keyOK(r.Header.Get("x-api-key")) {
+		s.refuse(r, "count_tokens: missing or wrong x-api-key")
+		anthropicError(w, http.StatusUnauthorized, "authentication_error", "invalid x-api-key")
+		return
+	}
+	var req messagesRequest
+	if r.Header.Get("anthropic-version") == "" || !readBody(w, r, &req) || req.Model == "" || len(req.Messages) == 0 {
+		s.refuse(r, "count_tokens: malformed request")
+		anthropicError(w, http.StatusBadRequest, "invalid_request_error", "the body must be a count_tokens request")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"input_tokens": MessagesUsage.Input})
 }

@@ -1,5 +1,6 @@
 // Package providerstandin is a model provider for tests of the real agent
-// CLIs: it answers the Anthropic Messages API (POST /v1/messages) and the
+// CLIs: it answers the Anthropic Messages API (POST /v1/messages, and
+// POST /v1/messages/count_tokens) and the
 // OpenAI Responses API (POST /v1/responses), streaming (server-sent events)
 // or not, as the CLIs call them, and plays a script of tool calls instead
 // of a model. Point claude at it with ANTHROPIC_BASE_URL=<URL> and codex
@@ -7,8 +8,13 @@
 //
 // It is as strict as the providers on what a CLI could get wrong: a request
 // without the configured key is refused 401 with the provider's error
-// shape, the Messages API needs anthropic-version, and a body that is not
-// the API's JSON is refused 400. Codex's Responses WebSocket is not
+// shape (and the stand-in remembers it saw a wrong key), the Messages API
+// needs anthropic-version, and a body that is not the API's JSON is
+// refused 400.
+//
+// Every model call reports usage as the providers do, with fixed numbers a
+// test can predict (MessagesUsage, ResponsesUsage), in each API's own
+// shape, streaming or not, cache counts included. Codex's Responses WebSocket is not
 // served (404): codex falls back to HTTPS, as against a gateway without
 // WebSockets.
 //
@@ -22,6 +28,7 @@
 package providerstandin
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
@@ -68,20 +75,69 @@ type Server struct {
 	bad   []string // refusals, for a test to show
 	// websockets counts Responses WebSocket attempts (answered 404).
 	websockets int
+	wrongKeys  int
+	// seen holds a hash of every header value of every request, for
+	// SawSecret.
+	seen map[[32]byte]bool
 }
+
+// Usage is what the stand-in reports for each model call, in galley's
+// categories (input excludes cache reads and writes).
+type Usage struct{ Input, Output, CacheRead, CacheWrite int64 }
+
+var (
+	// MessagesUsage is every Messages call's usage: input_tokens 100,
+	// output_tokens 20, cache_read_input_tokens 50,
+	// cache_creation_input_tokens 30. A stream states it in message_start
+	// (output_tokens 1 there) and again, cumulative, in message_delta.
+	MessagesUsage = Usage{Input: 100, Output: 20, CacheRead: 50, CacheWrite: 30}
+	// ResponsesUsage is every Responses call's usage: input_tokens 150 of
+	// which input_tokens_details.cached_tokens 50, output_tokens 20 (5 of
+	// them reasoning). OpenAI states no cache writes.
+	ResponsesUsage = Usage{Input: 100, Output: 20, CacheRead: 50}
+)
 
 // New starts a stand-in that accepts only key and plays steps.
 func New(key string, steps []Step) *Server {
-	s := &Server{key: key, steps: steps}
+	s := &Server{key: key, steps: steps, seen: map[[32]byte]bool{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/messages", s.messages)
+	mux.HandleFunc("/v1/messages/count_tokens", s.countTokens)
 	mux.HandleFunc("/v1/responses", s.responses)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.refuse(r, "no such endpoint "+r.Method+" "+r.URL.Path)
 		http.Error(w, `{"error":{"message":"not found","type":"invalid_request_error"}}`, http.StatusNotFound)
 	})
-	s.Server = httptest.NewServer(mux)
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		for _, vs := range r.Header {
+			for _, v := range vs {
+				s.seen[sha256.Sum256([]byte(v))] = true
+				if _, rest, ok := strings.Cut(v, " "); ok {
+					s.seen[sha256.Sum256([]byte(rest))] = true // a credential after its scheme
+				}
+			}
+		}
+		s.mu.Unlock()
+		mux.ServeHTTP(w, r)
+	}))
 	return s
+}
+
+// SawWrongKey reports whether any request came with a key other than the
+// configured one (or none).
+func (s *Server) SawWrongKey() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wrongKeys > 0
+}
+
+// SawSecret reports whether any request carried secret as a header's
+// value (or as the credential after its scheme, as in "Bearer <secret>").
+func (s *Server) SawSecret(secret string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen[sha256.Sum256([]byte(secret))]
 }
 
 // Calls returns the requests answered so far.
@@ -104,14 +160,22 @@ func (s *Server) refuse(r *http.Request, why string) {
 	s.mu.Unlock()
 }
 
-func (s *Server) record(c Call) {
+// record keeps c and returns its number (from 1).
+func (s *Server) record(c Call) int {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.calls = append(s.calls, c)
-	s.mu.Unlock()
+	return len(s.calls)
 }
 
 func (s *Server) keyOK(got string) bool {
-	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.key)) == 1
+	ok := got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.key)) == 1
+	if !ok {
+		s.mu.Lock()
+		s.wrongKeys++
+		s.mu.Unlock()
+	}
+	return ok
 }
 
 func (s *Server) step(n int) Step {

@@ -65,8 +65,8 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		openaiError(w, http.StatusNotFound, "invalid_request_error", "", "not found")
 		return
 	}
-	auth := r.Header.Get("Authorization")
-	if !strings.HasPrefix(auth, "Bearer ") || !s.keyOK(strings.TrimPrefix(auth, "Bearer ")) {
+	key, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !s.keyOK(key) || !bearer {
 		s.refuse(r, "responses: missing or wrong bearer key")
 		openaiError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
 		return
@@ -109,8 +109,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		c.Step = turns
 		st = s.step(turns)
 	}
-	s.record(c)
-	n := len(s.Calls())
+	n := s.record(c)
 	id := fmt.Sprintf("resp_standin_%d", n)
 	var item map[string]any
 	switch {
@@ -130,8 +129,9 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		item = map[string]any{"type": "message", "id": fmt.Sprintf("msg_standin_%d", n), "role": "assistant", "status": "completed",
 			"content": []any{map[string]any{"type": "output_text", "text": st.Text, "annotations": []any{}}}}
 	}
-	usage := map[string]any{"input_tokens": 100, "input_tokens_details": map[string]any{"cached_tokens": 0},
-		"output_tokens": 20, "output_tokens_details": map[string]any{"reasoning_tokens": 0}, "total_tokens": 120}
+	u := ResponsesUsage
+	usage := map[string]any{"input_tokens": u.Input + u.CacheRead, "input_tokens_details": map[string]any{"cached_tokens": u.CacheRead},
+		"output_tokens": u.Output, "output_tokens_details": map[string]any{"reasoning_tokens": 5}, "total_tokens": u.Input + u.CacheRead + u.Output}
 	resp := map[string]any{"id": id, "object": "response", "status": "completed", "model": req.Model, "output": []any{item}, "usage": usage}
 	if !req.Stream {
 		writeJSON(w, http.StatusOK, resp)
