@@ -253,3 +253,10 @@ func textOf(raw json.RawMessage) string {
 	}
 	return string(raw)
 }
+
+// WebSockets counts the Responses WebSocket attempts (each answered 404).
+func (s *Server) WebSockets() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.websockets
+}

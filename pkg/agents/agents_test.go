@@ -236,9 +236,13 @@ func TestArgs(t *testing.T) {
 	if got != want {
 		t.Errorf("codex:\n got %s\nwant %s", got, want)
 	}
-	// The operator's OPENAI_BASE_URL reaches codex as openai_base_url.
+	// The harness's model proxy (OPENAI_BASE_URL) reaches codex as a
+	// provider of galley's own, over HTTP (no WebSocket), with its key
+	// from CODEX_API_KEY.
 	c.OpenAIBaseURL = "http://127.0.0.1:9/v1"
-	if got := strings.Join(codexArgs(c, ""), " "); !strings.Contains(got, ` -c openai_base_url="http://127.0.0.1:9/v1" -m gpt-5.5 `) {
+	if got := strings.Join(codexArgs(c, ""), " "); !strings.Contains(got, ` -c model_provider="galley" -c model_providers.galley.name="galley" `+
+		`-c model_providers.galley.base_url="http://127.0.0.1:9/v1" -c model_providers.galley.env_key="CODEX_API_KEY" `+
+		`-c model_providers.galley.wire_api="responses" -c model_providers.galley.supports_websockets=false -m gpt-5.5 `) {
 		t.Errorf("codex with a base URL: %s", got)
 	}
 	if c, _ := SessionConfigFromEnv(func(k string) string {

@@ -10,6 +10,14 @@ import (
 // command line.
 const codexBearerEnv = "GALLEY_MCP_SECRET"
 
+// codexProvider is the model provider galley configures codex with, and
+// codexKeyEnv the variable codex reads its key (the model proxy's token)
+// from: the harness's KeyEnv for codex.
+const (
+	codexProvider = "galley"
+	codexKeyEnv   = "CODEX_API_KEY"
+)
+
 // ClaudeAllowedTools are the tools a headless claude may use without a
 // prompt: file edits, the shell (git included) and galley's tools. With -p
 // anything else that would ask (web access among them) is denied. The
@@ -67,9 +75,18 @@ func codexArgs(c SessionConfig, resume string) []string {
 		a = append(a, "-c", "developer_instructions="+tomlString(c.Instructions))
 	}
 	if c.OpenAIBaseURL != "" {
-		// codex ignores OPENAI_BASE_URL; its built-in provider takes the
-		// endpoint from this setting (and still its key from CODEX_API_KEY).
-		a = append(a, "-c", "openai_base_url="+tomlString(c.OpenAIBaseURL))
+		// codex ignores OPENAI_BASE_URL. A provider of galley's own sends
+		// its calls to the harness's model proxy, with the token codex
+		// reads from CODEX_API_KEY, over HTTP: the built-in provider tries
+		// the Responses WebSocket first (seven attempts, about 7 s a
+		// turn, before it falls back), which the proxy does not serve.
+		p := "model_providers." + codexProvider + "."
+		a = append(a, "-c", "model_provider="+tomlString(codexProvider),
+			"-c", p+"name="+tomlString(codexProvider),
+			"-c", p+"base_url="+tomlString(c.OpenAIBaseURL),
+			"-c", p+"env_key="+tomlString(codexKeyEnv),
+			"-c", p+"wire_api="+tomlString("responses"),
+			"-c", p+"supports_websockets=false")
 	}
 	if c.Model != "" {
 		a = append(a, "-m", c.Model)

@@ -55,28 +55,27 @@ func Drivers(binDir string) map[string]harness.Driver {
 }
 
 // The names each family's CLI (or its supervisor) reads its provider's base
-// URL from: claude reads ANTHROPIC_BASE_URL itself; codex does not read
-// OPENAI_BASE_URL, so the session supervisor turns it into codex's
-// openai_base_url setting (codexArgs).
+// URL from, which the harness sets to its model proxy: claude reads
+// ANTHROPIC_BASE_URL itself; codex does not read OPENAI_BASE_URL, so the
+// session supervisor turns it into a provider of galley's own (codexArgs).
 const (
 	EnvAnthropicBaseURL = "ANTHROPIC_BASE_URL"
 	EnvOpenAIBaseURL    = "OPENAI_BASE_URL"
 )
 
-// Needs implements harness.Driver: each CLI needs its provider's key under
-// the name it reads (claude: ANTHROPIC_API_KEY; codex exec authenticates
-// only from CODEX_API_KEY, not OPENAI_API_KEY), and cannot block in
-// wait_message during a turn, so messages ride on its tool results; the
-// harness gives it its provider's base URL, when one is set, under the
-// family's BaseURLEnv.
+// Needs implements harness.Driver: each CLI calls its provider through the
+// harness's model proxy, which it finds under the family's BaseURLEnv,
+// with the proxy's token under the name it reads its key from (claude:
+// ANTHROPIC_API_KEY; codex: CODEX_API_KEY); it cannot block in
+// wait_message during a turn, so messages ride on its tool results.
 func (d Driver) Needs() harness.AgentNeeds {
 	switch d.Family {
 	case FamilyClaude:
 		return harness.AgentNeeds{Provider: harness.ProviderAnthropic, KeyEnv: harness.EnvAnthropicCLIKey,
-			BaseURLEnv: EnvAnthropicBaseURL, AppendMessages: true}
+			BaseURLEnv: EnvAnthropicBaseURL, CLI: d.Family, AppendMessages: true}
 	case FamilyCodex:
-		return harness.AgentNeeds{Provider: harness.ProviderOpenAI, KeyEnv: harness.EnvCodexCLIKey,
-			BaseURLEnv: EnvOpenAIBaseURL, AppendMessages: true}
+		return harness.AgentNeeds{Provider: harness.ProviderOpenAI, KeyEnv: codexKeyEnv,
+			BaseURLEnv: EnvOpenAIBaseURL, CLI: d.Family, AppendMessages: true}
 	}
 	return harness.AgentNeeds{AppendMessages: true}
 }
@@ -220,7 +219,7 @@ func unpricedWhy(family, model string, prices map[string]Price) string {
 			effort.CodexDefaultModel + ", which has no price in galley's table)"
 	}
 	if _, ok := prices[model]; !ok {
-		return "model " + model + " has no price in galley's table (pkg/agents/prices.go, " + PriceTableDate + ")"
+		return "model " + model + " has no price in galley's table (pkg/prices, " + PriceTableDate + ")"
 	}
 	return ""
 }

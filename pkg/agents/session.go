@@ -33,9 +33,9 @@ type SessionConfig struct {
 	Workspace    string
 	MCPURL       string
 	MCPSecret    string
-	// OpenAIBaseURL is the operator's OpenAI base URL (a gateway, or a
-	// test's provider stand-in), which the harness sets as OPENAI_BASE_URL
-	// and codex is given as openai_base_url.
+	// OpenAIBaseURL is the harness's model proxy for codex, which the
+	// harness sets as OPENAI_BASE_URL and codex is given as the base URL
+	// of a provider of galley's own (codexArgs).
 	OpenAIBaseURL string
 	// StopGrace is how long the CLI gets between SIGTERM and SIGKILL when
 	// the supervisor is stopped; default 5 s, within the harness's grace.

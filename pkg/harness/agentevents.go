@@ -28,6 +28,12 @@ func (e events) Agent() protocol.AgentSelection { return e.h.self.Agent }
 // dropped; a failed call is logged (the client has retried).
 func (e events) Usage(rep protocol.UsageReport) {
 	h := e.h
+	if h.model != nil {
+		// The model proxy counts what the provider says; the CLI's own
+		// count is not what galley reports.
+		h.log.Debug("the CLI's usage report, not reported (the model proxy counts)", "usage", rep)
+		return
+	}
 	rep.Source = h.self.Handle
 	rep.Agent = ""
 	if fam := h.self.Agent.Agent; fam == "claude" || fam == "codex" {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/galley-run/galley/pkg/egress"
 	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/modelproxy"
 	"github.com/galley-run/galley/pkg/workerapi/client"
 	"github.com/galley-run/galley/pkg/workspace"
 )
@@ -198,6 +199,9 @@ type Config struct {
 	// EgressResolver is the DNS server the agent's egress proxy asks
 	// (EnvEgressResolver); empty: the system's.
 	EgressResolver string
+	// ModelBudget caps the worker's model calls at its model proxy
+	// (EnvModelCapTokens, EnvModelCapUSD); zero: no cap.
+	ModelBudget modelproxy.Budget
 
 	// Drivers maps an agent family to its driver; nil means DefaultDrivers.
 	Drivers map[string]Driver
@@ -249,6 +253,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	cfg.Network = network
 	if cfg.EgressAllow, err = egress.ParseAllowlist(getenv(EnvEgressAllow)); err != nil {
 		return cfg, galleyerr.E(op, galleyerr.Invalid, EnvEgressAllow, err)
+	}
+	if cfg.ModelBudget, err = ModelBudgetFromEnv(getenv); err != nil {
+		return cfg, galleyerr.E(op, galleyerr.Invalid, err)
 	}
 	cfg.EgressUpstream = strings.TrimSpace(getenv(EnvEgressUpstream))
 	cfg.EgressSecret = strings.TrimSpace(getenv(EnvEgressSecret))

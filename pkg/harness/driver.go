@@ -39,14 +39,17 @@ const (
 
 // AgentNeeds is what an agent family needs from the harness.
 type AgentNeeds struct {
-	// Provider is the provider whose key the agent needs; the harness gives
-	// it under KeyEnv, the name the agent's CLI reads, and refuses to start
-	// the agent without it.
+	// Provider is the provider the agent calls. The harness serves it a
+	// model proxy with the house's key for that provider (refusing to
+	// start the agent without one), and gives the agent the proxy's
+	// token under KeyEnv, the name its CLI reads its key from: never the
+	// key.
 	Provider Provider
 	KeyEnv   string
 	// BaseURLEnv is the name the agent's CLI reads its provider's base URL
-	// from: the harness sets it to the configured URL of Provider
-	// (Config.AnthropicBaseURL, OpenAIBaseURL) when there is one.
+	// from: the harness sets it to its model proxy, which forwards to the
+	// configured URL of Provider (Config.AnthropicBaseURL, OpenAIBaseURL)
+	// or the provider's public API.
 	BaseURLEnv string
 	// CLI is the program the agent runs (found in Config.AgentBinDir, then
 	// on PATH), which its confinement must let it run: empty for an agent

@@ -56,7 +56,10 @@ type harness struct {
 	gateEnv []string
 	// egressURL is the agent's egress proxy (egress.go).
 	egressURL string
-	box       *inbox
+	// model is the agent's model proxy (modelcalls.go); nil for an agent
+	// that calls no provider.
+	model *modelCalls
+	box   *inbox
 	// net is the agent's network: where the harness's servers listen for
 	// the agent (agentnet.go).
 	net *agentNet
@@ -194,6 +197,14 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 	}
 	defer closeEgress(egressProxy)
 	h.egressURL = egressURL
+	if h.needs.Provider != ProviderNone {
+		if h.model, err = h.startModelCalls(); err != nil {
+			return h.notStarted(ctx, "starting the agent's model proxy failed", err)
+		}
+		// The count is reported once the agent has ended, and its token
+		// ends with it.
+		defer h.model.close()
+	}
 
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	defer stopPoll()
@@ -490,12 +501,15 @@ func missingKey(family string, p Provider) string {
 // hand the agent a secret it must not hold.
 func (h *harness) prepareCommand(cmd *exec.Cmd) error {
 	env := AgentEnv(os.Environ(), h.cfg.AgentBinDir)
-	key := h.providerKey(h.needs.Provider)
-	if key != "" && h.needs.KeyEnv != "" {
-		env = append(env, h.needs.KeyEnv+"="+key)
-	}
-	if u := h.providerBaseURL(h.needs.Provider); u != "" && h.needs.BaseURLEnv != "" {
-		env = append(env, h.needs.BaseURLEnv+"="+u)
+	if h.model != nil {
+		// The agent's key is its model proxy's token, and its provider
+		// that proxy: the house's key never leaves the harness.
+		if h.needs.KeyEnv != "" {
+			env = append(env, h.needs.KeyEnv+"="+h.model.token)
+		}
+		if h.needs.BaseURLEnv != "" {
+			env = append(env, h.needs.BaseURLEnv+"="+h.model.baseURL)
+		}
 	}
 	env = append(env, h.gateEnv...)
 	if h.egressURL != "" {
@@ -503,14 +517,9 @@ func (h *harness) prepareCommand(cmd *exec.Cmd) error {
 	}
 	cmd.Env = append(env, cmd.Env...)
 	forbidden := map[string]string{"the worker token": h.cfg.Token, "the git credential": h.cfg.GitCredential,
-		"the egress service's credential": h.cfg.EgressSecret}
-	for _, p := range []Provider{ProviderAnthropic, ProviderOpenAI} {
-		if k := h.providerKey(p); k != key {
-			forbidden["the "+string(p)+" key"] = k
-		}
-	}
-	line := append([]string{cmd.Path}, cmd.Args...)
-	all := slices.Concat(line, cmd.Env)
+		"the egress service's credential": h.cfg.EgressSecret,
+		"the anthropic key":               h.cfg.AnthropicKey, "the openai key": h.cfg.OpenAIKey}
+	all := slices.Concat([]string{cmd.Path}, cmd.Args, cmd.Env)
 	for what, secret := range forbidden {
 		if secret == "" {
 			continue
@@ -521,10 +530,10 @@ func (h *harness) prepareCommand(cmd *exec.Cmd) error {
 			}
 		}
 	}
-	if key != "" {
-		for _, s := range line {
-			if strings.Contains(s, key) {
-				return errors.New("the agent's command line would hold its provider key")
+	if h.model != nil {
+		for _, s := range slices.Concat([]string{cmd.Path}, cmd.Args) {
+			if strings.Contains(s, h.model.token) {
+				return errors.New("the agent's command line would hold its model proxy token")
 			}
 		}
 	}

@@ -225,6 +225,11 @@ func (h *harness) addTools(s *mcp.Server) {
 			if a.Input < 0 || a.Output < 0 || (a.Cost != nil && *a.Cost < 0) {
 				return "", fmt.Errorf("usage counts may not be negative")
 			}
+			if h.model != nil {
+				// What the provider said at the model proxy is reported,
+				// not what the agent says.
+				return "galley counts this worker's usage at its model proxy; nothing to report", nil
+			}
 			rep := protocol.UsageReport{Source: h.self.Handle, Tokens: &protocol.Tokens{Input: &a.Input, Output: &a.Output}}
 			if fam := h.self.Agent.Agent; fam == "claude" || fam == "codex" {
 				rep.Agent, rep.Model = fam, h.self.Agent.Model

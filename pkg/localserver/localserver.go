@@ -82,6 +82,11 @@ type Options struct {
 	// proxies resolve names with instead of the system's.
 	EgressAllow    string
 	EgressResolver string
+	// ModelCapTokens and ModelCapUSD cap each worker's model calls at its
+	// model proxy: tokens as the provider counts them, and dollars (a
+	// decimal) at galley's price table; zero and empty for no cap.
+	ModelCapTokens int64
+	ModelCapUSD    string
 	// Limits of the HTTP server; zero values take the Default* constants.
 	// BodyTimeout is how long a request's body may take to arrive after
 	// its headers; MaxUnauthenticated bounds the unauthenticated requests
@@ -164,6 +169,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		if _, _, err := net.SplitHostPort(o.EgressResolver); err != nil {
 			return nil, fmt.Errorf("the egress resolver (--egress-resolver) must be host:port: %w", err)
 		}
+	}
+	if _, err := harness.ModelBudgetFromEnv(o.modelCapEnv()); err != nil {
+		return nil, fmt.Errorf("the model cap (--model-cap-tokens, --model-cap-usd): %w", err)
 	}
 	// The default request log is buffered: a JSON line per request written
 	// one by one would cost a system call each (see pkg/logbuf). Closed
@@ -303,6 +311,11 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if o.EgressResolver != "" {
 		rtOpts = append(rtOpts, localproc.WithEnv(harness.EnvEgressResolver, o.EgressResolver))
 	}
+	for _, name := range []string{harness.EnvModelCapTokens, harness.EnvModelCapUSD} {
+		if v := o.modelCapEnv()(name); v != "" {
+			rtOpts = append(rtOpts, localproc.WithEnv(name, v))
+		}
+	}
 	if o.WorkerLogLimit > 0 {
 		rtOpts = append(rtOpts, localproc.WithLogLimit(o.WorkerLogLimit))
 	}
@@ -360,6 +373,19 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+// modelCapEnv is o's model cap as the harness reads it.
+func (o Options) modelCapEnv() func(string) string {
+	return func(name string) string {
+		switch {
+		case name == harness.EnvModelCapTokens && o.ModelCapTokens != 0:
+			return strconv.FormatInt(o.ModelCapTokens, 10)
+		case name == harness.EnvModelCapUSD:
+			return o.ModelCapUSD
+		}
+		return ""
+	}
 }
 
 // baseURLs are the providers' base URLs of o, each with the variable the

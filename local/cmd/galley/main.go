@@ -146,6 +146,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.OpenAIBaseURL, "openai-base-url", "", "codex workers' OpenAI API base URL, e.g. https://gw.example/v1: https, or http to loopback (default: the public API)")
 	fs.StringVar(&o.EgressAllow, "egress-allow", "", "hosts every agent may reach through its egress proxy, comma-separated names or *.domain (default: none)")
 	fs.StringVar(&o.EgressResolver, "egress-resolver", "", "DNS server (host:port) the agents' egress proxies resolve names with (default: the system's)")
+	fs.Int64Var(&o.ModelCapTokens, "model-cap-tokens", 0, "most tokens each worker's model calls may use, as the provider counts them (0: no cap)")
+	fs.StringVar(&o.ModelCapUSD, "model-cap-usd", "", "most each worker's model calls may cost, in US dollars at galley's price table, e.g. 5 or 2.50 (default: no cap)")
 	fs.StringVar(&o.WorkerBin, "worker-bin", "", "the galley-worker binary (default: beside galley, or on PATH)")
 	fs.DurationVar(&o.AwaitCap, "await-cap", 25*time.Second, "longest hold of deliveries/await")
 	fs.IntVar(&o.MaxWorkers, "max-workers", 0, "most unsettled workers; 0 for no bound")

@@ -61,7 +61,7 @@ type Runtime struct {
 	optErr     string // the first bad option, reported by New
 	// enforcement is how agents are confined, chosen at New (confine).
 	// network is how their network is.
-	network harness.NetworkEnforcement
+	network     harness.NetworkEnforcement
 	enforcement harness.Enforcement
 
 	sigchld chan os.Signal

@@ -1,0 +1,221 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/galley-run/galley/pkg/modelproxy"
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/workerapi"
+)
+
+// A worker's model calls go through the harness's model proxy
+// (pkg/modelproxy): the agent holds a token that works there alone and
+// ends with the worker, never the house's provider key; the proxy counts
+// what the provider says each call used (the worker's usage reports come
+// from that count, never from what the CLI says) and refuses calls past
+// the house's cap.
+const (
+	// EnvModelCapTokens caps the tokens a worker's model calls may use
+	// (input, output, cache reads and writes, as the provider counts them).
+	EnvModelCapTokens = "GALLEY_MODEL_CAP_TOKENS"
+	// EnvModelCapUSD caps what a worker's model calls may cost, in US
+	// dollars (a decimal, at most six places), at galley's price table.
+	EnvModelCapUSD = "GALLEY_MODEL_CAP_USD"
+)
+
+// usageEvery is how often, at most, the harness reports the proxy's count
+// while calls go on; the count at the agent's end is always reported.
+const usageEvery = 5 * time.Second
+
+// ModelBudgetFromEnv reads EnvModelCapTokens and EnvModelCapUSD: the zero
+// Budget (no cap) when unset.
+func ModelBudgetFromEnv(getenv func(string) string) (modelproxy.Budget, error) {
+	var b modelproxy.Budget
+	if s := strings.TrimSpace(getenv(EnvModelCapTokens)); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			return b, errors.New(EnvModelCapTokens + " must be a positive whole number of tokens")
+		}
+		b.Tokens = n
+	}
+	if s := strings.TrimSpace(getenv(EnvModelCapUSD)); s != "" {
+		micro, err := ParseMicroUSD(s)
+		if err != nil || micro <= 0 {
+			return b, errors.New(EnvModelCapUSD + " must be a positive number of dollars, at most six decimal places")
+		}
+		b.MicroUSD = micro
+	}
+	return b, nil
+}
+
+// ParseMicroUSD reads a decimal number of dollars ("12", "2.50") as
+// millionths of a dollar, exactly.
+func ParseMicroUSD(s string) (int64, error) {
+	whole, frac, _ := strings.Cut(s, ".")
+	if whole == "" || len(frac) > 6 || strings.ContainsAny(whole+frac, "+-") {
+		return 0, errors.New("not a decimal number of dollars")
+	}
+	w, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || w > 1<<40 {
+		return 0, errors.New("not a decimal number of dollars")
+	}
+	var f int64
+	if frac != "" {
+		if f, err = strconv.ParseInt(frac+strings.Repeat("0", 6-len(frac)), 10, 64); err != nil {
+			return 0, errors.New("not a decimal number of dollars")
+		}
+	}
+	return w*1_000_000 + f, nil
+}
+
+// modelCalls is the model proxy one agent reaches, and what the harness
+// reports of it.
+type modelCalls struct {
+	h       *harness
+	proxy   *modelproxy.Proxy
+	srv     *http.Server
+	token   string // the agent's: it works at this proxy only, until close
+	baseURL string // where the agent's CLI sends its calls
+
+	mu       sync.Mutex
+	latest   modelproxy.Totals
+	reported int64 // latest.Calls when last reported
+	kick     chan struct{}
+	done     chan struct{}
+	stopped  chan struct{}
+}
+
+// startModelCalls serves the agent's model proxy for the driver's
+// provider, with the harness's key for it, where the agent reaches it.
+func (h *harness) startModelCalls() (*modelCalls, error) {
+	fam, ok := map[Provider]modelproxy.Family{ProviderAnthropic: modelproxy.Anthropic, ProviderOpenAI: modelproxy.OpenAI}[h.needs.Provider]
+	if !ok {
+		return nil, fmt.Errorf("no model proxy for provider %q", h.needs.Provider)
+	}
+	token, err := modelproxy.NewToken()
+	if err != nil {
+		return nil, err
+	}
+	m := &modelCalls{h: h, token: token, kick: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{})}
+	m.proxy, err = modelproxy.New(fam, h.providerKey(h.needs.Provider), token,
+		modelproxy.WithUpstream(h.providerBaseURL(h.needs.Provider)),
+		modelproxy.WithTransport(ownTransport(h.cfg.ownProxy)),
+		modelproxy.WithBudget(h.cfg.ModelBudget),
+		modelproxy.OnUsage(m.counted),
+		modelproxy.OnCapReached(m.capReached),
+		modelproxy.WithLogger(h.log.With("component", "model proxy")))
+	if err != nil {
+		return nil, err
+	}
+	ln, err := h.listenForAgent("model proxy")
+	if err != nil {
+		m.proxy.Close()
+		return nil, err
+	}
+	m.baseURL = modelproxy.AgentBaseURL(fam, ln.Addr().String())
+	// The proxy sets each call's own read and write deadlines.
+	m.srv = &http.Server{Handler: m.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	go func() { _ = m.srv.Serve(limitConns(ln, m.srv, h.log)) }()
+	go m.reportLoop()
+	return m, nil
+}
+
+// counted takes the proxy's totals after a call (the proxy calls it one
+// at a time: it must not block).
+func (m *modelCalls) counted(t modelproxy.Totals) {
+	m.mu.Lock()
+	m.latest = t
+	m.mu.Unlock()
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reportLoop reports the count to galley at most every usageEvery while
+// calls come, until close.
+func (m *modelCalls) reportLoop() {
+	defer close(m.stopped)
+	for {
+		select {
+		case <-m.done:
+			return
+		case <-m.kick:
+		}
+		m.report()
+		t := time.NewTimer(usageEvery)
+		select {
+		case <-m.done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// report sends the latest count, if it is newer than the last one sent.
+func (m *modelCalls) report() {
+	m.mu.Lock()
+	t := m.latest
+	if t.Calls == 0 || t.Calls == m.reported {
+		m.mu.Unlock()
+		return
+	}
+	m.reported = t.Calls
+	m.mu.Unlock()
+	h := m.h
+	rep := t.Report()
+	rep.Source, rep.Agent = h.self.Handle, h.self.Agent.Agent
+	if rep.Model == "" && len(t.Models) == 0 {
+		rep.Model = h.self.Agent.Model
+	}
+	if err := protocol.ValidUsageReport(rep); err != nil {
+		h.log.Warn("dropping an invalid usage report", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), 30*time.Second)
+	defer cancel()
+	if err := h.api.Usage(ctx, rep); err != nil {
+		h.log.Error("cannot report usage", "err", err)
+		m.mu.Lock()
+		m.reported = 0 // the next report sends it again
+		m.mu.Unlock()
+		return
+	}
+	h.log.Info("usage reported from the model proxy's count", "usage", rep, "calls", t.Calls, "unmetered", t.Unmetered)
+}
+
+// capReached is the first call the proxy refused at the worker's cap: the
+// agent was told; the coordinator is asked what to do (an escalation), and
+// the worker's event log says why.
+func (m *modelCalls) capReached(r modelproxy.Refusal) {
+	h := m.h
+	h.log.Warn("the worker's model budget is spent: model calls are refused", "why", r.Message, "tokens", r.Totals.All())
+	h.rep.report(workerapi.EventWarning, "model budget reached: model calls are refused", "budget", "reached",
+		"why", r.Message, "tokens", strconv.FormatInt(r.Totals.All(), 10), "microUSD", strconv.FormatInt(r.Totals.MicroUSD, 10))
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), 30*time.Second)
+		defer cancel()
+		body := r.Message + "\nThe agent's model calls are refused from now on. Raise the cap and launch anew, or cancel the worker."
+		_, err := h.api.Post(ctx, workerapi.PostRequest{Kind: protocol.MsgEscalation, Subject: "Model budget reached", Body: body})
+		if err != nil {
+			h.log.Error("cannot escalate the spent model budget", "err", err)
+		}
+	}()
+}
+
+// close ends the agent's token and the proxy, and reports the last count.
+func (m *modelCalls) close() {
+	_ = m.proxy.Close()
+	_ = m.srv.Close()
+	close(m.done)
+	<-m.stopped
+	m.report()
+}
