@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -193,17 +194,26 @@ func jsString(s string) string {
 // agent as the call's result, a commit pushed to the worker's branch, a
 // message that resumes the session, usage from the CLI's report, and the
 // outcome the agent reported.
+//
+// Each CLI runs as npm installs it (node_modules/.bin, links into the
+// packages) under both confinements the machine enforces: a uid of its
+// own, and Landlock, whose domain must then hold what the links lead to.
 func TestRealCLIWorker(t *testing.T) {
 	bin := clisBin(t)
 	for _, fam := range families {
-		t.Run(fam.name, func(t *testing.T) {
-			t.Parallel()
-			runWorker(t, bin, fam)
-		})
+		for _, confine := range []harness.Confinement{harness.ConfineUser, harness.ConfineLandlock} {
+			t.Run(fam.name+"/"+string(confine), func(t *testing.T) {
+				if ok, why := harness.CanSwitchUser(); confine == harness.ConfineUser && !ok {
+					t.Skip(why)
+				}
+				t.Parallel()
+				runWorker(t, bin, fam, confine)
+			})
+		}
 	}
 }
 
-func runWorker(t *testing.T, bin string, fam family) {
+func runWorker(t *testing.T, bin string, fam family, confine harness.Confinement) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // XXX
 	defer cancel()
 	key := random(t, "sk-test-")
@@ -212,7 +222,7 @@ func runWorker(t *testing.T, bin string, fam family) {
 	t.Cleanup(prov.Close)
 	// Each worker's agent has a uid of its own (the fake draws one, as the
 	// service allocates one): the harness ends every process of that uid.
-	handle := "w-" + fam.name
+	handle := "w-" + fam.name + "-" + string(confine)
 	token := handle + "." + random(t, "")
 	f := fakeapi.New(workerapi.Self{Handle: handle, Run: "run-1", Task: "real-cli", Role: "commis",
 		Brief: "Add a greeting file, ask which greeting, push, and finish.", Branch: testBranch,
@@ -241,6 +251,7 @@ func runWorker(t *testing.T, bin string, fam family) {
 		"GALLEY_WORKSPACE=" + filepath.Join(root, "ws"),
 		"GALLEY_REPOSITORY=" + bare,
 		"GALLEY_AGENT_BIN_DIR=" + bin,
+		harness.EnvConfine + "=" + string(confine),
 		"GALLEY_HEARTBEAT_INTERVAL=1h",
 		"GALLEY_MCP_PROGRESS_INTERVAL=" + cmp.Or(os.Getenv("REALCLI_PROGRESS_INTERVAL"), progressEvery),
 		"PATH=" + os.Getenv("PATH"),
@@ -304,6 +315,16 @@ func runWorker(t *testing.T, bin string, fam family) {
 		t.Fatalf("posts = %+v", posts)
 	}
 	question := s.Calls[len(s.Calls)-1].PostID
+	// While the agent waits for the reply, no process but the harness
+	// holds the house's key (in its environment or command line), while
+	// the agent's own processes hold the model proxy's token in its place.
+	keyHolders, tokenHolders := holders(t, key), holders(t, "galley-model-")
+	if len(keyHolders) != 1 || keyHolders[0] != cmd.Process.Pid {
+		t.Errorf("processes holding the house key: %v, want only the harness (%d)", keyHolders, cmd.Process.Pid)
+	}
+	if len(tokenHolders) == 0 {
+		t.Errorf("no process holds a model proxy token: the agent's environment was not searched")
+	}
 	// The coordinator takes longer than claude's idle limit to answer: the
 	// wait itself is the scenario, not an assertion.
 	time.Sleep(claudeWatchdog + 5*time.Second)
@@ -365,8 +386,53 @@ func runWorker(t *testing.T, bin string, fam family) {
 	if fam.name == "codex" && !slices.ContainsFunc(results, func(r string) bool { return strings.HasSuffix(r, "\nhello, please") }) {
 		t.Errorf("codex's exec results %q lack the reply", results)
 	}
-	if len(prov.Refused()) != 0 {
+	if len(prov.Refused()) != 0 || prov.SawWrongKey() {
 		t.Errorf("the provider refused: %v", prov.Refused())
 	}
+	// The usage galley got is the model proxy's count of what the
+	// provider answered: every call's fixed usage, not what the CLI said.
+	calls := int64(len(prov.Calls()))
+	u := providerstandin.MessagesUsage
+	if fam.name == "codex" {
+		u = providerstandin.ResponsesUsage
+		if n := prov.WebSockets(); n != 0 {
+			t.Errorf("codex tried the Responses WebSocket %d times: it must use HTTP", n)
+		}
+	}
+	tok := usage.Report.Tokens
+	if tok.Input == nil || *tok.Input != calls*u.Input || *tok.Output != calls*u.Output || tok.CacheRead == nil || *tok.CacheRead != calls*u.CacheRead ||
+		(fam.name == "claude" && (tok.CacheWrite == nil || *tok.CacheWrite != calls*u.CacheWrite)) {
+		t.Errorf("usage %s over %d calls of %+v each is not the provider's count", jsonOf(tok), calls, u)
+	}
 	t.Logf("%s: %d scripted model turns, usage %+v", fam.name, prompts, usage.Report)
+}
+
+func jsonOf(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// holders are the processes of this machine whose environment or command
+// line holds s.
+func holders(t *testing.T, s string) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		for _, f := range []string{"environ", "cmdline"} {
+			b, err := os.ReadFile(filepath.Join("/proc", e.Name(), f))
+			if err == nil && strings.Contains(string(b), s) {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
 }

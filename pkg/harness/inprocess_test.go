@@ -59,11 +59,12 @@ func (d shellDriver) Observe(stdout io.Reader, ev harness.Events) {
 type inproc struct {
 	log  *syncBuffer
 	done chan error
+	fake *fakeapi.Server // the worker API it called
 }
 
 func runInProcess(t *testing.T, ctx context.Context, f *fakeapi.Server, family string, d harness.Driver, edit func(*harness.Config)) *inproc {
 	t.Helper()
-	p := &inproc{log: &syncBuffer{}, done: make(chan error, 1)}
+	p := &inproc{log: &syncBuffer{}, done: make(chan error, 1), fake: f}
 	cfg := harness.Config{
 		Endpoint:      f.URL,
 		Token:         testToken,
