@@ -218,7 +218,8 @@ func landlockRestrict(fsRules bool, rw, ro []string, netPorts []int) error {
 // run at most n processes (threads) at once, which bounds a fork flood.
 // --wait-fd makes it wait, before anything else, for one byte on fd: the
 // harness sends it once it has put this process in the agent's cgroup, and
-// closes fd without it when it could not. --net-landlock limits the
+// closes fd without it when it could not. Run as root, it drops every
+// capability before the agent runs (dropCapabilities). --net-landlock limits the
 // agent's TCP connections to the --connect ports (NetLandlock).
 //
 // It returns only on failure, with an exit code.
@@ -289,6 +290,16 @@ func RunAgentExec(args []string) int {
 	runtime.LockOSThread()
 	if _, _, errno := syscall.RawSyscall6(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0, 0, 0, 0); errno != 0 {
 		return fail("prctl(PR_SET_NO_NEW_PRIVS): %v", errno)
+	}
+	// Capabilities, like no_new_privs and the domain, are per thread.
+	if os.Geteuid() == 0 {
+		// An agent that runs as root (Landlock as root) keeps none of
+		// root's capabilities: it could otherwise read every root
+		// process's environment and memory, the harness's and galley
+		// serve's included, where the provider keys are.
+		if err := dropCapabilities(); err != nil {
+			return fail("dropping the agent's capabilities: %v", err)
+		}
 	}
 	if len(rw)+len(ro) > 0 || netPorts != nil {
 		if err := landlockRestrict(len(rw)+len(ro) > 0, rw, ro, netPorts); err != nil {
