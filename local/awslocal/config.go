@@ -91,6 +91,12 @@ func (s *Stack) checkOptions() error {
 			errs = append(errs, fmt.Sprintf("%s %q: the template sets %s=%q (synthesize with the value you want)", flag, have, name, env[name]))
 		}
 	}
+	for flag, set := range map[string]bool{"--egress-allow (context egressAllowlist)": o.EgressAllow != "",
+		"--model-cap-tokens (context modelCapTokens)": o.ModelCapTokens != 0, "--model-cap-usd (context modelCapUsd)": o.ModelCapUSD != ""} {
+		if set {
+			errs = append(errs, flag+": the template sets it (synthesize with the value you want)")
+		}
+	}
 	check("--house", o.House, lambdaapp.EnvHouse)
 	check("--backend", o.Backend, lambdaapp.EnvBackend)
 	check("--credential", o.Credential, lambdaapp.EnvCredential)

@@ -77,6 +77,18 @@ func (w *workerContainers) listen() (net.Listener, error) {
 	return w.net.Listen()
 }
 
+// listenClosed listens where this machine's programs reach the stack but
+// worker tasks do not (the API, the gates, the git server, the worker
+// services: a worker task reaches them through the egress service, as on
+// AWS): on the network's host side, not admitted, with containers; else
+// on loopback.
+func (w *workerContainers) listenClosed() (net.Listener, error) {
+	if w == nil {
+		return net.Listen("tcp", "127.0.0.1:0")
+	}
+	return w.net.ListenClosed()
+}
+
 // caIPs are the addresses the stack's TLS certificate must name besides
 // loopback.
 func (w *workerContainers) caIPs() []net.IP {

@@ -125,6 +125,13 @@ func (d *deployment) deploy(ctx context.Context) error {
 		if d.skipped(id) {
 			continue
 		}
+		if res.Type == "Custom::S3PrefixList" {
+			// Its provider is not run (skipped): it gets its id alone.
+			if err := d.create(ctx, id, res.Type, nil); err != nil {
+				return err
+			}
+			continue
+		}
 		props, err := d.r.Properties(id)
 		if err != nil {
 			return err
@@ -256,6 +263,30 @@ func (d *deployment) create(ctx context.Context, id, typ string, p map[string]an
 	case "AWS::EFS::AccessPoint":
 		ap := "fsap-" + shortHash(id, 17)
 		set(ap, map[string]any{"AccessPointId": ap, "Arn": d.arn("elasticfilesystem", "access-point/"+ap)})
+	case "AWS::ECS::Service":
+		// Its task is not run by the ECS stand-in: the one service of the
+		// stack, the egress proxy, runs in this process (egress.go).
+		name := str(p, "ServiceName")
+		if name == "" {
+			name = d.name(id, 255)
+		}
+		arn := d.arn("ecs", "service/"+str(p, "Cluster")+"/"+name)
+		set(arn, map[string]any{"Name": name, "ServiceArn": arn})
+	case "AWS::ServiceDiscovery::PrivateDnsNamespace":
+		ns := "ns-" + shortHash(id, 16)
+		set(ns, map[string]any{"Id": ns, "Arn": d.arn("servicediscovery", "namespace/"+ns), "HostedZoneId": "Z" + strings.ToUpper(shortHash(id, 20))})
+	case "AWS::ServiceDiscovery::Service":
+		sv := "srv-" + shortHash(id, 16)
+		set(sv, map[string]any{"Id": sv, "Arn": d.arn("servicediscovery", "service/"+sv), "Name": str(p, "Name")})
+	case "AWS::Route53Resolver::FirewallDomainList", "AWS::Route53Resolver::FirewallRuleGroup":
+		// No local effect: a worker container here has no resolver at all.
+		rid := "rslvr-fw-" + shortHash(id, 17)
+		set(rid, map[string]any{"Id": rid, "Arn": d.arn("route53resolver", "firewall/"+rid)})
+	case "Custom::S3PrefixList":
+		// The custom resource looks up S3's managed prefix list in the
+		// region; the local stack runs no provider, and the id only names
+		// the worker security group's rule (no local effect).
+		set("pl-"+shortHash(id, 17), map[string]any{"PrefixListId": "pl-" + shortHash(id, 17)})
 	default:
 		// Everything else (routes, integrations, stages, permissions,
 		// alarms' actions, flow logs, …) is read by the stack's own code
@@ -273,6 +304,9 @@ func (d *deployment) create(ctx context.Context, id, typ string, p map[string]an
 // security group); a resource that refers to one fails to resolve.
 func (d *deployment) skipped(id string) bool {
 	res := d.t.Resources[id]
+	if res.Type == "Custom::S3PrefixList" {
+		return false // an id with no local effect (create)
+	}
 	if strings.HasPrefix(res.Type, "Custom::") || res.Type == "AWS::CloudFormation::CustomResource" {
 		return true
 	}

@@ -42,6 +42,7 @@ func (s *Stack) Close() error {
 	if s.ecs != nil {
 		_ = s.ecs.Close()
 	}
+	s.egress.close()
 	if err := s.ctrs.close(); err != nil {
 		s.cfg.Logger.Error("aws-local: cannot remove the container network", "err", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -137,6 +138,7 @@ type Stack struct {
 	logs        []*os.File
 	stopStandin func()
 	ctrs        *workerContainers // nil: workers run as host programs
+	egress      *egressService    // nil: no egress service (host programs, or none in the template)
 }
 
 // Start deploys the template onto this machine's stand-ins and starts the
@@ -218,7 +220,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	// container network's host side.
 	apiURL, apiLn := s.endpoint, ln
 	if s.ctrs != nil {
-		if apiLn, err = s.ctrs.listen(); err != nil {
+		if apiLn, err = s.ctrs.listenClosed(); err != nil {
 			return nil, err
 		}
 		apiURL = "http://" + apiLn.Addr().String()
@@ -261,7 +263,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	gateLns := map[iamgate.Service]net.Listener{}
 	gateURLs := map[iamgate.Service]string{}
 	for _, svc := range iamgate.Services {
-		ln, err := s.ctrs.listen()
+		ln, err := s.ctrs.listenClosed()
 		if err != nil {
 			return nil, err
 		}
@@ -350,7 +352,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err := os.Chmod(s.repo, 0o700); err != nil { // the forge's storage: the git server's alone
 		return nil, fmt.Errorf("repository: %w", err)
 	}
-	gitLn, err := s.ctrs.listen()
+	gitLn, err := s.ctrs.listenClosed()
 	if err != nil {
 		return nil, err
 	}
@@ -398,6 +400,25 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if d.origins, err = s.serveWorkerServices(serverTLS); err != nil {
 		return nil, err
 	}
+	// The worker task's way out, when the template gives it one: the
+	// egress service, where worker containers reach it.
+	upstream, err := workerEgressUpstream(d)
+	if err != nil {
+		return nil, err
+	}
+	var egressLn net.Listener
+	switch {
+	case upstream != "" && s.ctrs != nil:
+		if egressLn, err = s.ctrs.listen(); err != nil {
+			return nil, err
+		}
+		d.substitute[upstream] = "http://" + egressLn.Addr().String()
+	case upstream != "":
+		// A host program's network is this machine's, whatever the
+		// template says: its harness calls the stack directly.
+		o.Logger.Warn("aws-local: worker tasks run as host programs, whose network nothing confines: their harness calls the stack directly, not through the egress service")
+		d.substitute[upstream] = ""
+	}
 	if err := d.deploy(ctx); err != nil {
 		return nil, err
 	}
@@ -417,6 +438,24 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	if err := s.checkOptions(); err != nil {
 		return nil, err
+	}
+	if egressLn != nil {
+		// The harness's destinations, named as on AWS, are where this
+		// machine serves them.
+		hosts := map[string]string{
+			"sqs." + localRegion + ".amazonaws.com": hostOf(gateURLs[iamgate.SQS]),
+		}
+		if u, err := url.Parse(repoURL); err == nil {
+			hosts[strings.ToLower(u.Hostname())] = hostOf(s.gitURL)
+		}
+		for from, to := range d.origins {
+			if u, err := url.Parse(from); err == nil {
+				hosts[strings.ToLower(u.Hostname())] = hostOf(to)
+			}
+		}
+		if s.egress, err = s.startEgress(ctx, egressLn, hosts); err != nil {
+			return nil, err
+		}
 	}
 
 	// Operator seeds (provider keys), then kitchn's token: kept across

@@ -28,7 +28,7 @@ func (s *Stack) serveWorkerServices(serverTLS *tls.Config) (map[string]string, e
 			u.RawQuery != "" || u.Fragment != "" {
 			return nil, fmt.Errorf("aws-local: worker service %q: want an https origin (https://host, no path)", origin)
 		}
-		ln, err := s.ctrs.listen()
+		ln, err := s.ctrs.listenClosed()
 		if err != nil {
 			return nil, fmt.Errorf("aws-local: worker service %s: %w", origin, err)
 		}

@@ -183,6 +183,12 @@ func (n *Network) Listen() (net.Listener, error) {
 	return ln, nil
 }
 
+// ListenClosed listens on a free port of Gateway without admitting it:
+// this machine's programs reach it there, the network's containers do not.
+func (n *Network) ListenClosed() (net.Listener, error) {
+	return net.Listen("tcp", net.JoinHostPort(n.Gateway.String(), "0"))
+}
+
 // Close removes the keeper, the network and the firewall chains.
 func (n *Network) Close() error {
 	n.mu.Lock()
