@@ -182,7 +182,7 @@ func (p *rawPush) answer(t *testing.T) string {
 }
 
 // pushTarget is a gate in front of a fresh house, with a budget, and an
-// honest first push already through it.
+// honest first push of first random bytes already through it.
 type pushTarget struct {
 	house          house
 	budget         *gitserve.Budget
@@ -190,18 +190,25 @@ type pushTarget struct {
 	user, session  string
 	spool, agent   string
 	branch, headID string
+	pushes         atomic.Int32 // receive-pack requests that reached the gate
 }
 
-func newPushTarget(t *testing.T, perPush, total int64, opts ...gitserve.GateOption) *pushTarget {
+func newPushTarget(t *testing.T, perPush, total int64, first int, opts ...gitserve.GateOption) *pushTarget {
 	t.Helper()
 	pt := &pushTarget{house: newHouse(t), budget: gitserve.NewBudget(perPush, total), user: "agent", session: secret(t),
 		spool: t.TempDir(), branch: "kitchen/flood"}
 	opts = append([]gitserve.GateOption{gitserve.WithSpoolDir(pt.spool)}, opts...)
+	gate := gitserve.BudgetedPushGate(gitserve.OnlyBranch(pt.branch), pt.budget, gitserve.Backend(pt.house.dir), opts...)
 	srv := httptest.NewServer(gitserve.BasicAuth("gate", gitserve.Credential(pt.user, pt.session),
-		gitserve.BudgetedPushGate(gitserve.OnlyBranch(pt.branch), pt.budget, gitserve.Backend(pt.house.dir), opts...)))
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/git-receive-pack") {
+				pt.pushes.Add(1)
+			}
+			gate.ServeHTTP(w, r)
+		})))
 	t.Cleanup(srv.Close)
 	pt.addr, pt.url = srv.Listener.Addr().String(), srv.URL+"/house.git"
-	pt.agent = commitRandom(t, pt.url, pt.user, pt.session, 1<<20)
+	pt.agent = commitRandom(t, pt.url, pt.user, pt.session, first)
 	pt.push(t)
 	return pt
 }
@@ -245,7 +252,7 @@ func (pt *pushTarget) settled(t *testing.T, used int64) {
 // honest push still succeeds.
 func TestPushFloodWithinBudget(t *testing.T) {
 	const perPush, total, pushes, flood = 4 << 20, 6 << 20, 3, 8
-	pt := newPushTarget(t, perPush, total, gitserve.WithPushesInFlight(pushes), gitserve.WithRequestsInFlight(flood))
+	pt := newPushTarget(t, perPush, total, 1<<20, gitserve.WithPushesInFlight(pushes), gitserve.WithRequestsInFlight(flood))
 	used := pt.budget.Used()
 	left := total - used
 	if used <= 0 || left >= perPush+(2<<20) {
@@ -273,6 +280,7 @@ func TestPushFloodWithinBudget(t *testing.T) {
 	rand.Read(pack)
 	copy(pack, "PACK")
 	var raws []*rawPush
+	before := pt.pushes.Load()
 	for i := 0; i < flood; i++ {
 		p := startRawPush(t, pt.addr, pt.user, pt.session, "refs/heads/"+pt.branch, pt.headID, strings.Repeat(strconv.Itoa(i%9+1), 40), 100<<20)
 		raws = append(raws, p)
@@ -289,17 +297,37 @@ func TestPushFloodWithinBudget(t *testing.T) {
 			t.Fatalf("no push spooled its pack: %d bytes in %d files, %d held", n, files, pt.budget.Held())
 		}
 	}
-	// Every request the gate takes at once is in flight: another is
-	// answered 429.
-	req, _ := http.NewRequest(http.MethodGet, pt.url+"/info/refs?service=git-receive-pack", nil)
-	req.SetBasicAuth(pt.user, pt.session)
-	if resp, err := http.DefaultClient.Do(req); err != nil {
-		t.Fatal(err)
-	} else {
+	// Once every push is in flight (each stays until the test ends it),
+	// so is every request the gate takes at once: another is answered 429.
+	for deadline := time.Now().Add(time.Minute); pt.pushes.Load() < before+flood; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d pushes reached the gate", pt.pushes.Load()-before, flood)
+		}
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		req, _ := http.NewRequest(http.MethodGet, pt.url+"/info/refs?service=git-receive-pack", nil)
+		req.SetBasicAuth(pt.user, pt.session)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(b), "at most 8 requests") {
-			t.Errorf("a request beyond those in flight: %d %s", resp.StatusCode, b)
+		if resp.StatusCode == http.StatusTooManyRequests {
+			if !strings.Contains(string(b), "at most 8 requests") {
+				t.Errorf("a request beyond those in flight: %s", b)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			for i, p := range raws {
+				select {
+				case a := <-p.resp:
+					t.Logf("push %d already answered: %.300q", i, a)
+				default:
+				}
+			}
+			t.Fatalf("a request beyond the %d pushes was answered %d", flood, resp.StatusCode)
 		}
 	}
 
@@ -339,7 +367,7 @@ func TestPushFloodWithinBudget(t *testing.T) {
 // a push whose commands trickle in; an honest push then succeeds.
 func TestSlowPushIsCut(t *testing.T) {
 	const limit = 3 * time.Second
-	pt := newPushTarget(t, 4<<20, 16<<20, gitserve.WithBodyTimeout(limit))
+	pt := newPushTarget(t, 4<<20, 16<<20, 16<<10, gitserve.WithBodyTimeout(limit))
 	used := pt.budget.Used()
 
 	p := startRawPush(t, pt.addr, pt.user, pt.session, "refs/heads/"+pt.branch, pt.headID, strings.Repeat("1", 40), 2<<20)
@@ -399,7 +427,7 @@ trickle:
 // TestFetchBodyBounded: a fetch's request body, which the house's backend
 // spools to disk when it comes chunked, is refused past MaxFetchBody.
 func TestFetchBodyBounded(t *testing.T) {
-	pt := newPushTarget(t, 4<<20, 16<<20)
+	pt := newPushTarget(t, 4<<20, 16<<20, 16<<10)
 	body := io.MultiReader(strings.NewReader(pktLine("command=fetch\n")), io.LimitReader(zeros{}, gitserve.MaxFetchBody))
 	req, _ := http.NewRequest(http.MethodPost, pt.url+"/git-upload-pack", struct{ io.Reader }{body}) // no length: chunked
 	req.SetBasicAuth(pt.user, pt.session)

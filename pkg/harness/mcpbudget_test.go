@@ -180,7 +180,7 @@ const mcpFloodPeak = 64 << 20
 func TestMCPFloodWithinBudget(t *testing.T) {
 	ctx := testCtx(t)
 	const sessions, requests = harness.DefaultMCPSessions, harness.DefaultMCPRequests
-	p, _, c := mcpOf(t, ctx, harness.EnvMCPBodyTimeout+"=2s")
+	p, _, c := mcpOf(t, ctx, harness.EnvMCPBodyTimeout+"=5s")
 	pid := p.cmd.Process.Pid
 	rss0, peak0 := memory(t, pid)
 
@@ -242,7 +242,7 @@ func TestMCPFloodWithinBudget(t *testing.T) {
 		select {
 		case a := <-answer:
 			switch {
-			case strings.HasPrefix(a, "408 ") && strings.Contains(a, "must arrive within 2s"):
+			case strings.HasPrefix(a, "408 ") && strings.Contains(a, "must arrive within 5s"):
 				cut++
 			case strings.HasPrefix(a, "429 ") && strings.Contains(a, fmt.Sprintf("at most %d MCP requests", requests)):
 				refused++
