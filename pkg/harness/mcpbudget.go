@@ -58,6 +58,13 @@ type sessionUse struct {
 	timer *time.Timer
 }
 
+// stop stops u's idle clock, if it runs.
+func (u *sessionUse) stop() {
+	if u.timer != nil {
+		u.timer.Stop()
+	}
+}
+
 func newMCPGuard(b Budgets, server *mcp.Server, log *slog.Logger) *mcpGuard {
 	return &mcpGuard{b: b, server: server, log: log, requests: make(chan struct{}, b.MCPRequests), sessions: map[string]*sessionUse{}}
 }
@@ -184,7 +191,8 @@ func (g *mcpGuard) limitSessions(next http.Handler) http.Handler {
 
 // serveNewSession serves a POST without a session, which makes one (an
 // initialize; for anything else the SDK makes one and ends it with the
-// request).
+// request). The session is counted from the moment the SDK names it in
+// its answer's header, before the client can use it.
 func (g *mcpGuard) serveNewSession(next http.Handler, w http.ResponseWriter, r *http.Request) {
 	evicted, ok := g.admit()
 	if !ok {
@@ -195,17 +203,58 @@ func (g *mcpGuard) serveNewSession(next http.Handler, w http.ResponseWriter, r *
 	if evicted != "" {
 		g.closeSession(evicted, "MCP session closed to make room for a new one (the one idle longest)")
 	}
-	next.ServeHTTP(w, r)
-	id := w.Header().Get(sessionHeader)
+	var id string
+	var u *sessionUse
+	sw := &headerWatch{ResponseWriter: w, onHeader: func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.opening--
+		if id = w.Header().Get(sessionHeader); id != "" {
+			u = &sessionUse{busy: 1} // this request is in flight
+			g.sessions[id] = u
+		}
+	}}
+	next.ServeHTTP(sw, r)
+	sw.header() // an answer without a body
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.opening--
-	if id != "" && g.live(id) {
-		u := &sessionUse{}
-		g.sessions[id] = u
+	if u == nil {
+		return
+	}
+	u.busy--
+	switch {
+	case g.sessions[id] != u:
+	case !g.live(id): // its initialize failed
+		delete(g.sessions, id)
+	case u.busy == 0:
 		g.idleLocked(id, u)
 	}
 }
+
+// headerWatch calls onHeader once, when the answer's header is about to
+// go out (or the handler has ended). The SDK writes an event stream from
+// its session's goroutines as well as the request's.
+type headerWatch struct {
+	http.ResponseWriter
+	onHeader func()
+	once     sync.Once
+}
+
+func (h *headerWatch) header() { h.once.Do(h.onHeader) }
+
+func (h *headerWatch) WriteHeader(code int) {
+	h.header()
+	h.ResponseWriter.WriteHeader(code)
+}
+
+func (h *headerWatch) Write(b []byte) (int, error) {
+	h.header()
+	return h.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (the SDK
+// flushes its event streams through one).
+func (h *headerWatch) Unwrap() http.ResponseWriter { return h.ResponseWriter }
 
 // admit takes a place for a new session: a free one, or the place of the
 // session idle longest, whose id it returns to be closed.
@@ -223,7 +272,7 @@ func (g *mcpGuard) admit() (evict string, ok bool) {
 		if oldest == nil {
 			return "", false
 		}
-		oldest.timer.Stop()
+		oldest.stop()
 		delete(g.sessions, evict)
 	}
 	g.opening++
@@ -237,7 +286,7 @@ func (g *mcpGuard) serveInSession(id string, next http.Handler, w http.ResponseW
 	u := g.sessions[id]
 	if u != nil {
 		u.busy++
-		u.timer.Stop()
+		u.stop()
 	}
 	g.mu.Unlock()
 	next.ServeHTTP(w, r) // an unknown session is the SDK's to refuse (404)
@@ -281,7 +330,7 @@ func (g *mcpGuard) pruneLocked() {
 	}
 	for id, u := range g.sessions {
 		if !live[id] {
-			u.timer.Stop()
+			u.stop()
 			delete(g.sessions, id)
 		}
 	}
