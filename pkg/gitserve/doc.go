@@ -13,7 +13,10 @@
 //   - a worker's push gate, run by the harness on loopback for its agent,
 //     which holds only a per-session secret and never the house credential:
 //     BasicAuth(realm, Credential(user, sessionSecret),
-//     PushGate(OnlyBranch(branch), Upstream(houseURL, user, token)))
+//     BudgetedPushGate(OnlyBranch(branch), NewBudget(perPush, total),
+//     Upstream(houseURL, user, token), options...)); the gate bounds what
+//     it holds for the agent at once (pushes and requests in flight, their
+//     bodies' time and size, its spools' disk: GateOption, Budget)
 //
 // The handlers look only at the end of the URL path (/info/refs,
 // /git-upload-pack, /git-receive-pack), so they can be mounted anywhere and

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // RefUpdate is one command of a push.
@@ -63,104 +64,132 @@ const (
 // holds half a push the agent did not mean. Push certificates and push
 // options are refused (nothing here could check or honour them). A gzipped
 // body is forwarded decompressed.
-func PushGate(policy RefPolicy, next http.Handler) http.Handler {
-	return BudgetedPushGate(policy, nil, next)
+func PushGate(policy RefPolicy, next http.Handler, opts ...GateOption) http.Handler {
+	return BudgetedPushGate(policy, nil, next, opts...)
 }
 
 // BudgetedPushGate is PushGate that also refuses a push whose pack does not
 // fit in budget (nil: no budget), the way it refuses a ref: the pusher sees
 // "! [remote rejected]" with the budget's figures, and nothing of the push
-// reaches next. Pushes accepted before stay as they are. The pack is read
-// to a temporary file before it is forwarded, so a refusal is decided
-// before the house repository sees a byte.
-func BudgetedPushGate(policy RefPolicy, budget *Budget, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if endpoint(r.URL.Path) != receivePack {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", "POST")
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-			return
-		}
-		gzipped := false
-		var body io.Reader = r.Body
-		switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
-		case "", "identity":
-		case "gzip", "x-gzip":
-			zr, err := gzip.NewReader(r.Body)
-			if err != nil {
-				http.Error(w, "the request body is not gzip", http.StatusBadRequest)
-				return
-			}
-			defer zr.Close()
-			body, gzipped = zr, true
-		default:
-			http.Error(w, "unsupported content encoding", http.StatusUnsupportedMediaType)
-			return
-		}
-		body = &limited{r: body, n: maxBody}
-		rest := bufio.NewReaderSize(body, maxPacket)
-		var head bytes.Buffer // the command section as read, forwarded as is
-		p, err := readCommands(io.TeeReader(rest, &head))
-		switch {
-		case errors.Is(err, errTooLarge):
-			http.Error(w, "the push's command list is too large", http.StatusRequestEntityTooLarge)
-			return
-		case err != nil:
-			http.Error(w, "malformed push: "+err.Error(), http.StatusBadRequest)
-			return
-		case p.cert:
-			io.Copy(io.Discard, rest)
-			http.Error(w, "galley: signed pushes (push certificates) are not accepted here", http.StatusForbidden)
-			return
-		}
+// reaches next. Pushes accepted before stay as they are. Each push reserves
+// its room in the budget before its pack is read (Budget), and its pack is
+// read to a temporary file, no larger than that room, before it is
+// forwarded, so a refusal is decided before the house repository sees a
+// byte and the disk the gate holds is at most what the budget has left.
+//
+// Whatever the budget, the gate serves at most a few requests and pushes
+// at once, bounds the time a request's body takes to arrive and a fetch's
+// body's size, and the time it writes an answer (GateOption; the defaults
+// are DefaultPushesInFlight, DefaultRequestsInFlight, DefaultBodyTimeout,
+// MaxFetchBody and DefaultRequestTimeout). A push beyond the pushes in
+// flight, or whose pack does not arrive in time, is refused with git's
+// report-status saying so; a request beyond the requests in flight is
+// answered 429.
+func BudgetedPushGate(policy RefPolicy, budget *Budget, next http.Handler, opts ...GateOption) http.Handler {
+	lim := defaultGateLimits()
+	for _, o := range opts {
+		o(&lim)
+	}
+	lim.requests = max(lim.requests, lim.pushes)
+	return &gate{
+		policy: policy, budget: budget, next: next, lim: lim,
+		requests: make(chan struct{}, lim.requests), pushes: make(chan struct{}, lim.pushes),
+	}
+}
 
-		reasons := make([]string, len(p.updates))
-		refused := false
-		for i, u := range p.updates {
-			var err error
-			if p.features["push-options"] {
-				err = errors.New("galley: push options are not accepted here")
-			} else if err = policy(u); err == nil {
-				continue
-			}
-			reasons[i], refused = reason(err), true
-		}
-		var pack io.Reader = rest
-		if !refused && budget != nil {
-			f, n, fits, err := spoolPack(rest, budget.room())
-			switch {
-			case err != nil:
-				http.Error(w, "galley: cannot read the push", http.StatusInternalServerError)
-				return
-			case !fits || !budget.take(n):
-				if f != nil {
-					f.Close()
-				}
-				for i := range reasons {
-					reasons[i] = budget.refusal()
-				}
-				refuse(w, p, reasons)
-				return
-			}
-			defer f.Close()
-			pack = f
-		}
-		if !refused {
-			r = r.Clone(r.Context())
+type gate struct {
+	policy RefPolicy
+	budget *Budget
+	next   http.Handler
+	lim    gateLimits
+	// requests and pushes hold a token for each request, and each push,
+	// in flight.
+	requests, pushes chan struct{}
+}
+
+func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	select {
+	case g.requests <- struct{}{}:
+		defer func() { <-g.requests }()
+	default:
+		tooMany(w, fmt.Sprintf("galley: the push gate serves at most %d requests of this worker at once; try again when one has ended", g.lim.requests))
+		return
+	}
+	// The deadline stays after the answer: the next request on the
+	// connection sets its own, and a client that stops reading the end of
+	// this one's holds the connection no longer.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(g.lim.requestTime))
+	body := timeBody(w, r, g.lim.bodyTime)
+	if endpoint(r.URL.Path) != receivePack {
+		if r.Method == http.MethodPost {
 			r.Body = struct {
 				io.Reader
 				io.Closer
-			}{io.MultiReader(&head, pack), r.Body}
-			if gzipped {
-				r.Header.Del("Content-Encoding")
-				r.ContentLength = -1
-			}
-			next.ServeHTTP(w, r)
+			}{&limited{r: body, n: MaxFetchBody}, body}
+		}
+		g.next.ServeHTTP(w, r)
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	gzipped := false
+	var in io.Reader = body
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			http.Error(w, "the request body is not gzip", http.StatusBadRequest)
 			return
 		}
+		defer zr.Close()
+		in, gzipped = zr, true
+	default:
+		http.Error(w, "unsupported content encoding", http.StatusUnsupportedMediaType)
+		return
+	}
+	in = &limited{r: in, n: maxBody}
+	select {
+	case g.pushes <- struct{}{}:
+		defer func() { <-g.pushes }()
+	default:
+		g.refuseBusy(w, in, body)
+		return
+	}
+	rest := bufio.NewReaderSize(in, maxPacket)
+	var head bytes.Buffer // the command section as read, forwarded as is
+	p, err := readCommands(io.TeeReader(rest, &head), maxCommands)
+	switch {
+	case body.expired:
+		g.timedOut(w)
+		return
+	case errors.Is(err, errTooLarge):
+		http.Error(w, "the push's command list is too large", http.StatusRequestEntityTooLarge)
+		return
+	case err != nil:
+		http.Error(w, "malformed push: "+err.Error(), http.StatusBadRequest)
+		return
+	case p.cert:
+		io.Copy(io.Discard, rest)
+		http.Error(w, "galley: signed pushes (push certificates) are not accepted here", http.StatusForbidden)
+		return
+	}
+
+	reasons := make([]string, len(p.updates))
+	refused := false
+	for i, u := range p.updates {
+		var err error
+		if p.features["push-options"] {
+			err = errors.New("galley: push options are not accepted here")
+		} else if err = g.policy(u); err == nil {
+			continue
+		}
+		reasons[i], refused = reason(err), true
+	}
+	if refused {
 		for i := range reasons {
 			if reasons[i] == "" {
 				reasons[i] = "atomic push failure: another ref of this push was refused"
@@ -170,7 +199,97 @@ func BudgetedPushGate(policy RefPolicy, budget *Budget, next http.Handler) http.
 		// off before it reads the verdict.
 		io.Copy(io.Discard, rest)
 		refuse(w, p, reasons)
-	})
+		return
+	}
+
+	r = r.Clone(r.Context())
+	if g.budget == nil {
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(&head, rest), r.Body}
+		if gzipped {
+			r.Header.Del("Content-Encoding")
+			r.ContentLength = -1
+		}
+		g.next.ServeHTTP(w, r)
+		return
+	}
+	room := g.budget.reserve()
+	if room == 0 {
+		io.Copy(io.Discard, rest)
+		refuse(w, p, same(len(p.updates), g.budget.refusal()))
+		return
+	}
+	f, n, fits, err := spoolPack(rest, room, g.lim.spoolDir)
+	switch {
+	case body.expired:
+		g.budget.settle(room, 0)
+		refuse(w, p, same(len(p.updates), g.timeoutReason()))
+		return
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		g.budget.settle(room, 0)
+		http.Error(w, "galley: the push ended before its declared length", http.StatusBadRequest)
+		return
+	case err != nil:
+		g.budget.settle(room, 0)
+		http.Error(w, "galley: cannot read the push", http.StatusInternalServerError)
+		return
+	case !fits:
+		g.budget.settle(room, 0)
+		reason := g.budget.refusal()
+		io.Copy(io.Discard, rest) // so the pusher, still sending, reads the verdict
+		refuse(w, p, same(len(p.updates), reason))
+		return
+	}
+	g.budget.settle(room, n)
+	defer f.Close()
+	// The whole body now has a length, so next need not spool it again.
+	r.ContentLength, r.TransferEncoding = int64(head.Len())+n, nil
+	r.Header.Del("Content-Encoding")
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(&head, f), r.Body}
+	g.next.ServeHTTP(w, r)
+}
+
+// refuseBusy refuses a push beyond the pushes in flight with git's
+// report-status, from the first line of its commands (all it reads into
+// memory), or with a 429 when that line is not a command.
+func (g *gate) refuseBusy(w http.ResponseWriter, in io.Reader, body *timedBody) {
+	msg := fmt.Sprintf("galley: this worker has %d pushes in flight, the most its push gate takes at once; push again when they have ended", g.lim.pushes)
+	p, err := readCommands(in, maxPacket)
+	if body.expired {
+		g.timedOut(w)
+		return
+	}
+	if len(p.updates) == 0 || (err != nil && !errors.Is(err, errTooLarge)) {
+		tooMany(w, msg)
+		return
+	}
+	io.Copy(io.Discard, in)
+	refuse(w, p, same(len(p.updates), msg))
+}
+
+func (g *gate) timeoutReason() string {
+	return fmt.Sprintf("galley: the push did not arrive within %s, the push gate's limit; its pack was dropped", g.lim.bodyTime)
+}
+
+// timedOut answers a request whose body did not arrive in time, before its
+// commands were read.
+func (g *gate) timedOut(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	http.Error(w, g.timeoutReason(), http.StatusRequestTimeout)
+}
+
+// same is n copies of reason.
+func same(n int, reason string) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = reason
+	}
+	return out
 }
 
 // push is the parsed command section of a receive-pack request.
@@ -183,8 +302,9 @@ type push struct {
 // readCommands reads pkt-lines up to the flush-pkt that ends the command
 // list, the way git receive-pack does: a trailing newline is dropped, and
 // capabilities follow a NUL (on the first command, though any is honoured);
-// "shallow <id>" lines are not updates.
-func readCommands(r io.Reader) (push, error) {
+// "shallow <id>" lines are not updates. Past limit bytes it stops with
+// errTooLarge, returning the commands read so far.
+func readCommands(r io.Reader, limit int) (push, error) {
 	p := push{features: map[string]bool{}}
 	total := 0
 	for {
@@ -195,7 +315,7 @@ func readCommands(r io.Reader) (push, error) {
 		if flush {
 			return p, nil
 		}
-		if total += len(line) + 4; total > maxCommands {
+		if total += len(line) + 4; total > limit {
 			return p, errTooLarge
 		}
 		line = strings.TrimSuffix(line, "\n")

@@ -146,6 +146,9 @@ type Config struct {
 	// the push gate: bytes per push and in all (EnvPushLimit,
 	// EnvPushBudget; zero: DefaultPushLimit, DefaultPushBudget).
 	PushLimit, PushBudget int64
+	// Budgets bound what the harness holds for the agent at its MCP
+	// server and push gate (budgets.go; zero values: the defaults).
+	Budgets Budgets
 	// GitCache is the shared git object cache's folder; empty for none.
 	// ConfigFromEnv reads EnvGitCache.
 	GitCache string
@@ -332,6 +335,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		cfg.Progress = d
 	}
 	if cfg.PushLimit, cfg.PushBudget, err = pushBudgetFromEnv(getenv); err != nil {
+		return cfg, galleyerr.E(op, galleyerr.Invalid, err)
+	}
+	if cfg.Budgets, err = budgetsFromEnv(getenv); err != nil {
 		return cfg, galleyerr.E(op, galleyerr.Invalid, err)
 	}
 	return cfg, nil
@@ -541,6 +547,7 @@ func (c *Config) setDefaults() {
 	if c.PushBudget <= 0 {
 		c.PushBudget = DefaultPushBudget
 	}
+	c.Budgets = c.Budgets.withDefaults()
 	if c.EgressUpstream != "" && c.ownProxy == nil {
 		// ConfigFromEnv checked it; a Config made in code is checked here.
 		if u, err := egress.HarnessProxyURL(c.EgressUpstream, c.EgressSecret); err == nil {

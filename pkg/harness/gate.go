@@ -54,18 +54,23 @@ func (h *harness) startGate(repoURL, branch string) (*pushGate, error) {
 	if err != nil {
 		return nil, err
 	}
+	b, err := h.budgets()
+	if err != nil {
+		return nil, err
+	}
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
 		return nil, err
 	}
 	secret := hex.EncodeToString(raw)
 	handler := gitserve.BasicAuth(gateRealm, gitserve.Credential(GateUser, secret),
-		gitserve.BudgetedPushGate(h.reportPushes(gitserve.OnlyBranch(branch)), gitserve.NewBudget(h.cfg.PushLimit, h.cfg.PushBudget), upstream))
+		gitserve.BudgetedPushGate(h.reportPushes(gitserve.OnlyBranch(branch)), gitserve.NewBudget(h.cfg.PushLimit, h.cfg.PushBudget), upstream,
+			gitserve.WithPushesInFlight(b.PushesInFlight), gitserve.WithBodyTimeout(b.PushTimeout)))
 	ln, err := h.listenForAgent("push gate")
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: maxHeaderBytes}
 	go func() { _ = srv.Serve(limitConns(ln, srv, h.log)) }()
 	gateURL := "http://" + ln.Addr().String() + gatePath
 	auth := base64.StdEncoding.EncodeToString([]byte(GateUser + ":" + secret))

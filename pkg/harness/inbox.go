@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/galley-run/galley/pkg/workerapi"
@@ -21,9 +22,12 @@ type inbox struct {
 	// its reply came (the CLI gave up on the call, or its connection
 	// dropped), with their subjects: their replies become messages, so
 	// they reach the agent on its next tool result or as its next turn.
-	abandoned map[string]string
-	stopped   bool
-	changed   chan struct{} // closed and replaced on every change
+	// The agent makes them at will (one a posted question), so they are
+	// bounded: the latest maxAbandoned, each subject cut to a line.
+	abandoned      map[string]string
+	abandonedOrder []string // oldest first
+	stopped        bool
+	changed        chan struct{} // closed and replaced on every change
 }
 
 func newInbox() *inbox {
@@ -39,6 +43,7 @@ func (b *inbox) add(item workerapi.InboxItem) {
 	case workerapi.ItemReply:
 		if subject, ok := b.abandoned[item.Question]; ok {
 			delete(b.abandoned, item.Question)
+			b.abandonedOrder = slices.DeleteFunc(b.abandonedOrder, func(q string) bool { return q == item.Question })
 			b.messages = append(b.messages, lateReply(item.Question, subject, item.Body))
 			break
 		}
@@ -97,8 +102,23 @@ func (b *inbox) abandon(question, subject string) {
 		b.notifyLocked()
 		return
 	}
-	b.abandoned[question] = subject
+	if _, ok := b.abandoned[question]; !ok {
+		b.abandonedOrder = append(b.abandonedOrder, question)
+	}
+	b.abandoned[question] = cutText(subject, maxAbandonedSubject)
+	for len(b.abandonedOrder) > maxAbandoned {
+		// The oldest's reply, should it still come, stays a reply nobody
+		// takes: the coordinator's, not the agent's, to bound.
+		delete(b.abandoned, b.abandonedOrder[0])
+		b.abandonedOrder = b.abandonedOrder[1:]
+	}
 }
+
+// Bounds of what the inbox keeps of abandoned questions.
+const (
+	maxAbandoned        = 1024
+	maxAbandonedSubject = 200
+)
 
 // lateReply is how a reply to an abandoned question reads as a message.
 func lateReply(question, subject, body string) string {

@@ -141,6 +141,7 @@ type proc struct {
 type procOpts struct {
 	tokenInEnv bool          // pass the token as GALLEY_WORKER_TOKEN rather than a file
 	heartbeat  time.Duration // default 1h: no harness heartbeat interferes
+	env        []string      // more of the harness's settings, NAME=value
 }
 
 // startHarness runs the galley-worker binary as the harness, in a process
@@ -158,6 +159,7 @@ func startHarness(t *testing.T, f *fakeapi.Server, o procOpts) *proc {
 		"GALLEY_REPOSITORY=" + p.bare,
 		"GALLEY_HEARTBEAT_INTERVAL=" + o.heartbeat.String(),
 	}
+	env = append(env, o.env...)
 	if o.tokenInEnv {
 		env = append(env, "GALLEY_WORKER_TOKEN="+testToken)
 	} else {

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,6 +134,20 @@ func cutText(s string, n int) string {
 
 // toolArgs is a tool call's arguments as short JSON.
 func toolArgs(in any) string {
+	// Long texts are cut before they are encoded: the event keeps 120
+	// bytes, and an agent's calls of 64 KiB texts, escaped, would each make
+	// a copy several times larger. The cut leaves 1 KiB, so that a secret
+	// that begins in what the event shows is whole for redaction.
+	if v := reflect.ValueOf(in); v.Kind() == reflect.Struct {
+		short := reflect.New(v.Type()).Elem()
+		short.Set(v)
+		for i := range short.NumField() {
+			if f := short.Field(i); f.Kind() == reflect.String && f.CanSet() && f.Len() > 1024 {
+				f.SetString(cutText(f.String(), 1024))
+			}
+		}
+		in = short.Interface()
+	}
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false) // readable; the console shows it as text

@@ -36,3 +36,26 @@ func TestToolEventRedacted(t *testing.T) {
 		t.Errorf("fields = %v", f)
 	}
 }
+
+// TestReportQueueBounded: events the agent's calls make while galley does
+// not take them (its sends failing or slow) wait in a queue of at most
+// reportQueue, each cut short; later ones are dropped, and a tool call's
+// arguments are cut before they are encoded.
+func TestReportQueueBounded(t *testing.T) {
+	r := &reporter{wake: make(chan struct{}, 1)} // nothing sends: the queue only fills
+	long := strings.Repeat("x", maxText)
+	for range 4 * reportQueue {
+		r.report(workerapi.EventTool, long, "tool", ToolStatus, "args", toolArgs(statusArgs{Body: long}))
+	}
+	if len(r.q) != reportQueue {
+		t.Fatalf("%d events queued, want at most %d", len(r.q), reportQueue)
+	}
+	for _, e := range r.q {
+		if len(e.Text) > 240+len("…") || len(e.Fields["args"]) > 120+len("…") {
+			t.Fatalf("an event of %d bytes of text and %d of arguments", len(e.Text), len(e.Fields["args"]))
+		}
+	}
+	if a := toolArgs(askArgs{Subject: long, Body: long}); len(a) > 2*1024+64 {
+		t.Fatalf("a call's arguments encode to %d bytes before the event cuts them", len(a))
+	}
+}

@@ -68,6 +68,10 @@ type mcpServer struct {
 func (s *mcpServer) close() { _ = s.srv.Close() }
 
 func (h *harness) startMCP() (*mcpServer, error) {
+	b, err := h.budgets()
+	if err != nil {
+		return nil, err
+	}
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
 		return nil, err
@@ -79,15 +83,19 @@ func (h *harness) startMCP() (*mcpServer, error) {
 			"wait for messages, report usage, and call finish exactly once when the work is done.",
 	})
 	h.addTools(server)
-	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	h.calls.limitCalls(b.MCPRequests)
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: b.MCPMaxBody})
+	guard := newMCPGuard(b, server, h.log)
 
 	mux := http.NewServeMux()
-	mux.Handle(MCPPath, requireSecret(secret, h.calls.track(handler)))
+	mux.Handle(MCPPath, requireSecret(secret, guard.limitSessions(h.calls.track(handler))))
 	ln, err := h.listenForAgent("mcp")
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	srv := &http.Server{Handler: guard.limitRequests(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
+		MaxHeaderBytes: maxHeaderBytes}
 	go func() { _ = srv.Serve(limitConns(ln, srv, h.log)) }()
 	return &mcpServer{url: "http://" + ln.Addr().String() + MCPPath, secret: secret, srv: srv}, nil
 }
@@ -105,6 +113,9 @@ type liveRequests struct {
 	mu sync.Mutex
 	n  uint64
 	m  map[string]context.Context
+	// callsInFlight are the tool calls running, at most maxCalls
+	// (mcpbudget.go).
+	callsInFlight, maxCalls int
 }
 
 func (l *liveRequests) track(next http.Handler) http.Handler {
@@ -148,7 +159,7 @@ func requireSecret(secret string, next http.Handler) http.Handler {
 	want := []byte("Bearer " + secret)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			refuseRequest(w, http.StatusUnauthorized, "unauthorized")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -256,6 +267,10 @@ func tool[In any](h *harness, name string, f func(context.Context, In) (string, 
 		if h.finished.Load() {
 			return nil, nil, errors.New("the worker already reported its outcome; exit now")
 		}
+		if err := h.calls.startCall(); err != nil {
+			return nil, nil, err
+		}
+		defer h.calls.endCall()
 		h.ensureReady(ctx, "agent called "+name)
 		if blocking[name] {
 			var cancel context.CancelFunc
