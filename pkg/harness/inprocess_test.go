@@ -519,11 +519,20 @@ func TestAgentEnvironment(t *testing.T) {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
-	if env["ANTHROPIC_API_KEY"] != anthropic {
-		t.Error("the agent's ANTHROPIC_API_KEY is not the harness's Anthropic key")
+	// The agent calls its model proxy (which forwards to the configured
+	// base URL with the key) with the proxy's token: the key and the
+	// configured URL are not the agent's.
+	if !strings.HasPrefix(env["ANTHROPIC_API_KEY"], "galley-model-") {
+		t.Error("the agent's ANTHROPIC_API_KEY is not its model proxy's token")
 	}
-	if env["ANTHROPIC_BASE_URL"] != "https://gw.example/anthropic" {
-		t.Errorf("the agent's ANTHROPIC_BASE_URL is %q, want the configured Anthropic base URL", env["ANTHROPIC_BASE_URL"])
+	if strings.Contains(string(b), anthropic) {
+		t.Error("the agent's environment holds the harness's Anthropic key")
+	}
+	if u := env["ANTHROPIC_BASE_URL"]; !strings.HasPrefix(u, "http://127.0.0.1:") {
+		t.Errorf("the agent's ANTHROPIC_BASE_URL is %q, want its model proxy", u)
+	}
+	if strings.Contains(string(b), "gw.example") {
+		t.Error("the agent has a configured base URL: it must reach only its model proxy")
 	}
 	if strings.Contains(string(b), "gw.example/openai") {
 		t.Error("the claude agent has the OpenAI base URL")
@@ -581,7 +590,7 @@ func TestMissingOrLeakedSecret(t *testing.T) {
 		{"the other family's key as an argument", shellDriver{script: "echo started", needs: claude, args: []string{other}},
 			func(c *harness.Config) { c.AnthropicKey, c.OpenAIKey = key, other }, "would hold the openai key"},
 		{"its own key as an argument", shellDriver{script: "echo started", needs: claude, args: []string{key}},
-			func(c *harness.Config) { c.AnthropicKey = key }, "command line would hold its provider key"},
+			func(c *harness.Config) { c.AnthropicKey = key }, "would hold the anthropic key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -27,6 +27,7 @@ import (
 type mcpClient struct {
 	url, secret string
 	hc          *http.Client
+	dial        func(addr string) (net.Conn, error) // from the agent's network
 }
 
 // mcpOf starts a harness (a galley-worker process) with an idle scripted
@@ -37,11 +38,15 @@ func mcpOf(t *testing.T, ctx context.Context, env ...string) (*proc, *fakeapi.Se
 	f := newFake(t, "Idle until stopped.")
 	p := startHarness(t, f, procOpts{env: env})
 	waitFor(t, ctx, f, "ready", func(s fakeapi.Snapshot) bool { return s.Count(workerapi.PathReady) > 0 })
-	environ, err := os.ReadFile("/proc/" + strconv.Itoa(p.agentPID(t)) + "/environ")
+	pid := p.agentPID(t)
+	environ, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &mcpClient{hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	// Its connections are made where the agent is: in its network.
+	dial := func(addr string) (net.Conn, error) { return dialIn(pid, addr) }
+	c := &mcpClient{dial: dial, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64,
+		DialContext: func(_ context.Context, _, addr string) (net.Conn, error) { return dial(addr) }}}}
 	for _, kv := range strings.Split(string(environ), "\x00") {
 		if v, ok := strings.CutPrefix(kv, harness.EnvMCPURL+"="); ok {
 			c.url = v
@@ -144,7 +149,7 @@ func (c *mcpClient) rawPost(t *testing.T, length int, first string) (net.Conn, <
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := net.Dial("tcp", u.Host)
+	conn, err := c.dial(u.Host)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -281,7 +281,7 @@ func TestHarnessEnvironment(t *testing.T) {
 	rec := awaitRecord(t, spec.WorkspacePath)
 
 	allowed := map[string]bool{"PROVIDER_KEY_FOR_TEST": true, "EXTRA_FOR_TEST": true, "GALLEY_HEARTBEAT_INTERVAL": true}
-	for _, k := range slices.Concat(AllowedEnv(), []string{EnvTokenFile, EnvEndpoint, EnvWorkspace, EnvRepository, EnvBranch, EnvHandle, EnvConfine, EnvLogLimit}) {
+	for _, k := range slices.Concat(AllowedEnv(), []string{EnvTokenFile, EnvEndpoint, EnvWorkspace, EnvRepository, EnvBranch, EnvHandle, EnvConfine, EnvNetwork, EnvLogLimit}) {
 		allowed[k] = true
 	}
 	env := map[string]string{}
@@ -307,6 +307,7 @@ func TestHarnessEnvironment(t *testing.T) {
 		"EXTRA_FOR_TEST":            "extra-value",
 		"GALLEY_HEARTBEAT_INTERVAL": "1s",
 		EnvLogLimit:                 strconv.Itoa(harness.DefaultLogLimit),
+		EnvNetwork:                  string(r.Network().Mode),
 	}
 	for k, v := range want {
 		if env[k] != v {
