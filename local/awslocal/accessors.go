@@ -122,3 +122,12 @@ func (s *Stack) CAFile() string                     { return filepath.Join(s.dir
 // DataDir is the stack's own folder (<data>/aws-local): the stand-ins'
 // state and the tasks' files.
 func (s *Stack) DataDir() string { return s.dir }
+
+// EgressAddress is where worker containers reach the stack's egress
+// service (host:port), or "" when it runs none.
+func (s *Stack) EgressAddress() string {
+	if s.egress == nil {
+		return ""
+	}
+	return s.egress.ln.Addr().String()
+}

@@ -2,12 +2,14 @@ package awslocal_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,8 @@ import (
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/local/container"
 	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/local/testnet"
+	egresspkg "github.com/galley-run/galley/pkg/egress"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/localserver"
 )
@@ -32,15 +36,21 @@ func requireWorkerImage(t testing.TB) string {
 	return img
 }
 
-// TestWorkerContainerReachesOnlyTheGates: from a container of the worker
-// image on the stack's network, the IAM gates, the API and the git server
-// answer; DynamoDB Local and fauxqs, which the gates front, do not, at
-// the network's host side or anywhere else the container can name.
-func TestWorkerContainerReachesOnlyTheGates(t *testing.T) {
+// TestWorkerContainerReachesOnlyTheEgressService: from a container of the
+// worker image on the stack's network, the stack's egress service is the
+// one port that answers, as on AWS a worker task's security group admits
+// only the egress proxy (and the VPC endpoints, which the task itself
+// never calls): the API, the git server, the IAM gates, DynamoDB Local and
+// fauxqs, and a host beyond (an address of the internet) do not. Through
+// the egress service, a client without the harness's credential gets
+// nothing; the harness reaches the API, and not the host beyond, which is
+// neither one of its destinations nor on the house's allowlist.
+func TestWorkerContainerReachesOnlyTheEgressService(t *testing.T) {
 	img := requireWorkerImage(t)
 	if img == "" {
 		t.Skipf("%s is not set: workers run as host programs", awslocal.EnvWorkerImage)
 	}
+	beyond := hostBeyond(t)
 	s, _ := startStack(t)
 	name, gw := s.WorkerNetwork()
 	if name == "" {
@@ -60,11 +70,16 @@ func TestWorkerContainerReachesOnlyTheGates(t *testing.T) {
 		}
 		return p
 	}
-	open := map[string]string{"the API": hostPort(s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkerEndpoint]), "the git server": hostPort(s.GitURL())}
-	for _, svc := range iamgate.Services {
-		open["the "+string(svc)+" gate"] = hostPort(s.GateURL(svc))
+	egress := s.EgressAddress()
+	if egress == "" {
+		t.Fatal("the stack runs no egress service")
 	}
-	closed := map[string]string{}
+	api := hostPort(s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkerEndpoint])
+	closed := map[string]string{"the API": api, "the git server": hostPort(s.GitURL()),
+		"a host beyond": net.JoinHostPort(beyond.Addr.String(), "443")}
+	for _, svc := range iamgate.Services {
+		closed["the "+string(svc)+" gate"] = hostPort(s.GateURL(svc))
+	}
 	for what, raw := range map[string]string{"DynamoDB Local": os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"), "fauxqs": os.Getenv("AWS_ENDPOINT_URL_SQS")} {
 		if raw == "" {
 			t.Fatalf("no endpoint for %s", what)
@@ -72,15 +87,33 @@ func TestWorkerContainerReachesOnlyTheGates(t *testing.T) {
 		closed[what+" at the network host side"] = net.JoinHostPort(gw.String(), port(raw))
 		closed[what+" as the host names it"] = hostPort(raw)
 	}
+	secret, err := s.SecretValue(context.Background(), "galley/local/egress-proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var script strings.Builder
-	for what, addr := range open {
+	probe := func(what, addr string) {
 		h, p, _ := net.SplitHostPort(addr)
 		script.WriteString("if (exec 3<>/dev/tcp/" + h + "/" + p + ") 2>/dev/null; then echo 'open:" + what + "'; else echo 'closed:" + what + "'; fi\n")
 	}
+	probe("the egress service", egress)
 	for what, addr := range closed {
-		h, p, _ := net.SplitHostPort(addr)
-		script.WriteString("if (exec 3<>/dev/tcp/" + h + "/" + p + ") 2>/dev/null; then echo 'open:" + what + "'; else echo 'closed:" + what + "'; fi\n")
+		probe(what, addr)
 	}
+	// A CONNECT through the egress service, its status line printed.
+	eh, ep, _ := net.SplitHostPort(egress)
+	connect := func(what, target, auth string) {
+		hdr := ""
+		if auth != "" {
+			hdr = "Proxy-Authorization: Basic " + auth + "\\r\\n"
+		}
+		script.WriteString("exec 3<>/dev/tcp/" + eh + "/" + ep + "; printf 'CONNECT " + target + " HTTP/1.1\\r\\nHost: " + target + "\\r\\n" + hdr +
+			"\\r\\n' >&3; read -r line <&3; echo \"via:" + what + ": ${line%$'\\r'}\"; exec 3<&-\n")
+	}
+	harnessAuth := base64.StdEncoding.EncodeToString([]byte(egresspkg.HarnessUser + ":" + secret))
+	connect("anonymous to the API", api, "")
+	connect("harness to the API", api, harnessAuth)
+	connect("harness to a host beyond", net.JoinHostPort(beyond.Addr.String(), "443"), harnessAuth)
 	rt, err := container.New(container.WithDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
@@ -97,14 +130,17 @@ func TestWorkerContainerReachesOnlyTheGates(t *testing.T) {
 		t.Fatalf("probe container: %d %v: %s", code, err, out.String())
 	}
 	got := out.String()
-	for what := range open {
-		if !strings.Contains(got, "open:"+what+"\n") {
-			t.Errorf("%s does not answer from a worker container:\n%s", what, got)
-		}
+	if !strings.Contains(got, "open:the egress service\n") {
+		t.Errorf("the egress service does not answer from a worker container:\n%s", got)
 	}
 	for what := range closed {
 		if !strings.Contains(got, "closed:"+what+"\n") {
 			t.Errorf("%s answers a worker container:\n%s", what, got)
+		}
+	}
+	for what, status := range map[string]string{"anonymous to the API": "407", "harness to the API": "200", "harness to a host beyond": "403"} {
+		if !regexp.MustCompile(`via:` + what + `: HTTP/1\.[01] ` + status + ` `).MatchString(got) {
+			t.Errorf("through the egress service, %s: want %s in:\n%s", what, status, got)
 		}
 	}
 }
@@ -202,4 +238,37 @@ func exitCode(c *int) string {
 		return "none"
 	}
 	return fmt.Sprint(*c)
+}
+
+// hostBeyond is a host of the internet for the test (local/testnet), with
+// a listener on 443 that answers "beyond": reached from this machine's
+// network (checked), so that a worker container's failure to reach it is
+// its network's doing.
+func hostBeyond(t *testing.T) *testnet.Host {
+	t.Helper()
+	h, err := testnet.New()
+	if err != nil {
+		t.Fatalf("a host beyond: %v", err)
+	}
+	t.Cleanup(func() { h.Close() })
+	ln, err := h.Listen(443)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "beyond\n")
+			c.Close()
+		}
+	}()
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(h.Addr.String(), "443"), 10*time.Second)
+	if err != nil {
+		t.Fatalf("the host beyond does not answer this machine: %v", err)
+	}
+	c.Close()
+	return h
 }
