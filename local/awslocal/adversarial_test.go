@@ -76,15 +76,15 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 	// sets smaller ones through the same task environment, so the flood
 	// below meets the same gate and configuration path as on AWS.
 	tpl := mutatedTemplate(t, func(res map[string]any) error {
-		for _, p := range resourcesOf(res, "AWS::ECS::TaskDefinition") {
-			c := p["ContainerDefinitions"].([]any)[0].(map[string]any)
-			env, _ := c["Environment"].([]any)
-			c["Environment"] = append(env,
-				map[string]any{"Name": harness.EnvPushLimit, "Value": strconv.Itoa(floodPushLimit)},
-				map[string]any{"Name": harness.EnvPushBudget, "Value": strconv.Itoa(floodPushBudget)})
-			return nil
+		c, err := workerContainer(res)
+		if err != nil {
+			return err
 		}
-		return fmt.Errorf("no task definition")
+		env, _ := c["Environment"].([]any)
+		c["Environment"] = append(env,
+			map[string]any{"Name": harness.EnvPushLimit, "Value": strconv.Itoa(floodPushLimit)},
+			map[string]any{"Name": harness.EnvPushBudget, "Value": strconv.Itoa(floodPushBudget)})
+		return nil
 	})
 	s, token, _ := startStackLogged(t, func(c *awslocal.Config) { openParents(t, c.Data); c.Template = tpl })
 	data := filepath.Dir(filepath.Dir(s.TokenFile()))

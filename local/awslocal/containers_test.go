@@ -164,13 +164,14 @@ func tryStart(t *testing.T, tpl string) (*awslocal.Stack, error) {
 // workerLinux returns the worker task definition's LinuxParameters in the
 // template's resources.
 func workerLinux(res map[string]any) (map[string]any, error) {
-	for _, p := range resourcesOf(res, "AWS::ECS::TaskDefinition") {
-		c := p["ContainerDefinitions"].([]any)[0].(map[string]any)
-		if lp, ok := c["LinuxParameters"].(map[string]any); ok {
-			return lp, nil
-		}
+	c, err := workerContainer(res)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("no task definition with LinuxParameters")
+	if lp, ok := c["LinuxParameters"].(map[string]any); ok {
+		return lp, nil
+	}
+	return nil, fmt.Errorf("the worker task definition has no LinuxParameters")
 }
 
 // TestTemplateAddsACapabilityFargateRefuses: a copy of the template whose

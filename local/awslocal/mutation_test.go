@@ -174,6 +174,31 @@ func resourcesOf(res map[string]any, typ string) map[string]map[string]any {
 	return out
 }
 
+// taskContainer is the container of the template's task definitions that
+// is: the worker's (named "worker") or the egress proxy's (which runs
+// the egress-proxy command).
+func taskContainer(res map[string]any, is func(c map[string]any) bool) (map[string]any, error) {
+	for _, p := range resourcesOf(res, "AWS::ECS::TaskDefinition") {
+		for _, c := range p["ContainerDefinitions"].([]any) {
+			if c := c.(map[string]any); is(c) {
+				return c, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("no such task definition container")
+}
+
+func workerContainer(res map[string]any) (map[string]any, error) {
+	return taskContainer(res, func(c map[string]any) bool { return c["Name"] == "worker" })
+}
+
+func egressContainer(res map[string]any) (map[string]any, error) {
+	return taskContainer(res, func(c map[string]any) bool {
+		cmd, _ := c["Command"].([]any)
+		return len(cmd) > 0 && cmd[0] == "egress-proxy"
+	})
+}
+
 // functionByPath finds a function by its construct path's name (Effects).
 func functionByPath(res map[string]any, name string) (map[string]any, error) {
 	for _, r := range res {
@@ -232,14 +257,15 @@ func TestTemplateMutations(t *testing.T) {
 			return fmt.Errorf("no statement RunWorkerTasks")
 		}},
 		{name: "task definition secret removed", want: []string{"GALLEY_ANTHROPIC_API_KEY"}, mutate: func(res map[string]any) error {
-			for _, p := range resourcesOf(res, "AWS::ECS::TaskDefinition") {
-				c := p["ContainerDefinitions"].([]any)[0].(map[string]any)
-				secrets := c["Secrets"].([]any)
-				for i, sc := range secrets {
-					if sc.(map[string]any)["Name"] == "GALLEY_ANTHROPIC_API_KEY" {
-						c["Secrets"] = append(secrets[:i:i], secrets[i+1:]...)
-						return nil
-					}
+			c, err := workerContainer(res)
+			if err != nil {
+				return err
+			}
+			secrets := c["Secrets"].([]any)
+			for i, sc := range secrets {
+				if sc.(map[string]any)["Name"] == "GALLEY_ANTHROPIC_API_KEY" {
+					c["Secrets"] = append(secrets[:i:i], secrets[i+1:]...)
+					return nil
 				}
 			}
 			return fmt.Errorf("no secret GALLEY_ANTHROPIC_API_KEY")

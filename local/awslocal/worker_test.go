@@ -22,6 +22,7 @@ import (
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/local/providerstandin"
+	"github.com/galley-run/galley/pkg/egress"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -184,10 +185,13 @@ func TestWorkerFromTemplateAWSLocal(t *testing.T) {
 			if err := json.Unmarshal([]byte(env.Body), &report); err != nil {
 				t.Fatalf("env report: %v: %s", err, env.Body)
 			}
-			if report[tc.keyVar] != hash16(tc.key) {
-				t.Errorf("the agent's %s is not the provider key from Secrets Manager (have %q)", tc.keyVar, report[tc.keyVar])
+			// The agent holds its model proxy's token, never the key the
+			// harness read from Secrets Manager.
+			if report[tc.keyVar] == "" || report[tc.keyVar] == hash16(tc.key) {
+				t.Errorf("the agent's %s is not its model proxy's token (have %q)", tc.keyVar, report[tc.keyVar])
 			}
-			forbidden := map[string]string{"kitchn's token": token, "the git credential": gitCred, "the worker signing key": signingKey}
+			forbidden := map[string]string{"kitchn's token": token, "the git credential": gitCred, "the worker signing key": signingKey,
+				"the anthropic key": keys["anthropic"], "the openai key": keys["openai"]}
 			for name, h := range report {
 				for what, v := range forbidden {
 					if h == hash16(v) {
@@ -365,16 +369,30 @@ func TestImageCLIsWorkerAWSLocal(t *testing.T) {
 	for _, p := range provs {
 		t.Cleanup(p.Close)
 	}
+	// As context keys anthropicBaseUrl and openaiBaseUrl set them: in the
+	// worker's environment, and the gateways' hosts among the harness's
+	// destinations at the egress proxy.
 	tpl := mutatedTemplate(t, func(res map[string]any) error {
-		for _, p := range resourcesOf(res, "AWS::ECS::TaskDefinition") {
-			c := p["ContainerDefinitions"].([]any)[0].(map[string]any)
-			env, _ := c["Environment"].([]any)
-			c["Environment"] = append(env,
-				map[string]any{"Name": harness.EnvAnthropicBaseURL, "Value": anthropicOrigin},
-				map[string]any{"Name": harness.EnvOpenAIBaseURL, "Value": openaiOrigin + "/v1"})
-			return nil
+		c, err := workerContainer(res)
+		if err != nil {
+			return err
 		}
-		return fmt.Errorf("no task definition")
+		env, _ := c["Environment"].([]any)
+		c["Environment"] = append(env,
+			map[string]any{"Name": harness.EnvAnthropicBaseURL, "Value": anthropicOrigin},
+			map[string]any{"Name": harness.EnvOpenAIBaseURL, "Value": openaiOrigin + "/v1"})
+		e, err := egressContainer(res)
+		if err != nil {
+			return err
+		}
+		for _, kv := range e["Environment"].([]any) {
+			if kv := kv.(map[string]any); kv["Name"] == egress.EnvHarnessAllow {
+				kv["Value"] = map[string]any{"Fn::Join": []any{",", []any{kv["Value"],
+					strings.TrimPrefix(anthropicOrigin, "https://") + "," + strings.TrimPrefix(openaiOrigin, "https://")}}}
+				return nil
+			}
+		}
+		return fmt.Errorf("the egress proxy's task sets no %s", egress.EnvHarnessAllow)
 	})
 	s, token := startStack(t, func(c *awslocal.Config) {
 		c.Template = tpl
@@ -447,14 +465,35 @@ func TestImageCLIsWorkerAWSLocal(t *testing.T) {
 			if want := map[string]string{"claude": "claude-cli/2.1.332", "codex": "0.171.0"}[fam]; !strings.Contains(ua, want) {
 				t.Errorf("the model calls' User-Agent %q is not the image's pinned %s (%s)", ua, fam, want)
 			}
-			// Claude Code checks that its base URL answers (HEAD
-			// /api/hello, unless CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC
-			// is set, which the image does not set); the stand-in serves
-			// only the APIs, and claude goes on when it is refused.
-			for _, r := range prov.Refused() {
-				if r != "no such endpoint HEAD /api/hello" {
-					t.Errorf("the provider refused: %s", r)
+			// The CLI called its harness's model proxy, which alone holds
+			// the key and answers claude's connectivity check (HEAD
+			// /api/hello) itself: the provider saw the house's key on
+			// every call and was asked nothing else.
+			if r := prov.Refused(); len(r) > 0 || prov.SawWrongKey() {
+				t.Errorf("the provider refused: %v", r)
+			}
+			// galley's usage is the proxy's count of what the provider
+			// answered (each call's fixed usage), reported once the agent
+			// ended.
+			u := providerstandin.MessagesUsage
+			if fam == "codex" {
+				u = providerstandin.ResponsesUsage
+			}
+			calls := int64(len(prov.Calls()))
+			var usage struct {
+				Status string
+				Report protocol.UsageReport
+			}
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+				call(t, s, token, "POST", "/v1/workers/usage", `{"worker":`+k.worker(w)+`}`, &usage)
+				if tok := usage.Report.Tokens; usage.Status == "reported" && tok != nil && tok.Input != nil && *tok.Input == calls*u.Input {
+					break
 				}
+			}
+			tok := usage.Report.Tokens
+			if usage.Status != "reported" || tok == nil || tok.Input == nil || *tok.Input != calls*u.Input || tok.Output == nil ||
+				*tok.Output != calls*u.Output || tok.CacheRead == nil || *tok.CacheRead != calls*u.CacheRead || usage.Report.Agent != fam {
+				t.Errorf("usage %+v is not the provider's count over %d calls of %+v", usage, calls, u)
 			}
 		})
 	}
