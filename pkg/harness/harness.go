@@ -444,6 +444,9 @@ func exitCode(ps *os.ProcessState) int {
 // the harness and the agent together, and the report is the last thing the
 // harness owes.
 func (h *harness) reportExited(ctx context.Context, code int, reason string) error {
+	// The usage is final once the worker settles: the model proxy's count
+	// goes first.
+	h.model.flush()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	err := h.untilReachable(ctx, "reporting the agent's exit", 30*time.Second, func(ctx context.Context) error {

@@ -90,6 +90,10 @@ type modelCalls struct {
 	kick     chan struct{}
 	done     chan struct{}
 	stopped  chan struct{}
+	closing  sync.Once
+	// sending makes one report at a time, so a flush waits for the one
+	// the loop is making and then sends what it did not.
+	sending sync.Mutex
 }
 
 // startModelCalls serves the agent's model proxy for the driver's
@@ -160,8 +164,19 @@ func (m *modelCalls) reportLoop() {
 	}
 }
 
+// flush reports the latest count now, if it is newer than the last one
+// sent: before a report that settles the worker, after which galley takes
+// no more. Nil-safe: an agent without a model proxy has nothing to flush.
+func (m *modelCalls) flush() {
+	if m != nil {
+		m.report()
+	}
+}
+
 // report sends the latest count, if it is newer than the last one sent.
 func (m *modelCalls) report() {
+	m.sending.Lock()
+	defer m.sending.Unlock()
 	m.mu.Lock()
 	t := m.latest
 	if t.Calls == 0 || t.Calls == m.reported {
@@ -211,11 +226,15 @@ func (m *modelCalls) capReached(r modelproxy.Refusal) {
 	}()
 }
 
-// close ends the agent's token and the proxy, and reports the last count.
+// close ends the agent's token and the proxy, and reports the last count
+// (if the worker has not settled since: galley then refuses it, and the
+// count was flushed before).
 func (m *modelCalls) close() {
-	_ = m.proxy.Close()
-	_ = m.srv.Close()
-	close(m.done)
-	<-m.stopped
-	m.report()
+	m.closing.Do(func() {
+		_ = m.proxy.Close()
+		_ = m.srv.Close()
+		close(m.done)
+		<-m.stopped
+		m.report()
+	})
 }

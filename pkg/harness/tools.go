@@ -224,6 +224,7 @@ func (h *harness) addTools(s *mcp.Server) {
 				}
 			}
 			h.finishing.Store(true)
+			h.model.flush() // the count so far, before the report settles the worker
 			if _, err := h.api.Post(ctx, workerapi.PostRequest{Kind: protocol.MsgWorkerDone, Outcome: a.Outcome, Body: a.Body}); err != nil {
 				return "", err
 			}
