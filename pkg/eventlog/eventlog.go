@@ -13,6 +13,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -164,16 +166,18 @@ const (
 )
 
 // Clean cuts e to what a log keeps: Text to its first line of at most
-// store.MaxEventText bytes, at most 8 fields of short values, and the
+// store.MaxEventText bytes, at most 8 fields of short values (the first 8
+// by name, so which survive never depends on a map's order), and the
 // whole within store.MaxEventBytes however its text escapes.
 func Clean(e store.Event) store.Event {
 	e.Text = FirstLine(e.Text, store.MaxEventText)
 	if len(e.Fields) > 0 {
 		f := make(map[string]string, min(len(e.Fields), maxFields))
-		for k, v := range e.Fields {
+		for _, k := range slices.Sorted(maps.Keys(e.Fields)) {
 			if len(f) == maxFields {
 				break
 			}
+			v := e.Fields[k]
 			if v == "" {
 				continue
 			}

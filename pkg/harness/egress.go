@@ -152,9 +152,14 @@ func (r *egressReports) decided(d egress.Decision) {
 	count := s.since
 	s.last, s.since = now, 0
 	r.mu.Unlock()
+	// What the log keeps of a decision (at most 8 fields with the
+	// service's "event"): not the client, which is the agent's, nor the
+	// method.
 	fields := []string{}
 	for k, v := range d.Fields() {
-		fields = append(fields, k, v)
+		if k != "client" && k != "method" {
+			fields = append(fields, k, v)
+		}
 	}
 	fields = append(fields, "count", strconv.Itoa(count))
 	text := "egress " + verdict
