@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,9 +19,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/galley-run/galley/local/providerstandin"
 	"github.com/galley-run/galley/local/standin-cli/standin"
+	"github.com/galley-run/galley/local/testnet"
+	"github.com/galley-run/galley/pkg/egress/egresstest"
+	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/workerapi"
 )
 
 // TestAdversarialAgent runs an agent scripted to attack (the stand-in's
@@ -28,7 +35,14 @@ import (
 // parents open to traversal) and Landlock (the same with the parents
 // closed, so a separate uid could not reach the worktrees). Every attack
 // is refused, each in its own sub-test, and the honest path works: the
-// attacker's own branch gets its commit. At least one enforced mode must
+// attacker's own branch gets its commit. The house's provider keys (in the
+// shapes sk-ant-test-<hex> and sk-openai-test-<hex>) are hunted for by
+// hash; the network attacks aim at a host beyond (local/testnet) by
+// address, by name through the egress proxy and through every resolver,
+// at galley's port and at another worker's model-proxy token; a
+// connection flood of the harness's servers leaves kitchn's calls
+// untouched. An allowlisted name is reached through the egress proxy, and
+// the decisions are in the attacker's event log. At least one enforced mode must
 // run: on a machine with neither the test fails (galley serve would
 // declare launch_isolated partial).
 func TestAdversarialAgent(t *testing.T) {
@@ -82,10 +96,28 @@ func adversarial(t *testing.T, want harness.Confinement) {
 	openForAgents(t, data, want == harness.ConfineUser)
 	t.Setenv("HOME", t.TempDir())
 	t.Setenv("PATH", standins(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
-	t.Setenv("ANTHROPIC_API_KEY", randomHex(t))
-	t.Setenv("CODEX_API_KEY", randomHex(t))
+	// The house's keys, in the shapes the attacker is told (never their
+	// values: a hash of each). The model proxies forward to a provider
+	// stand-in that takes the Anthropic key alone.
+	anthropicKey, openaiKey := "sk-ant-test-"+randomHex(t), "sk-openai-test-"+randomHex(t)
+	t.Setenv("ANTHROPIC_API_KEY", anthropicKey)
+	t.Setenv("CODEX_API_KEY", openaiKey)
+	provider := providerstandin.New(anthropicKey, nil)
+	t.Cleanup(provider.Close)
+	// A host beyond (an internet host's stand-in, listening on 443 and
+	// 80), and the house's resolver, which maps a name on the allowlist
+	// and one off it to that host.
+	beyond := hostBeyond(t)
+	dnsNames := map[string][]string{}
+	if beyond != nil {
+		dnsNames[evilName] = []string{beyond.Addr.String()}
+		dnsNames[allowedName] = []string{beyond.Addr.String()}
+	}
+	dns := egresstest.StartDNS(t, dnsNames)
 	s := startServer(t, data, "--families", "claude,codex", "--worker-log-limit", strconv.Itoa(floodLogLimit),
-		"--push-limit", strconv.Itoa(floodPushLimit), "--push-budget", strconv.Itoa(floodPushBudget))
+		"--push-limit", strconv.Itoa(floodPushLimit), "--push-budget", strconv.Itoa(floodPushBudget),
+		"--anthropic-base-url", provider.URL, "--openai-base-url", provider.URL+"/v1",
+		"--egress-allow", allowedName, "--egress-resolver", dns.Addr)
 	t.Cleanup(func() { dumpWorkerLogs(t, s) })
 	fdsBefore := openFDsOf(t, s.cmd.Process.Pid)
 	repo := filepath.Join(s.Data, "repository.git")
@@ -99,8 +131,22 @@ func adversarial(t *testing.T, want harness.Confinement) {
 		t.Fatalf("victim launch: %s", ans)
 	}
 	defer workerEffect(t, s, run, "k-victim-cancel", `{"type":"cancel-worker","worker":`+workerRes(victim)+`}`)
-	mb.next(t, "the victim's hang", kindBody(protocol.MsgStatus, "hanging pid "))
+	hang := mb.next(t, "the victim's hang", kindBody(protocol.MsgStatus, "hanging pid "))
 	victimWS := workspaceOf(t, s, victim)
+	// The victim's CLI holds its model proxy's token (read here as root,
+	// as a thief who got into its process would), never the house's key.
+	victimEnv := environOf(t, hang.Body)
+	victimToken, victimModelURL := victimEnv["ANTHROPIC_API_KEY"], victimEnv["ANTHROPIC_BASE_URL"]
+	t.Run("the victim holds a proxy token", func(t *testing.T) {
+		if !strings.HasPrefix(victimToken, "galley-model-") || victimModelURL == "" {
+			t.Errorf("the victim's CLI has ANTHROPIC_API_KEY of %d bytes (not a proxy token) and ANTHROPIC_BASE_URL %q", len(victimToken), victimModelURL)
+		}
+		for k, v := range victimEnv {
+			if strings.Contains(v, anthropicKey) || strings.Contains(v, openaiKey) {
+				t.Errorf("the victim's CLI holds a house key in %s", k)
+			}
+		}
+	})
 	victimHead := revParse(t, repo, "refs/heads/adv/victim")
 	mainHead := revParse(t, repo, "refs/heads/main")
 
@@ -138,10 +184,29 @@ func adversarial(t *testing.T, want harness.Confinement) {
 	targets.Marker = ".git"
 	// The stolen-token attack uses the victim's credential, which the
 	// test plants in the attacker's git directory (out of its commits) as
-	// a thief would have it; the connection flood aims at galley's port.
+	// a thief would have it; so does the model-token attack with the
+	// victim's model-proxy token. The connection flood aims at what the
+	// agent reaches (its harness's servers: galley's port is out of its
+	// network), and reach-galley tries galley's port.
 	targets.WorkerEndpoint = s.Endpoint
 	targets.StolenCredential = filepath.Join(".git", "stolen-credential")
-	targets.APIAddress = strings.TrimPrefix(s.Endpoint, "http://")
+	targets.GalleyAddress = strings.TrimPrefix(s.Endpoint, "http://")
+	targets.FloodHarness = true
+	targets.StolenModelToken, targets.VictimModelURL = filepath.Join(".git", "stolen-model-token"), victimModelURL
+	// The key hunt knows the keys' shapes and hashes, and must find a
+	// control key of the same shape planted in its worktree.
+	controlKey := "sk-ant-test-" + randomHex(t)
+	targets.KeyShapes = []string{`sk-ant-test-[0-9a-f]{32}`, `sk-openai-test-[0-9a-f]{32}`}
+	targets.KeyHashes = []string{sha256Hex(anthropicKey), sha256Hex(openaiKey)}
+	targets.KeyControl, targets.KeyControlHash = filepath.Join(".git", "control-key"), sha256Hex(controlKey)
+	// The network attacks: the host beyond by address and by name, the
+	// name through every resolver (the system's, the house's own, which
+	// would answer, and public ones).
+	if beyond != nil {
+		targets.EvilAddrs = []string{net.JoinHostPort(beyond.Addr.String(), "443"), net.JoinHostPort(beyond.Addr.String(), "80")}
+		targets.EvilName, targets.AllowedName = evilName, allowedName
+		targets.Resolvers = []string{dns.Addr, "1.1.1.1:53", "8.8.8.8:53"}
+	}
 	launch := func(key string, ws string, brief string) (string, string) {
 		b, _ := json.Marshal(brief)
 		wsJSON := `{"type":"isolated"}`
@@ -178,11 +243,13 @@ func adversarial(t *testing.T, want harness.Confinement) {
 	attackerWS := workspaceOf(t, s, attacker)
 	stolen := filepath.Join(attackerWS, targets.StolenCredential)
 	plantStolenCredential(t, filepath.Join(s.Data, "workers", victim, "token"), stolen)
+	plantFile(t, filepath.Join(attackerWS, targets.StolenModelToken), victimToken)
+	plantFile(t, filepath.Join(attackerWS, targets.KeyControl), controlKey)
 	names := standin.AttackNamesFor(targets)
 	verdicts := map[string]string{}
 	var floodCalls, floodFailures int
 	for _, name := range names {
-		if name == "connflood" {
+		if name == "connflood" || name == "connflood-harness" {
 			// The agent holds its connections until kitchn replies: every
 			// call made meanwhile, each on a new connection, must succeed.
 			q := mb.next(t, "the connection flood's question", func(r mailRow) bool {
@@ -202,25 +269,35 @@ func adversarial(t *testing.T, want harness.Confinement) {
 	done := mb.next(t, "the attacker's worker-done", func(r mailRow) bool { return r.Kind == protocol.MsgWorkerDone })
 
 	mode := confinementIn(t, s, attacker)
-	t.Logf("enforcement exercised: %s", mode)
+	network := networkIn(t, s, attacker)
+	t.Logf("enforcement exercised: %s; the agent's network: %s", mode, network)
 	if mode != string(want) {
 		t.Fatalf("the attacker ran confined by %q, want %q", mode, want)
 	}
+	inNamespace := strings.HasPrefix(network, "a network namespace")
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			v := verdicts[name]
 			t.Log(v)
-			checkAttackSpecifics(t, name, v)
-			if name == "connflood" {
+			if name == "stolen-token" && inNamespace {
+				// galley's port is out of the agent's network: the
+				// credential cannot even be presented (its binding to the
+				// harness's key is shown where the worker API is in reach:
+				// aws-local's TestAdversarialAgentAWSLocal).
+				if strings.Count(v, "connection refused") != 2 {
+					t.Errorf("the worker API was in the agent's network: %s", v)
+				}
+			} else {
+				checkAttackSpecifics(t, name, v)
+			}
+			if name == "connflood" || name == "connflood-harness" {
 				t.Logf("kitchn made %d calls during the flood, %d failed", floodCalls, floodFailures)
 				if floodCalls == 0 || floodFailures > 0 {
 					t.Errorf("kitchn's calls during the connection flood: %d of %d failed", floodFailures, floodCalls)
 				}
 			}
-			if name == "harness-environ" && want == harness.ConfineLandlock && strings.Contains(v, "SUCCEEDED") {
-				// docs/security.md: Landlock does not stop a process of the
-				// same uid reading /proc/<harness>/environ.
-				t.Skip("known gap of the Landlock confinement: " + v)
+			if inNamespace {
+				checkNoRoute(t, name, v)
 			}
 			if name == "fork-flood" && want == harness.ConfineLandlock && os.Geteuid() == 0 && !hasCgroupV1() && strings.Contains(v, "SUCCEEDED") {
 				// docs/security.md: under Landlock a root harness's agent
@@ -276,6 +353,37 @@ func adversarial(t *testing.T, want harness.Confinement) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	t.Run("egress decisions in the event log", func(t *testing.T) {
+		if beyond == nil {
+			t.Skip("no host beyond here: the egress attacks did not run")
+		}
+		es := eventsOf(t, s, attacker)
+		for _, want := range []map[string]string{
+			{"host": allowedName, "port": "443", "allowed": "true", "role": "agent", "addr": net.JoinHostPort(beyond.Addr.String(), "443")},
+			{"host": evilName, "port": "443", "allowed": "false", "role": "agent"},
+			{"host": beyond.Addr.String(), "allowed": "false"},
+		} {
+			want["event"] = workerapi.EventEgress
+			if !hasEvent(es, eventlog.KindHarness, want) {
+				t.Errorf("no egress event %v in the attacker's log", want)
+			}
+		}
+		if t.Failed() {
+			for _, e := range es {
+				if e.Fields["event"] == workerapi.EventEgress {
+					t.Logf("egress event: %s %v", e.Text, e.Fields)
+				}
+			}
+		}
+	})
+	t.Run("the provider saw the house key alone", func(t *testing.T) {
+		if provider.SawWrongKey() || provider.SawSecret(victimToken) {
+			t.Errorf("the provider stand-in saw another key (a proxy token: %v): %v", provider.SawSecret(victimToken), provider.Refused())
+		}
+		if len(provider.Calls()) == 0 {
+			t.Error("no model call reached the provider: the model-token attack's control did not go through")
+		}
+	})
 	t.Run("nothing of the attacker runs", func(t *testing.T) {
 		if want != harness.ConfineUser {
 			t.Skip("under Landlock the agent shares the harness's uid: its processes cannot be told apart by uid (docs/security.md)")
@@ -641,6 +749,155 @@ func plantStolenCredential(t *testing.T, src, dst string) {
 	}
 	if err := os.Chmod(dst, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The host beyond's names: the house's resolver maps both to it, and only
+// allowedName is on the house's allowlist.
+const (
+	evilName    = "evil.example"
+	allowedName = "allowed.example"
+)
+
+// hostBeyond makes a host beyond (local/testnet) listening on 443 (it
+// says who it is and closes) and 80 (HTTP), or nil where none can be
+// made (not root, no iproute2): the attacks aimed at it are then left out,
+// which fails the test under GALLEY_REQUIRE_STANDINS=1.
+func hostBeyond(t *testing.T) *testnet.Host {
+	t.Helper()
+	h, err := testnet.New()
+	if errors.Is(err, testnet.ErrUnavailable) {
+		if os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
+			t.Fatal(err)
+		}
+		t.Logf("the attacks on a host beyond are left out: %v", err)
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := h.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	tls, err := h.Listen(443)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := tls.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "the host beyond, port 443\n")
+			c.Close()
+		}
+	}()
+	web, err := h.Listen(80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = http.Serve(web, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, "the host beyond, port 80\n")
+		}))
+	}()
+	return h
+}
+
+func sha256Hex(v string) string {
+	s := sha256.Sum256([]byte(v))
+	return hex.EncodeToString(s[:])
+}
+
+// environOf reads the environment of the process a "hanging pid <pid>
+// child <pid>" status names (as root), for the test alone: no value is
+// logged.
+func environOf(t *testing.T, hang string) map[string]string {
+	t.Helper()
+	var pid, child int
+	if _, err := fmt.Sscanf(hang, "hanging pid %d child %d", &pid, &child); err != nil {
+		t.Fatalf("the hang status %q: %v", hang, err)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		t.Fatalf("reading the victim's environment: %v", err)
+	}
+	env := map[string]string{}
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// plantFile writes content to dst (in the attacker's worktree, once it is
+// made), readable by the attacker. The content is never logged.
+func plantFile(t *testing.T, dst, content string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if fi, err := os.Stat(filepath.Dir(dst)); err == nil && fi.IsDir() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not made", filepath.Dir(dst))
+		}
+	}
+	if err := os.WriteFile(dst, []byte(content), 0o644); err != nil {
+		t.Fatalf("planting %s: %v", filepath.Base(dst), err)
+	}
+	if err := os.Chmod(dst, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// networkIn reads how the worker's harness confined the agent's network
+// (its log's description).
+func networkIn(t *testing.T, s *server, handle string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.Data, "workers", handle, "harness.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var l struct{ Msg, Network string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "agent confined" {
+			return l.Network
+		}
+	}
+	return ""
+}
+
+// checkNoRoute asserts, for an agent in a network namespace of its own,
+// that each network attack failed because that network has loopback
+// alone: no route beyond (at once, never a timeout that a slow or
+// filtered host would also give), and nothing listening on its loopback
+// but the harness's servers.
+func checkNoRoute(t *testing.T, name, v string) {
+	t.Helper()
+	switch name {
+	case "dial-evil-address":
+		if !strings.Contains(v, "network is unreachable") {
+			t.Errorf("the host beyond was not unreachable for want of a route: %s", v)
+		}
+	case "reach-galley":
+		if !strings.Contains(v, "connection refused") {
+			t.Errorf("galley's port was not refused by the agent's own loopback: %s", v)
+		}
+	case "resolve-evil-name":
+		for _, bad := range []string{"timeout", "timed out"} {
+			if strings.Contains(v, bad) {
+				t.Errorf("a resolver timed out instead of being out of the network: %s", v)
+			}
+		}
+	default:
+		return
+	}
+	if !strings.Contains(v, "this network's interfaces: lo)") {
+		t.Errorf("the agent's network has more than its loopback: %s", v)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -40,21 +41,46 @@ type Attack struct {
 	//   flood     start up to 1200 processes; succeeds if nothing stops it
 	//   hardlink  hard-link the file at Path into the worktree
 	//   dial      connect (TCP, then HTTP) to each address of Addrs; Target is
-	//             a control address the agent may reach
+	//             a control address the agent may reach (empty: its egress
+	//             proxy)
 	//   stolen-token  call the worker API at URL with the credential in the
 	//             file at Path (another worker's; waited for, the test plants
 	//             it), without a proof and with a proof of its own key
-	//   connflood open up to Count connections to Target and hold them while
-	//             it asks the coordinator "connflood" and waits for the reply
-	Kind    string   `json:"kind"`
-	URL     string   `json:"url,omitempty"`
-	Addrs   []string `json:"addrs,omitempty"`
-	Count   int      `json:"count,omitempty"`
-	Target  string   `json:"target,omitempty"`
-	Path    string   `json:"path,omitempty"`
-	Refspec string   `json:"refspec,omitempty"`
-	Marker  string   `json:"marker,omitempty"`
-	Names   []string `json:"names,omitempty"`
+	//   connflood open up to Count connections to Target and, with
+	//             OwnHarness, to each of the harness's servers it reaches (its
+	//             MCP server, egress proxy, model proxy, push gate), and hold
+	//             them while it asks the coordinator "connflood" and waits for
+	//             the reply
+	//   keyhunt   search its environment, every process's environ and cmdline
+	//             in /proc, its home, the CLIs' settings, the worktree, /tmp
+	//             and the file system (bounded) for a string of one of Shapes
+	//             (regular expressions) whose SHA-256 (hex) is one of Hashes;
+	//             Path is a control key (relative: to the worktree; waited
+	//             for, the test plants it) of SHA-256 Control, which it must find
+	//   egress    ask its egress proxy (HTTPS_PROXY) for each host:port of
+	//             Names: a CONNECT tunnel and a request through it, and for
+	//             port 80 a plain-HTTP request; Target is a host:port on the
+	//             house's allowlist, the control
+	//   resolve   resolve each of Names through the system's resolver, and
+	//             ask each DNS server of /etc/resolv.conf and of Addrs over UDP
+	//             and TCP; dial what resolves
+	//   model-token  call its own model proxy, and the model base URL at URL
+	//             (another worker's), with the model-proxy token in the file at
+	//             Path (another worker's; waited for, the test plants it); its
+	//             own token at its own proxy is the control
+	Kind       string   `json:"kind"`
+	URL        string   `json:"url,omitempty"`
+	Addrs      []string `json:"addrs,omitempty"`
+	Count      int      `json:"count,omitempty"`
+	Target     string   `json:"target,omitempty"`
+	Path       string   `json:"path,omitempty"`
+	Refspec    string   `json:"refspec,omitempty"`
+	Marker     string   `json:"marker,omitempty"`
+	Names      []string `json:"names,omitempty"`
+	OwnHarness bool     `json:"ownHarness,omitempty"`
+	Shapes     []string `json:"shapes,omitempty"`
+	Hashes     []string `json:"hashes,omitempty"`
+	Control    string   `json:"control,omitempty"`
 }
 
 // attack runs one attack and returns the status line's verdict.
@@ -119,6 +145,12 @@ func attack(ctx context.Context, a Attack) (succeeded bool, detail string) {
 		return dialTargets(ctx, a.Addrs, a.Target)
 	case "stolen-token":
 		return stolenToken(ctx, a.Path, a.URL)
+	case "keyhunt":
+		return keyHunt(ctx, a.Shapes, a.Hashes, a.Path, a.Control)
+	case "egress":
+		return egressThrough(ctx, a.Names, a.Target)
+	case "resolve":
+		return resolveAny(ctx, a.Names, a.Addrs)
 	}
 	return false, "unknown attack kind " + strconv.Quote(a.Kind)
 }
@@ -342,11 +374,50 @@ type Targets struct {
 	// given, the connflood attack runs (the test answers its question
 	// "connflood" once kitchn's calls during the flood are done).
 	APIAddress string
+
+	// KeyHashes are the SHA-256 (hex) of the house's provider keys and
+	// KeyShapes regular expressions every key matches (a brief never
+	// carries a key); given, the find-key attack hunts for them. KeyControl
+	// is a file (relative: to the worktree) where the test plants a key of
+	// the same shape that is not the house's, KeyControlHash its SHA-256:
+	// the hunt must find it.
+	KeyHashes, KeyShapes       []string
+	KeyControl, KeyControlHash string
+	// EvilAddrs are addresses (host:port, ports 443 and 80) of listeners
+	// standing for an arbitrary host of the internet; given, the
+	// dial-evil-address attack connects to them.
+	EvilAddrs []string
+	// EvilName is a name off the house's allowlist that the house's
+	// resolver maps to that host, AllowedName one on the allowlist mapped
+	// to it too (the control); given, the egress-evil-name attack asks the
+	// egress proxy for EvilName (and for EvilAddrs[0] by address), and the
+	// resolve-evil-name attack resolves it, through the system's resolvers
+	// and Resolvers (host:port: the house's own, which would answer, and
+	// public ones).
+	EvilName, AllowedName string
+	Resolvers             []string
+	// GalleyAddress is galley's kitchn-facing address (host:port); given,
+	// the reach-galley attack connects to it.
+	GalleyAddress string
+	// StolenModelToken is the file (relative: to the worktree) where the
+	// test plants another worker's model-proxy token, VictimModelURL that
+	// worker's model base URL as its CLI has it; given the first, the
+	// model-token-stolen attack runs.
+	StolenModelToken, VictimModelURL string
+	// FloodHarness, set, runs the connflood-harness attack: HarnessFloodSize
+	// connections to each of the harness's servers the agent reaches, held
+	// while kitchn calls galley (the test answers its question "connflood").
+	FloodHarness bool
 }
 
 // ConnFloodSize is how many connections the connflood attack opens, above
 // galley's default per-peer bound (1024).
 const ConnFloodSize = 3000
+
+// HarnessFloodSize is how many connections the connflood-harness attack
+// opens to each of the harness's servers, above their bound per agent
+// (256).
+const HarnessFloodSize = 1000
 
 // AttackNames are the attacks AttackBrief scripts for every target set,
 // in order; AttackNamesFor adds those whose targets are given.
@@ -395,6 +466,34 @@ func attacksFor(t Targets) []namedAttack {
 	}
 	if t.APIAddress != "" {
 		out = append(out, namedAttack{"connflood", Attack{Kind: "connflood", Target: t.APIAddress, Count: ConnFloodSize}})
+	}
+	if len(t.KeyHashes) > 0 {
+		out = append(out, namedAttack{"find-key", Attack{Kind: "keyhunt", Shapes: t.KeyShapes, Hashes: t.KeyHashes, Path: t.KeyControl, Control: t.KeyControlHash}})
+	}
+	if len(t.EvilAddrs) > 0 {
+		out = append(out, namedAttack{"dial-evil-address", Attack{Kind: "dial", Addrs: t.EvilAddrs}})
+	}
+	if t.EvilName != "" {
+		names := []string{net.JoinHostPort(t.EvilName, "443"), net.JoinHostPort(t.EvilName, "80")}
+		if len(t.EvilAddrs) > 0 {
+			names = append(names, t.EvilAddrs[0])
+		}
+		control := ""
+		if t.AllowedName != "" {
+			control = net.JoinHostPort(t.AllowedName, "443")
+		}
+		out = append(out,
+			namedAttack{"egress-evil-name", Attack{Kind: "egress", Names: names, Target: control}},
+			namedAttack{"resolve-evil-name", Attack{Kind: "resolve", Names: []string{t.EvilName}, Addrs: t.Resolvers}})
+	}
+	if t.GalleyAddress != "" {
+		out = append(out, namedAttack{"reach-galley", Attack{Kind: "dial", Addrs: []string{t.GalleyAddress}}})
+	}
+	if t.StolenModelToken != "" {
+		out = append(out, namedAttack{"model-token-stolen", Attack{Kind: "model-token", Path: t.StolenModelToken, URL: t.VictimModelURL}})
+	}
+	if t.FloodHarness {
+		out = append(out, namedAttack{"connflood-harness", Attack{Kind: "connflood", OwnHarness: true, Count: HarnessFloodSize}})
 	}
 	return out
 }

@@ -19,8 +19,8 @@ import (
 )
 
 // dialTargets tries a TCP connection, then an HTTP request, to each of
-// addrs (stand-ins that only an IAM gate may reach). control, when given,
-// is an address the agent may reach (a gate): that it answers shows the
+// addrs (hosts the agent must not reach). control is an address the agent
+// may reach (a gate; empty: its egress proxy): that it answers shows the
 // attempt could have succeeded. It succeeds if any of addrs answers.
 func dialTargets(ctx context.Context, addrs []string, control string) (bool, string) {
 	if len(addrs) == 0 {
@@ -42,8 +42,7 @@ func dialTargets(ctx context.Context, addrs []string, control string) (bool, str
 			continue
 		}
 		what := addr + " accepted a connection"
-		hc := &http.Client{Timeout: 5 * time.Second}
-		if resp, err := hc.Get("http://" + addr + "/"); err == nil {
+		if resp, err := directHTTP.Get("http://" + addr + "/"); err == nil {
 			resp.Body.Close()
 			what += fmt.Sprintf(" and answered HTTP %d", resp.StatusCode)
 		}
@@ -53,6 +52,9 @@ func dialTargets(ctx context.Context, addrs []string, control string) (bool, str
 		return true, strings.Join(answered, "; ")
 	}
 	detail := strings.Join(refused, "; ")
+	if control == "" {
+		control = agentProxy()
+	}
 	if control != "" {
 		if err := reach(control); err != nil {
 			detail += "; control " + control + " did not answer either: " + errText(err)
@@ -60,7 +62,7 @@ func dialTargets(ctx context.Context, addrs []string, control string) (bool, str
 			detail += "; control " + control + " answered"
 		}
 	}
-	return false, detail
+	return false, detail + "; " + netFacts()
 }
 
 // waitFile waits for the file at path (the test plants it after the
@@ -152,47 +154,65 @@ func stolenToken(ctx context.Context, path, endpoint string) (bool, string) {
 	return succeeded, "the stolen credential " + strings.Join(parts, "; ")
 }
 
-// connFlood opens up to n connections to addr and holds them while hold
-// runs (the runner asks the coordinator and waits for its reply, so the
-// test makes kitchn's calls during the flood), then counts how many galley
-// closed. It succeeds if all n were opened and still open at the end:
-// nothing bounded it.
-func connFlood(ctx context.Context, addr string, n int, hold func(opened int, lastErr error)) (bool, string) {
-	if addr == "" || n <= 0 {
+// connFlood opens up to n connections to each of addrs (their names,
+// for the verdict: galley's API, or the harness's servers) and holds them
+// all while hold runs (the runner asks the coordinator and waits for its
+// reply, so the test makes kitchn's calls during the flood), then counts
+// how many of each the server closed. It succeeds if all n to one address
+// were opened and still open at the end: nothing bounded that server.
+func connFlood(ctx context.Context, addrs map[string]string, n int, hold func(opened int, lastErr error)) (bool, string) {
+	if len(addrs) == 0 || n <= 0 {
 		return false, "no address or count to flood"
 	}
-	var conns []*net.TCPConn
-	var lastErr error
-	d := net.Dialer{Timeout: 5 * time.Second}
-	for len(conns) < n && ctx.Err() == nil {
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			lastErr = err
-			break
-		}
-		conns = append(conns, c.(*net.TCPConn))
+	type flood struct {
+		addr, name string
+		conns      []*net.TCPConn
+		lastErr    error
 	}
+	var floods []*flood
+	var all []*net.TCPConn
 	defer func() {
-		for _, c := range conns {
+		for _, c := range all {
 			c.Close()
 		}
 	}()
-	hold(len(conns), lastErr)
-	closed := 0
-	for _, c := range conns {
-		if peerClosed(c) {
-			closed++
+	var lastErr error
+	d := net.Dialer{Timeout: 5 * time.Second}
+	for _, addr := range sortedKeys(addrs) {
+		f := &flood{addr: addr, name: addrs[addr]}
+		floods = append(floods, f)
+		for len(f.conns) < n && ctx.Err() == nil {
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				f.lastErr, lastErr = err, err
+				break
+			}
+			f.conns = append(f.conns, c.(*net.TCPConn))
+			all = append(all, c.(*net.TCPConn))
 		}
 	}
-	detail := fmt.Sprintf("opened %d of %d connections", len(conns), n)
-	if lastErr != nil {
-		detail += " (then: " + errText(lastErr) + ")"
+	hold(len(all), lastErr)
+	succeeded := false
+	var parts []string
+	for _, f := range floods {
+		closed := 0
+		for _, c := range f.conns {
+			if peerClosed(c) {
+				closed++
+			}
+		}
+		part := fmt.Sprintf("%s %s: opened %d of %d connections", f.name, f.addr, len(f.conns), n)
+		if f.lastErr != nil {
+			part += " (then: " + errText(f.lastErr) + ")"
+		}
+		part += fmt.Sprintf(", closed %d of them while kitchn called", closed)
+		if len(f.conns) >= n && closed == 0 {
+			succeeded = true
+			part += " (held all)"
+		}
+		parts = append(parts, part)
 	}
-	detail += fmt.Sprintf("; galley closed %d of them while kitchn called", closed)
-	if len(conns) >= n && closed == 0 {
-		return true, "held all " + detail
-	}
-	return false, detail
+	return succeeded, strings.Join(parts, "; ")
 }
 
 // peerClosed reports whether c's peer closed it (a pending EOF or reset),
@@ -212,17 +232,42 @@ func peerClosed(c *net.TCPConn) bool {
 	return closed
 }
 
-// attack runs a, with the runner's tools for the attacks that talk to the
-// coordinator.
+// attack runs a, with the runner's tools and options for the attacks
+// that talk to the coordinator or need its family.
 func (r *runner) attack(ctx context.Context, a Attack) (bool, string) {
-	if a.Kind != "connflood" {
-		return attack(ctx, a)
+	switch a.Kind {
+	case "connflood":
+		addrs := map[string]string{}
+		if a.Target != "" {
+			addrs[a.Target] = "galley's API"
+		}
+		if a.OwnHarness {
+			for addr, what := range r.harnessListeners(ctx) {
+				addrs[addr] = what
+			}
+		}
+		return connFlood(ctx, addrs, a.Count, func(opened int, lastErr error) {
+			body := fmt.Sprintf("holding %d connections", opened)
+			b, _ := json.Marshal(map[string]any{"subject": "connflood", "body": body})
+			r.askUntilAnswered(ctx, string(b))
+		})
+	case "model-token":
+		return modelToken(ctx, r.opts, a.Path, a.URL)
 	}
-	return connFlood(ctx, a.Target, a.Count, func(opened int, lastErr error) {
-		body := fmt.Sprintf("holding %d connections", opened)
-		b, _ := json.Marshal(map[string]any{"subject": "connflood", "body": body})
-		r.callPatiently(ctx, "ask_coordinator", string(b))
-	})
+	return attack(ctx, a)
+}
+
+// askUntilAnswered asks the coordinator and waits for its reply, asking
+// again when the call failed on the way (a flood of the harness's servers
+// may have closed the connection it was kept on), for up to three tries.
+func (r *runner) askUntilAnswered(ctx context.Context, args string) {
+	for range 3 {
+		r.callPatiently(ctx, "ask_coordinator", args)
+		if ctx.Err() != nil || !r.lastFailed {
+			return
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // CheckVerdict says what a blocked verdict of attack name must show for
@@ -243,9 +288,39 @@ func CheckVerdict(name, v string) error {
 		if !strings.Contains(v, "opened ") || strings.Contains(v, "opened 0 of") {
 			return fmt.Errorf("the connection flood opened no connection: %s", v)
 		}
-	case "dial-raw-standins":
+	case "dial-raw-standins", "dial-evil-address", "reach-galley":
 		if !strings.Contains(v, "; control ") || !strings.Contains(v, " answered") || strings.Contains(v, "did not answer either") {
 			return fmt.Errorf("the dial attack's control address did not answer, so the refusals prove nothing: %s", v)
+		}
+	case "find-key":
+		if !strings.Contains(v, "the control key planted at ") || !strings.Contains(v, " was found in ") {
+			return fmt.Errorf("the key hunt did not find the control key, so finding no house key proves nothing: %s", v)
+		}
+	case "egress-evil-name":
+		if !strings.Contains(v, "; control ") || !strings.Contains(v, " answered through it") {
+			return fmt.Errorf("the allowlisted control host did not answer through the egress proxy, so its refusals prove nothing: %s", v)
+		}
+	case "resolve-evil-name":
+		if !strings.Contains(v, "udp ") || !strings.Contains(v, "tcp ") {
+			return fmt.Errorf("the resolve attack asked no DNS server over both UDP and TCP: %s", v)
+		}
+	case "model-token-stolen":
+		for _, want := range []string{"its own token at its own proxy: 200", "the stolen token at its own proxy: 401"} {
+			if !strings.Contains(v, want) {
+				return fmt.Errorf("the model-token verdict lacks %q: %s", want, v)
+			}
+		}
+	case "connflood-harness":
+		// Each of the harness's servers (MCP, egress proxy, model proxy,
+		// push gate) flooded, and each bounded what it held.
+		parts := strings.Split(v, "; ")
+		if len(parts) < 4 {
+			return fmt.Errorf("the flood reached %d of the harness's 4 servers: %s", len(parts), v)
+		}
+		for _, p := range parts {
+			if strings.Contains(p, "opened 0 of") || strings.Contains(p, "closed 0 of") {
+				return fmt.Errorf("a server of the harness was not flooded, or bounded nothing: %s", p)
+			}
 		}
 	}
 	return nil

@@ -119,8 +119,11 @@ type runner struct {
 	st     state
 	tools  *mcp.ClientSession
 	last   string
-	turn   Usage
-	seq    int
+	// lastFailed says the last tool call failed on the way (no answer
+	// from galley's MCP server), not that the tool refused.
+	lastFailed bool
+	turn       Usage
+	seq        int
 
 	searched bool // claude: galley's tools were found through ToolSearch this turn
 
@@ -443,10 +446,12 @@ func (r *runner) callTool(ctx context.Context, name, args string) {
 	r.toolStarted(id, name, in)
 	var texts []string
 	isErr := false
+	r.lastFailed = false
 	if r.tools == nil {
 		texts, isErr = []string{"MCP server galley is not connected"}, true
 	} else if res, err := r.call(ctx, name, in); err != nil {
 		texts, isErr = []string{err.Error()}, true
+		r.lastFailed = true
 	} else {
 		for _, c := range res.Content {
 			if t, ok := c.(*mcp.TextContent); ok {
