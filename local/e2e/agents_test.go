@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/galley-run/galley/local/providerstandin"
+	"github.com/galley-run/galley/pkg/prices"
 	"github.com/galley-run/galley/pkg/protocol"
 )
 
@@ -195,33 +197,60 @@ func usageOf(t *testing.T, s *server, handle string) (string, protocol.UsageRepo
 
 // TestAgentCLIs runs each family's stand-in CLI through its real driver:
 // ready, a question and its reply, a message while working and one after
-// the turn ended (a resumed session), a pushed commit, the usage the CLI
-// reported, and the outcome it reported.
+// the turn ended (a resumed session), a pushed commit, a model call in each
+// turn through the harness's model proxy to the provider galley serve's
+// --anthropic-base-url and --openai-base-url name, the usage galley counted
+// there (never what the CLI says), and the outcome it reported.
 func TestAgentCLIs(t *testing.T) {
+	// Two model calls, each of the provider stand-in's fixed usage, priced
+	// at the launch's model (pkg/prices).
+	priced := func(model string, u providerstandin.Usage, calls int64) *protocol.Cost {
+		p, ok := prices.Lookup(prices.All(), model)
+		if !ok {
+			t.Fatalf("no price for %s", model)
+		}
+		nano, ok := p.RequestNanoUSD(prices.Tokens{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite})
+		if !ok {
+			t.Fatalf("%s not priced", model)
+		}
+		return &protocol.Cost{Amount: (calls*nano + 500) / 1000, Basis: protocol.BasisComputed}
+	}
+	m, r := providerstandin.MessagesUsage, providerstandin.ResponsesUsage
 	cases := []struct {
 		family, model string
 		want          protocol.UsageReport
 	}{
-		// Two turns of the stand-in's default usage: the CLI's running totals.
 		{"claude", "claude-sonnet-4-5", protocol.UsageReport{Agent: "claude", Model: "claude-sonnet-4-5",
-			Tokens: tokens(2000, 200, 1000, 400), Cost: &protocol.Cost{Amount: 24600, Basis: "reported"}}},
-		// codex states no cost: 2000×2.50 + 200×15 + 1000×0.25 + 400×2.50
-		// millionths of a dollar, from the gpt-5.4 row of the price table.
+			Tokens: tokens(2*m.Input, 2*m.Output, 2*m.CacheRead, 2*m.CacheWrite), Cost: priced("claude-sonnet-4-5", m, 2)}},
+		// OpenAI states no cache writes.
 		{"codex", "gpt-5.4", protocol.UsageReport{Agent: "codex", Model: "gpt-5.4",
-			Tokens: tokens(2000, 200, 1000, 400), Cost: &protocol.Cost{Amount: 9250, Basis: "computed"}}},
+			Tokens: &protocol.Tokens{Input: ptr(2 * r.Input), Output: ptr(2 * r.Output), CacheRead: ptr(2 * r.CacheRead)},
+			Cost: priced("gpt-5.4", r, 2)}},
 	}
-	s := agentServer(t, true)
+	key := "sk-ant-test-" + randomHex(t)
+	prov := providerstandin.New(key, nil)
+	t.Cleanup(prov.Close)
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("ANTHROPIC_API_KEY", key)
+	t.Setenv("CODEX_API_KEY", key)
+	openForAgents(t, "", false)
+	t.Setenv("PATH", standins(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	s := startServer(t, t.TempDir(), "--families", "claude,codex",
+		"--anthropic-base-url", prov.URL, "--openai-base-url", prov.URL+"/v1")
+	t.Cleanup(func() { dumpWorkerLogs(t, s) })
 	for _, tc := range cases {
 		t.Run(tc.family, func(t *testing.T) {
 			run, branch := "run-"+tc.family, "agents/"+tc.family
 			brief := strings.Join([]string{
 				"#!standin",
+				"model what colour?",
 				`tool ask_coordinator {"subject":"colour","body":"red or blue?"}`,
 				`tool post_status {"body":"reply: $LAST"}`,
 				"commit agent.txt written by " + tc.family,
 				"text first turn done",
 				"---",
-				`tool post_status {"body":"turn 2 prompt: $PROMPT"}`,
+				"model $PROMPT",
+				`tool post_status {"body":"turn 2: $LAST; prompt: $PROMPT"}`,
 				`tool finish {"outcome":"succeeded","body":"all done"}`,
 			}, "\n")
 			w, ans := agentLaunch(t, s, run, "k-"+tc.family, brief, branch, map[string]string{"agent": tc.family, "model": tc.model})
@@ -256,7 +285,7 @@ func TestAgentCLIs(t *testing.T) {
 			}
 			// A message after the turn ended resumes the session.
 			workerEffect(t, s, run, "k-msg2-"+tc.family, fmt.Sprintf(`{"type":"message-worker","worker":%s,"body":"please finish"}`, workerRes(w)))
-			mb.next(t, "second turn", kindBody(protocol.MsgStatus, "turn 2 prompt: please finish"))
+			mb.next(t, "second turn", kindBody(protocol.MsgStatus, "turn 2: model answered; prompt: please finish"))
 			done := mb.next(t, "worker-done", func(r mailRow) bool { return r.Kind == protocol.MsgWorkerDone })
 			if done.Outcome != protocol.OutcomeSucceeded || done.Body != "all done" {
 				t.Fatalf("worker-done: %+v", done)
@@ -278,6 +307,8 @@ func TestAgentCLIs(t *testing.T) {
 		})
 	}
 }
+
+func ptr(n int64) *int64 { return &n }
 
 func tokens(in, out, cr, cw int64) *protocol.Tokens {
 	return &protocol.Tokens{Input: &in, Output: &out, CacheRead: &cr, CacheWrite: &cw}

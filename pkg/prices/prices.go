@@ -135,6 +135,8 @@ var claude = map[string]Price{
 	"claude-sonnet-5-5": {Input: 2, CacheWrite: 2.50, CachedInput: 0.10, Output: 10},
 	"claude-sonnet-5":   {Input: 2, CacheWrite: 2.50, CachedInput: 0.20, Output: 10},
 	"claude-sonnet-4-6": {Input: 3, CacheWrite: 3.75, CachedInput: 0.30, Output: 15},
+	"claude-sonnet-4-5": {Input: 3, CacheWrite: 3.75, CachedInput: 0.30, Output: 15},
+	"claude-sonnet-4":   {Input: 3, CacheWrite: 3.75, CachedInput: 0.30, Output: 15},
 	"claude-haiku-5-5": {Input: 0.10, CacheWrite: 0.125, CachedInput: 0.01, Output: 0.50,
 		LongAbove: 100_000, Long: &Price{Input: 0.50, CacheWrite: 0.625, CachedInput: 0.05, Output: 2.50}},
 	"claude-haiku-4-5": {Input: 1, CacheWrite: 1.25, CachedInput: 0.10, Output: 5},

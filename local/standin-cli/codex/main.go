@@ -85,6 +85,12 @@ func run(args []string) int {
 	opts := standin.Options{Family: "codex", Model: model, Effort: cfg["model_reasoning_effort"], Resume: resume,
 		MCPURL: cfg[srv+"url"]}
 	opts.Required, _ = strconv.ParseBool(cfg[srv+"required"])
+	// Where codex sends its model calls: the model provider galley
+	// configures (model_provider and its base_url), else openai_base_url.
+	opts.ModelBaseURL = cfg["openai_base_url"]
+	if p := cfg["model_provider"]; p != "" {
+		opts.ModelBaseURL = cfg["model_providers."+p+".base_url"]
+	}
 	if env := cfg[srv+"bearer_token_env_var"]; env != "" {
 		tok := os.Getenv(env)
 		if tok == "" {

@@ -89,6 +89,9 @@ type Options struct {
 	MCPURL   string // galley's MCP server
 	MCPAuth  string // the Authorization header value
 	Required bool   // codex: fail to start without the server
+	// ModelBaseURL is codex's model provider's base URL (the `model`
+	// directive); claude reads ANTHROPIC_BASE_URL.
+	ModelBaseURL string
 }
 
 // Usage is one turn's (or a session's running) counts.
@@ -236,6 +239,8 @@ func (r *runner) do(ctx context.Context, line string) (code int, stop bool) {
 		r.callPatiently(ctx, name, r.subst(args))
 	case "text":
 		r.text(rest)
+	case "model":
+		r.modelCall(ctx, r.subst(rest))
 	case "commit":
 		path, text, _ := strings.Cut(rest, " ")
 		dir, _ := os.Getwd()
