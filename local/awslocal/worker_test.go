@@ -126,10 +126,22 @@ func randomValue(t *testing.T, prefix string) string {
 // provider key and none of kitchn's token, the task role's credentials, the
 // worker signing key or the git credential.
 func TestWorkerFromTemplateAWSLocal(t *testing.T) {
-	s, token := startStack(t)
+	const (
+		anthropicOrigin = "https://anthropic.llm-gateway.example"
+		openaiOrigin    = "https://openai.llm-gateway.example"
+	)
+	keys := map[string]string{"anthropic": randomValue(t, "sk-ant-test-"), "openai": randomValue(t, "sk-test-")}
+	provs := map[string]*providerstandin.Server{"claude": providerstandin.New(keys["anthropic"], nil),
+		"codex": providerstandin.New(keys["openai"], nil)}
+	for _, p := range provs {
+		t.Cleanup(p.Close)
+	}
+	s, token := startStack(t, func(c *awslocal.Config) {
+		c.Template = mutatedTemplate(t, withGateways(anthropicOrigin, openaiOrigin))
+		c.WorkerServices = map[string]http.Handler{anthropicOrigin: provs["claude"].Config.Handler, openaiOrigin: provs["codex"].Config.Handler}
+	})
 	ctx := context.Background()
 	house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
-	keys := map[string]string{"anthropic": randomValue(t, "sk-ant-test-"), "openai": randomValue(t, "sk-test-")}
 	for name, v := range keys {
 		if err := s.PutSecret(ctx, "galley/"+house+"/"+name, v); err != nil {
 			t.Fatal(err)
@@ -165,6 +177,7 @@ func TestWorkerFromTemplateAWSLocal(t *testing.T) {
 			brief := strings.Join([]string{
 				"#!standin",
 				"env-report",
+				"model which colour?",
 				`tool ask_coordinator {"subject":"colour","body":"red or blue?"}`,
 				`tool post_status {"body":"reply: $LAST"}`,
 				"commit agent.txt written by " + tc.family,
@@ -263,8 +276,20 @@ func TestWorkerFromTemplateAWSLocal(t *testing.T) {
 			for deadline := time.Now().Add(30 * time.Second); usage.Status != "reported" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 				call(t, s, token, "POST", "/v1/workers/usage", `{"worker":`+k.worker(w)+`}`, &usage)
 			}
-			if usage.Status != "reported" || usage.Report.Tokens == nil || usage.Report.Agent != tc.family {
-				t.Fatalf("usage: %+v", usage)
+			// The stand-in CLI's model call went through its harness's model
+			// proxy and the egress service to the provider, with the key
+			// from Secrets Manager; the usage is the proxy's count.
+			prov := provs[tc.family]
+			u := providerstandin.MessagesUsage
+			if tc.family == "codex" {
+				u = providerstandin.ResponsesUsage
+			}
+			if n := len(prov.Calls()); n != 1 || prov.SawWrongKey() {
+				t.Errorf("the provider answered %d calls (refused %v), want the agent's one", n, prov.Refused())
+			}
+			if usage.Status != "reported" || usage.Report.Tokens == nil || usage.Report.Agent != tc.family ||
+				usage.Report.Tokens.Input == nil || *usage.Report.Tokens.Input != u.Input || *usage.Report.Tokens.Output != u.Output {
+				t.Fatalf("usage %+v is not the proxy's count of one call of %+v", usage, u)
 			}
 		})
 	}
@@ -323,6 +348,35 @@ func TestTaskRoleIsCheckedAWSLocal(t *testing.T) {
 	}
 }
 
+// withGateways sets the provider base URLs to the LLM gateways at the two
+// origins as context keys anthropicBaseUrl and openaiBaseUrl set them: in
+// the worker's environment, and the gateways' hosts among the harness's
+// destinations at the egress proxy.
+func withGateways(anthropicOrigin, openaiOrigin string) func(res map[string]any) error {
+	return func(res map[string]any) error {
+		c, err := workerContainer(res)
+		if err != nil {
+			return err
+		}
+		env, _ := c["Environment"].([]any)
+		c["Environment"] = append(env,
+			map[string]any{"Name": harness.EnvAnthropicBaseURL, "Value": anthropicOrigin},
+			map[string]any{"Name": harness.EnvOpenAIBaseURL, "Value": openaiOrigin + "/v1"})
+		e, err := egressContainer(res)
+		if err != nil {
+			return err
+		}
+		for _, kv := range e["Environment"].([]any) {
+			if kv := kv.(map[string]any); kv["Name"] == egress.EnvHarnessAllow {
+				kv["Value"] = map[string]any{"Fn::Join": []any{",", []any{kv["Value"],
+					strings.TrimPrefix(anthropicOrigin, "https://") + "," + strings.TrimPrefix(openaiOrigin, "https://")}}}
+				return nil
+			}
+		}
+		return fmt.Errorf("the egress proxy's task sets no %s", egress.EnvHarnessAllow)
+	}
+}
+
 // TestImageCLIsWorkerAWSLocal runs the worker image's own pinned Claude
 // Code and Codex CLIs (worker/agent-clis, installed in the image) as the
 // deployed workers, against the provider stand-in (local/providerstandin)
@@ -369,31 +423,7 @@ func TestImageCLIsWorkerAWSLocal(t *testing.T) {
 	for _, p := range provs {
 		t.Cleanup(p.Close)
 	}
-	// As context keys anthropicBaseUrl and openaiBaseUrl set them: in the
-	// worker's environment, and the gateways' hosts among the harness's
-	// destinations at the egress proxy.
-	tpl := mutatedTemplate(t, func(res map[string]any) error {
-		c, err := workerContainer(res)
-		if err != nil {
-			return err
-		}
-		env, _ := c["Environment"].([]any)
-		c["Environment"] = append(env,
-			map[string]any{"Name": harness.EnvAnthropicBaseURL, "Value": anthropicOrigin},
-			map[string]any{"Name": harness.EnvOpenAIBaseURL, "Value": openaiOrigin + "/v1"})
-		e, err := egressContainer(res)
-		if err != nil {
-			return err
-		}
-		for _, kv := range e["Environment"].([]any) {
-			if kv := kv.(map[string]any); kv["Name"] == egress.EnvHarnessAllow {
-				kv["Value"] = map[string]any{"Fn::Join": []any{",", []any{kv["Value"],
-					strings.TrimPrefix(anthropicOrigin, "https://") + "," + strings.TrimPrefix(openaiOrigin, "https://")}}}
-				return nil
-			}
-		}
-		return fmt.Errorf("the egress proxy's task sets no %s", egress.EnvHarnessAllow)
-	})
+	tpl := mutatedTemplate(t, withGateways(anthropicOrigin, openaiOrigin))
 	s, token := startStack(t, func(c *awslocal.Config) {
 		c.Template = tpl
 		c.ImageAgentCLIs = true

@@ -225,7 +225,7 @@ func TestAgentCLIs(t *testing.T) {
 		// OpenAI states no cache writes.
 		{"codex", "gpt-5.4", protocol.UsageReport{Agent: "codex", Model: "gpt-5.4",
 			Tokens: &protocol.Tokens{Input: ptr(2 * r.Input), Output: ptr(2 * r.Output), CacheRead: ptr(2 * r.CacheRead)},
-			Cost: priced("gpt-5.4", r, 2)}},
+			Cost:   priced("gpt-5.4", r, 2)}},
 	}
 	key := "sk-ant-test-" + randomHex(t)
 	prov := providerstandin.New(key, nil)
