@@ -15,9 +15,28 @@ const (
 	priceSecretsPer10k        = 0.05         // Secrets Manager API calls
 	priceFargateVCPUHourArm   = 0.03238      // Fargate Linux/Arm vCPU-hour
 	priceFargateGBHourArm     = 0.00356      // Fargate Linux/Arm GB-hour
-	pricePublicIPv4Hour       = 0.005        // public IPv4 address-hour (one per worker task)
+	pricePublicIPv4Hour       = 0.005        // public IPv4 address-hour (the egress proxy's task; worker tasks have none)
+	priceInterfaceEndpointHr  = 0.01         // VPC interface endpoint-hour, per AZ
+	priceHostedZoneMonth      = 0.50         // Route 53 private hosted zone (the Cloud Map namespace's)
+	priceCloudMapInstance     = 0.10         // Cloud Map registered instance-month
 	priceLogsIngestPerGB      = 0.50         // CloudWatch Logs ingestion
 	assumedLogMBPerWorkerHour = 6.0          // worker and flow log lines: assumed, not measured
 	fixedPerMonth             = 12.91        // secrets, alarms, dashboard, metrics, Container Insights, ECR (docs/cost.md)
 	hoursPerMonth             = 720.0
+
+	// The workers' network (docs/cost.md, "The network"): four interface
+	// endpoints (ECR API, ECR registry, CloudWatch Logs, Secrets
+	// Manager) in each of the template's AZs, and the egress proxy's
+	// task (0.25 vCPU, 0.5 GB, Arm) with its public address.
+	interfaceEndpoints = 4
+	proxyVCPU, proxyGB = 0.25, 0.5
+	dnsFirewallMonth   = 0.01 // about 10 domain names
 )
+
+// networkPerMonth is the workers' network's fixed cost a month in azs
+// availability zones.
+func networkPerMonth(azs int) float64 {
+	return float64(interfaceEndpoints*azs)*priceInterfaceEndpointHr*hoursPerMonth +
+		(proxyVCPU*priceFargateVCPUHourArm+proxyGB*priceFargateGBHourArm+pricePublicIPv4Hour)*hoursPerMonth +
+		priceHostedZoneMonth + priceCloudMapInstance + dnsFirewallMonth
+}

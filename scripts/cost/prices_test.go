@@ -48,6 +48,9 @@ func TestPricesMatchTheDocument(t *testing.T) {
 		{"Fargate Linux/Arm vCPU", 0, priceFargateVCPUHourArm},
 		{"Fargate Linux/Arm memory", 0, priceFargateGBHourArm},
 		{"Public IPv4 address", 0, pricePublicIPv4Hour},
+		{"VPC interface endpoint", 0, priceInterfaceEndpointHr},
+		{"Route 53 private hosted zone", 0, priceHostedZoneMonth},
+		{"Cloud Map", 0, priceCloudMapInstance},
 		{"CloudWatch Logs ingestion", 0, priceLogsIngestPerGB},
 		{"Secrets Manager", 1, priceSecretsPer10k},
 	} {
@@ -59,6 +62,21 @@ func TestPricesMatchTheDocument(t *testing.T) {
 		v, err := strconv.ParseFloat(c[tc.index], 64)
 		if err != nil || v != tc.price {
 			t.Errorf("docs/cost.md prices %q at %q, the script at %v", tc.row, c[tc.index], tc.price)
+		}
+	}
+}
+
+// The network's fixed month the script adds is the one docs/cost.md
+// states for two AZs and for one.
+func TestNetworkMatchesTheDocument(t *testing.T) {
+	b, err := os.ReadFile("../../docs/cost.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for azs, want := range map[int]string{2: "68.92", 1: "40.12"} {
+		got := strconv.FormatFloat(networkPerMonth(azs), 'f', 2, 64)
+		if got != want || !strings.Contains(string(b), "**"+want+"**") {
+			t.Errorf("the network in %d AZs: the script says %s, docs/cost.md %s", azs, got, want)
 		}
 	}
 }

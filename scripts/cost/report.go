@@ -230,14 +230,14 @@ func report(w io.Writer, r *result) {
 	}
 	control := func(n float64) float64 { return n*(wh+lo+ro) + ch }
 	row(fmt.Sprintf("Fargate (%.0f vCPU, %.0f GB, Arm)", r.vcpu, r.memGB), "assumed price × template size", func(n float64) float64 { return n * fargate })
-	row("Public IPv4 per task", "assumed", func(n float64) float64 { return n * pricePublicIPv4Hour })
 	row("Idle workers' control plane", "measured", func(n float64) float64 { return n * wh })
 	row("Launch, question, release (once per worker-hour)", "measured", func(n float64) float64 { return n * (lo + ro) })
 	row("Coordinator awaiting", "measured", func(float64) float64 { return ch })
 	row(fmt.Sprintf("Logs (%.0f MB per worker-hour)", assumedLogMBPerWorkerHour), "assumed", func(n float64) float64 { return n * logs })
 	row("Fixed lines (secrets, alarms, dashboard, metrics, Container Insights, ECR)", "assumed", func(float64) float64 { return fixedPerMonth / hoursPerMonth })
+	row("The workers' network (2 AZs: endpoints, egress proxy, Cloud Map, DNS Firewall)", "assumed", func(float64) float64 { return networkPerMonth(2) / hoursPerMonth })
 	houseHour := func(n float64) float64 {
-		return n*(fargate+pricePublicIPv4Hour+logs) + control(n) + fixedPerMonth/hoursPerMonth
+		return n*(fargate+logs) + control(n) + (fixedPerMonth+networkPerMonth(2))/hoursPerMonth
 	}
 	row("**total per hour**", "", houseHour)
 	fmt.Fprintf(w, "| **total per month** (720 h, that many workers live all the time) | | %.2f | %.2f | %.2f |\n",
