@@ -476,7 +476,8 @@ func TestConfigFromEnv(t *testing.T) {
 
 // TestAgentEnvironment runs a shell agent under a harness whose own
 // environment is full of what the agent must not hold: it gets the
-// allow-list, its own provider key under its CLI's name, and nothing else.
+// allow-list, its model proxy's token and URL under its CLI's names, and
+// nothing else.
 // (Not parallel: it sets the process's environment.)
 func TestAgentEnvironment(t *testing.T) {
 	forbidden := map[string]string{}
