@@ -362,7 +362,7 @@ func New(opts ...Option) (*Proxy, error) {
 func (p *Proxy) newRules(decider acl.Decider, allowPrivate bool, logger *logrus.Logger, noMetrics metrics.MetricsClientInterface) (*rules, error) {
 	lim := p.o.limits
 	cfg := &smokescreen.Config{
-		Resolver:        newResolver(p.o.resolver),
+		Resolver:        p.resolver(),
 		Log:             logger,
 		EgressACL:       decider,
 		RoleFromRequest: roleFromRequest,
@@ -383,7 +383,7 @@ func (p *Proxy) newRules(decider acl.Decider, allowPrivate bool, logger *logrus.
 		TunnelLimiter:                p.tunnels,
 		ConnTracker:                  p.tracker,
 		LocalIPs:                     localIPs(),
-		UpstreamProxySelector:        noteResolved,
+		UpstreamProxySelector:        p.noteResolved,
 		RejectResponseHandlerWithCtx: rewriteRejection,
 		ProxyDialTimeout:             p.dial,
 	}
@@ -482,16 +482,49 @@ const (
 )
 
 // noteResolved is smokescreen's UpstreamProxySelector, called once a
-// request is allowed and resolved: it records the address and the reason,
-// and selects no upstream (chaining dials through ProxyDialTimeout, which
-// keeps smokescreen's tunnel accounting and idle timeouts).
-func noteResolved(sctx *smokescreen.SmokescreenContext, d *smokescreen.ACLDecision) string {
+// request is allowed and resolved: it records the address (none when
+// chained: the upstream resolves) and the reason, and selects no upstream
+// (chaining dials through ProxyDialTimeout, which keeps smokescreen's
+// tunnel accounting and idle timeouts).
+func (p *Proxy) noteResolved(sctx *smokescreen.SmokescreenContext, d *smokescreen.ACLDecision) string {
 	f := logrus.Fields{reasonField: d.Reason}
-	if d.ResolvedAddr != nil {
+	if d.ResolvedAddr != nil && p.upstream == nil {
 		f[resolvedField] = d.ResolvedAddr.String()
 	}
 	sctx.Logger = sctx.Logger.WithFields(f)
 	return ""
+}
+
+// resolver is what smokescreen resolves destinations with before its
+// address checks: the configured DNS server or the system's; but a proxy
+// chained to an upstream resolves nothing itself. It decides by name (the
+// allowlist) and asks the upstream for the name, which resolves it and
+// refuses a private or loopback address there, where the connection
+// leaves from: a worker task's own resolver may have no answer for a name
+// the egress service can reach (aws-local's containers have no resolver
+// at all), and its answer would not be where the connection goes anyway.
+func (p *Proxy) resolver() smokescreen.Resolver {
+	if p.upstream != nil {
+		return resolvedUpstream{}
+	}
+	return newResolver(p.o.resolver)
+}
+
+// resolvedUpstream answers every name with one public placeholder address,
+// which passes smokescreen's address checks and is never dialed: the
+// chained dial asks the upstream for the name (upstream.dial).
+type resolvedUpstream struct{}
+
+// upstreamPlaceholder is a global unicast address of the IETF's protocol
+// assignments block (192.0.0.0/24), which no host answers.
+var upstreamPlaceholder = net.IPv4(192, 0, 0, 9)
+
+func (resolvedUpstream) LookupPort(ctx context.Context, network, service string) (int, error) {
+	return net.DefaultResolver.LookupPort(ctx, network, service)
+}
+
+func (resolvedUpstream) LookupIP(context.Context, string, string) ([]net.IP, error) {
+	return []net.IP{upstreamPlaceholder}, nil
 }
 
 func newResolver(addr string) *net.Resolver {

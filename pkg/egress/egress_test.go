@@ -541,9 +541,12 @@ func TestChainedThroughAnUpstream(t *testing.T) {
 	up := w.start(t, egress.RequireHarness(),
 		egress.WithAllowlist(allow(t, "allowed.galley.test")),
 		egress.WithHarness(secret, egress.HostList{}))
+	// The per-worker proxy's own resolver answers nothing (a worker task
+	// here may have none): chained, it decides by name and the upstream
+	// resolves.
 	down := w.start(t,
 		egress.WithAllowlist(allow(t, "allowed.galley.test, second.galley.test")),
-		egress.WithUpstream("http://"+up.addr, secret))
+		egress.WithUpstream("http://"+up.addr, secret), egress.WithResolver(deadResolver(t)))
 	c := w.client(t, &url.URL{Scheme: "http", Host: down.addr})
 
 	for _, u := range []string{
@@ -557,8 +560,8 @@ func TestChainedThroughAnUpstream(t *testing.T) {
 		if up.rec.count() == before {
 			t.Fatalf("GET %s did not pass through the upstream", u)
 		}
-		if d := down.rec.last(t); !d.Allowed || d.Role != egress.RoleAgent {
-			t.Errorf("the per-worker proxy's decision %+v", d)
+		if d := down.rec.last(t); !d.Allowed || d.Role != egress.RoleAgent || d.Addr != "" {
+			t.Errorf("the per-worker proxy's decision %+v (it resolves nothing when chained)", d)
 		}
 		if d := up.rec.last(t); !d.Allowed || d.Role != egress.RoleHarness || d.Host != "allowed.galley.test" {
 			t.Errorf("the upstream's decision %+v", d)
@@ -814,4 +817,17 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// deadResolver is a DNS server address where nothing answers: a port of
+// loopback that was just free.
+func deadResolver(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }
