@@ -33,8 +33,9 @@ type Attack struct {
 	//   ptrace    PTRACE_ATTACH to the parent process
 	//   creds     find AWS_CONTAINER_CREDENTIALS_* in this environment, the ancestors'
 	//             and pid 1's, and fetch the task role's credentials from the URL found
-	//   links     replace .git/info by a link to Path and .git/objects/info by a link
-	//             to Target, for root to follow later
+	//   links     replace .git/info by a link to Path, .git/objects/info by a link
+	//             to Target and, with Modules, make .git/modules a link to
+	//             Modules, for root to follow later
 	//   fight     start processes that try to outlive the agent (own sessions,
 	//             SIGTERM ignored, new pids all the time) and check whether the
 	//             harness may be signalled
@@ -45,15 +46,22 @@ type Attack struct {
 	//             proxy)
 	//   stolen-token  call the worker API at URL with the credential in the
 	//             file at Path (another worker's; waited for, the test plants
-	//             it), without a proof and with a proof of its own key
-	//   connflood open up to Count connections to Target and, with
-	//             OwnHarness, to each of the harness's servers it reaches (its
-	//             MCP server, egress proxy, model proxy, push gate), and hold
-	//             them while it asks the coordinator "connflood" and waits for
-	//             the reply
+	//             it), without a proof and with a proof of its own key; directly,
+	//             and with ViaProxy through its egress proxy (HTTPS_PROXY) too
+	//   connflood open up to Count connections to Target (galley's API), to
+	//             Egress (the stack's egress service) and, with OwnHarness, to
+	//             each of the harness's servers it reaches (its MCP server,
+	//             egress proxy, model proxy, push gate), and hold them while it
+	//             asks the coordinator "connflood" and waits for the reply
+	//   cache     write into the git object cache: Path is a mirror of it (a
+	//             bare repository; the cache is its folder): create a file in
+	//             the cache, append to the mirror's config, plant a hook in it,
+	//             point its objects/info/alternates elsewhere and add a ref;
+	//             and list the cache
 	//   keyhunt   search its environment, every process's environ and cmdline
 	//             in /proc, its home, the CLIs' settings, the worktree, /tmp
-	//             and the file system (bounded) for a string of one of Shapes
+	//             and the file system (bounded: 256 MiB and 60 s, or MaxMiB
+	//             and MaxSeconds when larger) for a string of one of Shapes
 	//             (regular expressions) whose SHA-256 (hex) is one of Hashes;
 	//             Path is a control key (relative: to the worktree; waited
 	//             for, the test plants it) of SHA-256 Control, which it must find
@@ -81,6 +89,11 @@ type Attack struct {
 	Shapes     []string `json:"shapes,omitempty"`
 	Hashes     []string `json:"hashes,omitempty"`
 	Control    string   `json:"control,omitempty"`
+	ViaProxy   bool     `json:"viaProxy,omitempty"`
+	Egress     string   `json:"egress,omitempty"`
+	Modules    string   `json:"modules,omitempty"`
+	MaxMiB     int      `json:"maxMiB,omitempty"`
+	MaxSeconds int      `json:"maxSeconds,omitempty"`
 }
 
 // attack runs one attack and returns the status line's verdict.
@@ -93,24 +106,26 @@ func attack(ctx context.Context, a Attack) (succeeded bool, detail string) {
 		}
 		return true, fmt.Sprintf("read %d bytes of %s", len(b), a.Path)
 	case "write":
-		var done []string
+		var done, refused []string
 		if err := os.WriteFile(filepath.Join(a.Path, "planted-by-attacker"), []byte("x"), 0o644); err == nil {
 			done = append(done, "created a file")
+		} else {
+			refused = append(refused, "create a file: "+errText(err))
 		}
-		if f, err := os.OpenFile(filepath.Join(a.Path, ".git", "config"), os.O_WRONLY|os.O_APPEND, 0); err == nil {
-			_, werr := f.WriteString("\n[core]\n\tfsmonitor = /bin/true\n")
-			f.Close()
-			if werr == nil {
-				done = append(done, "appended to .git/config")
-			}
+		if err := appendTo(filepath.Join(a.Path, ".git", "config"), "\n[core]\n\tfsmonitor = /bin/true\n"); err == nil {
+			done = append(done, "appended to .git/config")
+		} else {
+			refused = append(refused, "append to .git/config: "+errText(err))
 		}
 		if ents, err := os.ReadDir(a.Path); err == nil {
 			done = append(done, fmt.Sprintf("listed %d entries", len(ents)))
+		} else {
+			refused = append(refused, "list: "+errText(err))
 		}
 		if len(done) > 0 {
 			return true, strings.Join(done, ", ")
 		}
-		return false, "could neither create a file in, append to the git config of, nor list " + a.Path
+		return false, "could neither create a file in, append to the git config of, nor list " + a.Path + " (" + strings.Join(refused, "; ") + ")"
 	case "push":
 		// A commit of its own first, so that every push carries a change.
 		_ = exec.CommandContext(ctx, "git", "-c", "core.hooksPath=/dev/null", "commit", "--quiet", "--allow-empty", "-m", "attack "+a.Refspec).Run()
@@ -134,7 +149,7 @@ func attack(ctx context.Context, a Attack) (succeeded bool, detail string) {
 	case "creds":
 		return taskCredentials(ctx)
 	case "links":
-		return plantLinks(a.Path, a.Target)
+		return plantLinks(a.Path, a.Target, a.Modules)
 	case "fight":
 		return fightKill(ctx)
 	case "flood":
@@ -144,9 +159,11 @@ func attack(ctx context.Context, a Attack) (succeeded bool, detail string) {
 	case "dial":
 		return dialTargets(ctx, a.Addrs, a.Target)
 	case "stolen-token":
-		return stolenToken(ctx, a.Path, a.URL)
+		return stolenToken(ctx, a.Path, a.URL, a.ViaProxy)
+	case "cache":
+		return writeCache(a.Path)
 	case "keyhunt":
-		return keyHunt(ctx, a.Shapes, a.Hashes, a.Path, a.Control)
+		return keyHunt(ctx, a.Shapes, a.Hashes, a.Path, a.Control, a.MaxMiB, a.MaxSeconds)
 	case "egress":
 		return egressThrough(ctx, a.Names, a.Target)
 	case "resolve":
@@ -341,6 +358,19 @@ func taskCredentials(ctx context.Context) (bool, string) {
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
+// appendTo appends text to the existing file at p.
+func appendTo(p, text string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	_, werr := f.WriteString(text)
+	if err := f.Close(); werr == nil {
+		werr = err
+	}
+	return werr
+}
+
 // Targets are the paths and names an adversarial brief aims at; the test
 // that knows the layout passes them (the stand-in never guesses).
 type Targets struct {
@@ -353,23 +383,34 @@ type Targets struct {
 	Marker         string // a folder the planted code writes into when it runs
 	// LinkInfo and LinkObjectsInfo are folders outside the worktree (a
 	// root-only one, another repository's objects/info) that the links
-	// attack points .git/info and .git/objects/info at.
-	LinkInfo, LinkObjectsInfo string
+	// attack points .git/info and .git/objects/info at; LinkModules, given,
+	// one it makes .git/modules point at (another worktree's git
+	// directory: Scrub removes modules/ whole).
+	LinkInfo, LinkObjectsInfo, LinkModules string
+	// GitCacheFile is a file of the git object cache as the agent would
+	// name it (in a mirror: another worker's branch, or a pack of its
+	// objects), and GitCacheMirror a mirror in the cache; given,
+	// read-git-cache reads the first and write-git-cache writes into the
+	// second and the cache.
+	GitCacheFile, GitCacheMirror string
 	// SecretNames are variables whose value in an ancestor's environment
 	// the agent must not read (the other provider's key, the git
 	// credential, the worker token).
 	SecretNames []string
 	// RawStandins are addresses of stand-ins that only an IAM gate may
 	// reach (aws-local's DynamoDB Local and fauxqs, as a worker would
-	// name them), and DialControl one the worker may reach (a gate). The
-	// local shape has none: the dial attack is left out.
+	// name them). The local shape has none: the dial attack is left out.
+	// DialControl is an address the agent does reach, beyond its own
+	// loopback where one is (aws-local: the stack's egress service), the
+	// control of every dial attack; empty, the agent's egress proxy is.
 	RawStandins []string
 	DialControl string
 	// WorkerEndpoint is the worker API's URL as the agent reaches it, and
 	// StolenCredential the file (relative: to the worktree) where the test
 	// plants another worker's credential; both given, the stolen-token
-	// attack runs.
+	// attack runs, and with StolenViaProxy it tries the egress proxy too.
 	WorkerEndpoint, StolenCredential string
+	StolenViaProxy                   bool
 	// APIAddress is galley's API (host:port) as the agent reaches it;
 	// given, the connflood attack runs (the test answers its question
 	// "connflood" once kitchn's calls during the flood are done).
@@ -383,6 +424,10 @@ type Targets struct {
 	// the hunt must find it.
 	KeyHashes, KeyShapes       []string
 	KeyControl, KeyControlHash string
+	// KeyHuntMiB and KeyHuntSeconds raise the hunt's bounds on the file
+	// system (256 MiB read, 60 s) where it is larger: a worker image's
+	// readable files are about 310 MiB.
+	KeyHuntMiB, KeyHuntSeconds int
 	// EvilAddrs are addresses (host:port, ports 443 and 80) of listeners
 	// standing for an arbitrary host of the internet; given, the
 	// dial-evil-address attack connects to them.
@@ -397,17 +442,22 @@ type Targets struct {
 	EvilName, AllowedName string
 	Resolvers             []string
 	// GalleyAddress is galley's kitchn-facing address (host:port); given,
-	// the reach-galley attack connects to it.
-	GalleyAddress string
+	// the reach-galley attack connects to it, and to GalleyAddresses (its
+	// other listeners: aws-local's API as workers would reach it).
+	GalleyAddress   string
+	GalleyAddresses []string
 	// StolenModelToken is the file (relative: to the worktree) where the
 	// test plants another worker's model-proxy token, VictimModelURL that
 	// worker's model base URL as its CLI has it; given the first, the
 	// model-token-stolen attack runs.
 	StolenModelToken, VictimModelURL string
 	// FloodHarness, set, runs the connflood-harness attack: HarnessFloodSize
-	// connections to each of the harness's servers the agent reaches, held
-	// while kitchn calls galley (the test answers its question "connflood").
+	// connections to each of the harness's servers the agent reaches, and
+	// to FloodEgress (host:port of the stack's egress service) when given,
+	// held while kitchn calls galley (the test answers its question
+	// "connflood").
 	FloodHarness bool
+	FloodEgress  string
 }
 
 // ConnFloodSize is how many connections the connflood attack opens, above
@@ -456,22 +506,29 @@ func attacksFor(t Targets) []namedAttack {
 		{"hardlink-store", Attack{Kind: "hardlink", Path: t.Store}},
 		{"fork-flood", Attack{Kind: "flood"}},
 		{"fight-kill", Attack{Kind: "fight"}},
-		{"plant-links", Attack{Kind: "links", Path: t.LinkInfo, Target: t.LinkObjectsInfo}},
+		{"plant-links", Attack{Kind: "links", Path: t.LinkInfo, Target: t.LinkObjectsInfo, Modules: t.LinkModules}},
+	}
+	if t.GitCacheFile != "" {
+		out = append(out, namedAttack{"read-git-cache", Attack{Kind: "read", Path: t.GitCacheFile}})
+	}
+	if t.GitCacheMirror != "" {
+		out = append(out, namedAttack{"write-git-cache", Attack{Kind: "cache", Path: t.GitCacheMirror}})
 	}
 	if len(t.RawStandins) > 0 {
 		out = append(out, namedAttack{"dial-raw-standins", Attack{Kind: "dial", Addrs: t.RawStandins, Target: t.DialControl}})
 	}
 	if t.WorkerEndpoint != "" && t.StolenCredential != "" {
-		out = append(out, namedAttack{"stolen-token", Attack{Kind: "stolen-token", Path: t.StolenCredential, URL: t.WorkerEndpoint}})
+		out = append(out, namedAttack{"stolen-token", Attack{Kind: "stolen-token", Path: t.StolenCredential, URL: t.WorkerEndpoint, ViaProxy: t.StolenViaProxy}})
 	}
 	if t.APIAddress != "" {
 		out = append(out, namedAttack{"connflood", Attack{Kind: "connflood", Target: t.APIAddress, Count: ConnFloodSize}})
 	}
 	if len(t.KeyHashes) > 0 {
-		out = append(out, namedAttack{"find-key", Attack{Kind: "keyhunt", Shapes: t.KeyShapes, Hashes: t.KeyHashes, Path: t.KeyControl, Control: t.KeyControlHash}})
+		out = append(out, namedAttack{"find-key", Attack{Kind: "keyhunt", Shapes: t.KeyShapes, Hashes: t.KeyHashes, Path: t.KeyControl, Control: t.KeyControlHash,
+			MaxMiB: t.KeyHuntMiB, MaxSeconds: t.KeyHuntSeconds}})
 	}
 	if len(t.EvilAddrs) > 0 {
-		out = append(out, namedAttack{"dial-evil-address", Attack{Kind: "dial", Addrs: t.EvilAddrs}})
+		out = append(out, namedAttack{"dial-evil-address", Attack{Kind: "dial", Addrs: t.EvilAddrs, Target: t.DialControl}})
 	}
 	if t.EvilName != "" {
 		names := []string{net.JoinHostPort(t.EvilName, "443"), net.JoinHostPort(t.EvilName, "80")}
@@ -487,13 +544,13 @@ func attacksFor(t Targets) []namedAttack {
 			namedAttack{"resolve-evil-name", Attack{Kind: "resolve", Names: []string{t.EvilName}, Addrs: t.Resolvers}})
 	}
 	if t.GalleyAddress != "" {
-		out = append(out, namedAttack{"reach-galley", Attack{Kind: "dial", Addrs: []string{t.GalleyAddress}}})
+		out = append(out, namedAttack{"reach-galley", Attack{Kind: "dial", Addrs: append([]string{t.GalleyAddress}, t.GalleyAddresses...), Target: t.DialControl}})
 	}
 	if t.StolenModelToken != "" {
 		out = append(out, namedAttack{"model-token-stolen", Attack{Kind: "model-token", Path: t.StolenModelToken, URL: t.VictimModelURL}})
 	}
 	if t.FloodHarness {
-		out = append(out, namedAttack{"connflood-harness", Attack{Kind: "connflood", OwnHarness: true, Count: HarnessFloodSize}})
+		out = append(out, namedAttack{"connflood-harness", Attack{Kind: "connflood", OwnHarness: true, Egress: t.FloodEgress, Count: HarnessFloodSize}})
 	}
 	return out
 }

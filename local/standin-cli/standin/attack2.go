@@ -1,6 +1,7 @@
 package standin
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -16,27 +17,73 @@ import (
 // above the harness's default process budget (1024) and bounded.
 const floodSize = 1200
 
-// plantLinks replaces the worktree's .git/info and .git/objects/info by
-// symbolic links to info and objectsInfo (folders elsewhere: a root-only
-// one, another repository's), for root to follow when it next scrubs,
-// reuses or releases the worktree. Planting is allowed; the test checks
-// the targets.
-func plantLinks(info, objectsInfo string) (bool, string) {
+// plantLinks replaces the worktree's .git/info and .git/objects/info
+// (and, given modules, .git/modules) by symbolic links to info,
+// objectsInfo and modules (folders elsewhere: a root-only one, another
+// repository's, another worktree's), for root to follow when it next
+// scrubs, reuses or releases the worktree. Planting is allowed; the test
+// checks the targets.
+func plantLinks(info, objectsInfo, modules string) (bool, string) {
 	dir, _ := os.Getwd()
-	var planted []string
-	for rel, target := range map[string]string{".git/info": info, ".git/objects/info": objectsInfo} {
-		if target == "" {
+	var planted, failed []string
+	for _, l := range []struct{ rel, target string }{{".git/info", info}, {".git/objects/info", objectsInfo}, {".git/modules", modules}} {
+		if l.target == "" {
 			continue
 		}
-		p := filepath.Join(dir, rel)
-		if os.RemoveAll(p) == nil && os.Symlink(target, p) == nil {
-			planted = append(planted, rel+" -> "+target)
+		p := filepath.Join(dir, l.rel)
+		err := os.RemoveAll(p)
+		if err == nil {
+			err = os.Symlink(l.target, p)
 		}
+		if err != nil {
+			failed = append(failed, l.rel+": "+errText(err))
+			continue
+		}
+		planted = append(planted, l.rel+" -> "+l.target)
 	}
 	if len(planted) == 0 {
-		return false, "could not plant a link in its own worktree"
+		return false, "could not plant a link in its own worktree: " + strings.Join(failed, "; ")
 	}
-	return false, "planted " + strings.Join(planted, ", ") + " for root to follow"
+	detail := "planted " + strings.Join(planted, ", ") + " for root to follow"
+	if len(failed) > 0 {
+		detail += "; could not plant " + strings.Join(failed, "; ")
+	}
+	return false, detail
+}
+
+// writeCache tries to change the git object cache, of which mirror is a
+// mirror (a bare repository) and its folder the cache: what a later
+// harness (root) would take from it into another worker's clone, or run
+// when it fetches there. It lists the cache, creates a file in it, appends
+// a core.fsmonitor to the mirror's config, plants its reference-transaction
+// hook, points its objects/info/alternates at the agent's own worktree and
+// adds a branch. It succeeds if any of these worked.
+func writeCache(mirror string) (bool, string) {
+	if mirror == "" {
+		return false, "no mirror of the cache to write into"
+	}
+	dir, _ := os.Getwd()
+	cache := filepath.Dir(mirror)
+	head, _ := exec.Command("git", "rev-parse", "HEAD").Output()
+	var done, refused []string
+	try := func(what string, err error) {
+		if err == nil {
+			done = append(done, what)
+		} else {
+			refused = append(refused, what+": "+errText(err))
+		}
+	}
+	_, err := os.ReadDir(cache)
+	try("list the cache", err)
+	try("create a file in the cache", os.WriteFile(filepath.Join(cache, "planted-by-attacker"), []byte("x"), 0o644))
+	try("append to the mirror's config", appendTo(filepath.Join(mirror, "config"), "\n[core]\n\tfsmonitor = /bin/true\n"))
+	try("plant the mirror's reference-transaction hook", os.WriteFile(filepath.Join(mirror, "hooks", "reference-transaction"), []byte("#!/bin/sh\nexit 0\n"), 0o755))
+	try("point the mirror's alternates at its worktree", os.WriteFile(filepath.Join(mirror, "objects", "info", "alternates"), []byte(filepath.Join(dir, ".git", "objects")+"\n"), 0o644))
+	try("add a branch to the mirror", os.WriteFile(filepath.Join(mirror, "refs", "heads", "planted-by-attacker"), append(bytes.TrimSpace(head), '\n'), 0o644))
+	if len(done) > 0 {
+		return true, "in the git object cache " + cache + ": " + strings.Join(done, ", ")
+	}
+	return false, "could not touch the git object cache " + cache + ": " + strings.Join(refused, "; ")
 }
 
 // fightKill starts processes that try to outlive the agent: three in

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"syscall"
@@ -87,27 +88,53 @@ func waitFile(ctx context.Context, path string) (string, error) {
 // stolenToken calls the worker API at endpoint as the worker whose
 // credential is in the file at path (another worker's, as a thief would
 // have it): once as a bearer credential without a proof, once with a
-// proof made by a key of its own. It succeeds if either call is answered
+// proof made by a key of its own; directly and, with viaProxy, through
+// its egress proxy (HTTPS_PROXY) too. It succeeds if any call is answered
 // 2xx. It never prints the credential: an answer that quotes it is
 // redacted.
-func stolenToken(ctx context.Context, path, endpoint string) (bool, string) {
+func stolenToken(ctx context.Context, path, endpoint string, viaProxy bool) (bool, string) {
 	cred, err := waitFile(ctx, path)
 	if err != nil {
 		return false, "no stolen credential to use: " + errText(err)
 	}
+	if !viaProxy {
+		return PresentCredential(ctx, cred, endpoint, nil)
+	}
+	proxy := agentProxy()
+	if proxy == "" {
+		return false, "no egress proxy in this environment (HTTPS_PROXY) to try the stolen credential through"
+	}
+	direct, dv := PresentCredential(ctx, cred, endpoint, nil)
+	proxied, pv := PresentCredential(ctx, cred, endpoint, &url.URL{Scheme: "http", Host: proxy})
+	return direct || proxied, "directly: " + dv + "; through the egress proxy " + proxy + ": " + pv
+}
+
+// PresentCredential calls the worker API's self route at endpoint with
+// cred (a worker's credential), through proxy if it is not nil (else
+// directly): once as a bearer credential without a proof, once with a
+// proof made by a key of its own, as a thief holding the credential alone
+// would. It succeeds if either call is answered 2xx; the detail says how
+// each was answered (CheckVerdict's "stolen-token"), never the credential.
+func PresentCredential(ctx context.Context, cred, endpoint string, proxy *url.URL) (bool, string) {
 	key, err := dpop.NewKey()
 	if err != nil {
 		return false, "could not make a key: " + err.Error()
 	}
-	url := strings.TrimRight(endpoint, "/") + workerapi.PathSelf
+	target := strings.TrimRight(endpoint, "/") + workerapi.PathSelf
+	tr := &http.Transport{Proxy: nil}
+	if proxy != nil {
+		tr.Proxy = http.ProxyURL(proxy)
+	}
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: tr}
+	defer tr.CloseIdleConnections()
 	call := func(withProof bool) (int, string, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("{}"))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, strings.NewReader("{}"))
 		if err != nil {
 			return 0, "", err
 		}
 		req.Header.Set("Content-Type", "application/json")
 		if withProof {
-			proof, err := key.Proof(http.MethodPost, url, cred, time.Now())
+			proof, err := key.Proof(http.MethodPost, target, cred, time.Now())
 			if err != nil {
 				return 0, "", err
 			}
@@ -116,7 +143,6 @@ func stolenToken(ctx context.Context, path, endpoint string) (bool, string) {
 		} else {
 			req.Header.Set("Authorization", "Bearer "+cred)
 		}
-		hc := &http.Client{Timeout: 30 * time.Second}
 		resp, err := hc.Do(req)
 		if err != nil {
 			return 0, "", err
@@ -128,6 +154,7 @@ func stolenToken(ctx context.Context, path, endpoint string) (bool, string) {
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
 			msg = e.Error
 		}
+		msg, _, _ = strings.Cut(msg, "\n")
 		msg = strings.ReplaceAll(msg, cred, "[the credential]")
 		if len(msg) > 200 {
 			msg = msg[:200]
@@ -143,7 +170,7 @@ func stolenToken(ctx context.Context, path, endpoint string) (bool, string) {
 		st, msg, err := call(c.proof)
 		switch {
 		case err != nil:
-			parts = append(parts, c.what+": "+errText(err))
+			parts = append(parts, c.what+": "+strings.ReplaceAll(errText(err), cred, "[the credential]"))
 		case st >= 200 && st < 300:
 			succeeded = true
 			parts = append(parts, fmt.Sprintf("%s: answered %d", c.what, st))
@@ -240,6 +267,9 @@ func (r *runner) attack(ctx context.Context, a Attack) (bool, string) {
 		addrs := map[string]string{}
 		if a.Target != "" {
 			addrs[a.Target] = "galley's API"
+		}
+		if a.Egress != "" {
+			addrs[a.Egress] = "the egress service"
 		}
 		if a.OwnHarness {
 			for addr, what := range r.harnessListeners(ctx) {

@@ -24,8 +24,10 @@ import (
 
 // Bounds of the key hunt's search of the file system: it reads at most
 // huntBytes in all, at most huntFileBytes of each file, for at most
-// huntTime; the places a key is likeliest (the environment, /proc, the
-// home, the CLIs' settings, the worktree, /tmp) come first.
+// huntTime (an Attack's MaxMiB and MaxSeconds raise the first and the
+// last, where a shape's file system is larger: a worker image's); the
+// places a key is likeliest (the environment, /proc, the home, the CLIs'
+// settings, the worktree, /tmp) come first.
 const (
 	huntBytes     = 256 << 20
 	huntFileBytes = 4 << 20
@@ -38,6 +40,8 @@ type hunt struct {
 	keys     map[string]bool // hex SHA-256 of the keys
 	control  string          // hex SHA-256 of the control key
 	deadline time.Time
+	maxBytes int64         // the file search's byte bound
+	maxTime  time.Duration // its time bound
 
 	found, controlAt             []string // where a key's (the control's) hash matched
 	candidates                   int      // strings of a key's shape seen
@@ -52,18 +56,25 @@ type hunt struct {
 // SHA-256 is one of hashes. controlPath (relative: to the worktree) is a
 // file the test plants with a key of the same shape that is not the
 // house's, controlHash its hash: the hunt waits for it, and finds it in its
-// search of the worktree, or the search is broken.
-func keyHunt(ctx context.Context, shapes, hashes []string, controlPath, controlHash string) (bool, string) {
+// search of the worktree, or the search is broken. maxMiB and maxSeconds,
+// when above the defaults, raise the file search's bounds.
+func keyHunt(ctx context.Context, shapes, hashes []string, controlPath, controlHash string, maxMiB, maxSeconds int) (bool, string) {
 	h, err := newHunt(shapes, hashes, controlHash)
 	if err != nil {
 		return false, err.Error()
+	}
+	if b := int64(maxMiB) << 20; b > h.maxBytes {
+		h.maxBytes = b
+	}
+	if d := time.Duration(maxSeconds) * time.Second; d > h.maxTime {
+		h.maxTime = d
 	}
 	if controlPath != "" {
 		if _, err := waitFile(ctx, controlPath); err != nil {
 			return false, "the control key was not planted: " + errText(err)
 		}
 	}
-	h.deadline = time.Now().Add(huntTime)
+	h.deadline = time.Now().Add(h.maxTime)
 	h.scan("its environment", []byte(strings.Join(os.Environ(), "\x00")))
 	h.procs()
 	home, _ := os.UserHomeDir()
@@ -91,7 +102,7 @@ func keyHunt(ctx context.Context, shapes, hashes []string, controlPath, controlH
 // newHunt compiles the shapes and takes the hashes (hex SHA-256).
 func newHunt(shapes, hashes []string, controlHash string) (*hunt, error) {
 	h := &hunt{keys: map[string]bool{}, control: strings.ToLower(controlHash), walked: map[string]bool{},
-		deadline: time.Now().Add(huntTime)}
+		deadline: time.Now().Add(huntTime), maxBytes: huntBytes, maxTime: huntTime}
 	for _, s := range shapes {
 		re, err := regexp.Compile(s)
 		if err != nil {
@@ -228,9 +239,9 @@ func (h *hunt) walk(ctx context.Context, root string) {
 		case ctx.Err() != nil:
 			h.cut = "the agent's context ended"
 		case time.Now().After(h.deadline):
-			h.cut = "the time bound, " + huntTime.String()
-		case h.bytes >= huntBytes:
-			h.cut = fmt.Sprintf("the byte bound, %d MiB", huntBytes>>20)
+			h.cut = "the time bound, " + h.maxTime.String()
+		case h.bytes >= h.maxBytes:
+			h.cut = fmt.Sprintf("the byte bound, %d MiB", h.maxBytes>>20)
 		}
 		if h.cut != "" {
 			return filepath.SkipAll
@@ -270,7 +281,7 @@ func (h *hunt) file(p string) {
 		return
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, min(huntFileBytes, huntBytes-h.bytes)))
+	b, err := io.ReadAll(io.LimitReader(f, min(huntFileBytes, h.maxBytes-h.bytes)))
 	if err != nil && len(b) == 0 {
 		h.denied++
 		return
