@@ -2,7 +2,6 @@ package harness_test
 
 import (
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -20,33 +19,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// netProbe is an agent that tries what an attacker's agent would: its own
-// MCP server (the harness's port, which it must reach), a listener on this
-// machine's loopback (galley's own port, say), one on the machine's other
-// addresses (a host beyond), a UDP exchange with this machine (a
-// resolver), and a server of its own (an agent's test suite). It prints one
-// verdict per line.
-type netProbe struct {
-	loopback, machine string // host:port of the TCP listeners
-	udp               string // host:port of a UDP echo
-	mu                *sync.Mutex
-	seen              *string
-}
-
-func (d netProbe) Needs() harness.AgentNeeds { return harness.AgentNeeds{} }
-
-func (d netProbe) Command(_ workerapi.Self, mcpURL, _, workspace string) (*exec.Cmd, error) {
-	u, err := url.Parse(mcpURL)
-	if err != nil {
-		return nil, err
-	}
+// netProbe is the script of an agent that tries what an attacker's agent
+// would: its own MCP server (the harness's port, which it must reach), a
+// listener on this machine's loopback (galley's own port, say), one on the
+// machine's other addresses (a host beyond), a UDP exchange with this
+// machine (a resolver), and a server of its own (an agent's test suite).
+// It prints one verdict per line.
+func netProbe(mcpHost, loopback, machine, udp string) string {
 	tcp := func(name, hostport string) string {
 		h, p, _ := net.SplitHostPort(hostport)
 		return fmt.Sprintf(`if timeout 10 bash -c 'exec 3<>/dev/tcp/%s/%s' 2>/dev/null; then echo "%s reached"; else echo "%s refused"; fi
 `, h, p, name, name)
 	}
-	uh, up, _ := net.SplitHostPort(d.udp)
-	script := tcp("mcp", u.Host) + tcp("loopback", d.loopback) + tcp("machine", d.machine) +
+	uh, up, _ := net.SplitHostPort(udp)
+	return tcp("mcp", mcpHost) + tcp("loopback", loopback) + tcp("machine", machine) +
 		fmt.Sprintf(`if timeout 10 bash -c 'exec 3<>/dev/udp/%s/%s; echo ping >&3; read -t 3 -N 1 r <&3; [ "$r" = p ]' 2>/dev/null; then echo "udp reached"; else echo "udp refused"; fi
 `, uh, up) +
 		`python3 -c 'import socket,sys
@@ -54,18 +40,6 @@ s=socket.socket(); s.bind(("127.0.0.1",0)); s.listen(1)
 c=socket.create_connection(s.getsockname(),timeout=5); print("own reached")' 2>/dev/null || echo "own refused"
 echo done
 `
-	cmd := exec.Command("/bin/bash", "-c", script)
-	cmd.Dir = workspace
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	return cmd, nil
-}
-
-func (d netProbe) Observe(stdout io.Reader, ev harness.Events) {
-	ev.Started("the agent runs")
-	b, _ := io.ReadAll(stdout)
-	d.mu.Lock()
-	*d.seen = string(b)
-	d.mu.Unlock()
 }
 
 // TestAgentNetwork (issue 28, item 3): in a network namespace of its own
@@ -100,7 +74,10 @@ func TestAgentNetwork(t *testing.T) {
 				mu   sync.Mutex
 				seen string
 			)
-			d := netProbe{loopback: loopback, machine: machine, udp: udp, mu: &mu, seen: &seen}
+			d := scriptDriver{mu: &mu, seen: &seen, bash: true, script: func(mcpURL string) string {
+				u, _ := url.Parse(mcpURL)
+				return netProbe(u.Host, loopback, machine, udp)
+			}}
 			handle := "w-net-" + strconv.Itoa(int(uid))
 			_, err := confinedWithConfig(t, workerapi.Self{Handle: handle, Run: "run-1", Brief: "Probe.", Branch: testBranch, AgentUID: uid},
 				tc.confine, "netprobe", d, func(c *harness.Config) { c.Network = tc.net })

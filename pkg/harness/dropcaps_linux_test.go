@@ -32,7 +32,7 @@ if head -c 1 /proc/` + strconv.Itoa(os.Getpid()) + `/mem >/dev/null 2>&1; then e
 echo "uid $(id -u)"
 echo done`
 	uid := workerapi.AgentUIDBase + rand.N(uint32(1_000_000))
-	probe := scriptDriver{script: script, mu: &mu, seen: &seen}
+	probe := scriptDriver{script: func(string) string { return script }, mu: &mu, seen: &seen}
 	if _, err := confinedWith(t, workerapi.Self{Handle: "w-caps-" + strconv.Itoa(int(uid)), Run: "run-1", Brief: "x", Branch: testBranch, AgentUID: uid},
 		harness.ConfineLandlock, "capsprobe", probe); err != nil {
 		t.Fatalf("harness: %v", err)
@@ -60,17 +60,23 @@ echo done`
 	}
 }
 
-// scriptDriver runs a shell script as the agent and keeps what it prints.
+// scriptDriver runs a shell script as the agent (made from the agent's MCP
+// URL) and keeps what it prints.
 type scriptDriver struct {
-	script string
+	script func(mcpURL string) string
+	bash   bool // /bin/bash rather than /bin/sh
 	mu     *sync.Mutex
 	seen   *string
 }
 
 func (d scriptDriver) Needs() harness.AgentNeeds { return harness.AgentNeeds{} }
 
-func (d scriptDriver) Command(_ workerapi.Self, _, _, workspace string) (*exec.Cmd, error) {
-	cmd := exec.Command("/bin/sh", "-c", d.script)
+func (d scriptDriver) Command(_ workerapi.Self, mcpURL, _, workspace string) (*exec.Cmd, error) {
+	sh := "/bin/sh"
+	if d.bash {
+		sh = "/bin/bash"
+	}
+	cmd := exec.Command(sh, "-c", d.script(mcpURL))
 	cmd.Dir = workspace
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	return cmd, nil
