@@ -31,9 +31,9 @@ import (
 
 // TestAdversarialAgent runs an agent scripted to attack (the stand-in's
 // AttackBrief) through galley serve, once per confinement the machine
-// enforces: a uid of its own (galley serve as root, the data folder's
-// parents open to traversal) and Landlock (the same with the parents
-// closed, so a separate uid could not reach the worktrees). Every attack
+// enforces: a uid of its own (galley serve as root) and Landlock (the
+// same with a galley-worker only root may run, so a separate uid could
+// not start its agent). Every attack
 // is refused, each in its own sub-test, and the honest path works: the
 // attacker's own branch gets its commit. The house's provider keys (in the
 // shapes sk-ant-test-<hex> and sk-openai-test-<hex>) are hunted for by
@@ -91,6 +91,21 @@ func openForAgents(t *testing.T, data string, parents bool) {
 	}
 }
 
+// privateCopy copies the program at path into a folder of the test's,
+// mode 0700: one only its owner may run.
+func privateCopy(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), filepath.Base(path))
+	if err := os.WriteFile(p, b, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func adversarial(t *testing.T, want harness.Confinement) {
 	data := t.TempDir()
 	openForAgents(t, data, want == harness.ConfineUser)
@@ -114,10 +129,16 @@ func adversarial(t *testing.T, want harness.Confinement) {
 		dnsNames[allowedName] = []string{beyond.Addr.String()}
 	}
 	dns := egresstest.StartDNS(t, dnsNames)
-	s := startServer(t, data, "--families", "claude,codex", "--worker-log-limit", strconv.Itoa(floodLogLimit),
+	var workerBinFlag []string
+	if want == harness.ConfineLandlock && os.Geteuid() == 0 {
+		// Root picks a separate uid wherever one can run galley-worker;
+		// a copy only root may run leaves it Landlock.
+		workerBinFlag = []string{"--worker-bin", privateCopy(t, filepath.Join(binDir, "galley-worker"))}
+	}
+	s := startServer(t, data, append(workerBinFlag, "--families", "claude,codex", "--worker-log-limit", strconv.Itoa(floodLogLimit),
 		"--push-limit", strconv.Itoa(floodPushLimit), "--push-budget", strconv.Itoa(floodPushBudget),
 		"--anthropic-base-url", provider.URL, "--openai-base-url", provider.URL+"/v1",
-		"--egress-allow", allowedName, "--egress-resolver", dns.Addr)
+		"--egress-allow", allowedName, "--egress-resolver", dns.Addr)...)
 	t.Cleanup(func() { dumpWorkerLogs(t, s) })
 	fdsBefore := openFDsOf(t, s.cmd.Process.Pid)
 	repo := filepath.Join(s.Data, "repository.git")
