@@ -32,7 +32,8 @@ func TestModelProxyTokenEndsWithTheWorker(t *testing.T) {
 			`-H 'content-type: application/json' -d '{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}' ` +
 			`"$ANTHROPIC_BASE_URL/v1/messages" >> "$1"`
 	}
-	script := `echo "$ANTHROPIC_BASE_URL" > "$1"; ` + call("$ANTHROPIC_API_KEY") + `; ` + call("galley-model-someone-elses") + `; echo started`
+	script := `echo "$ANTHROPIC_BASE_URL" > "$1"; echo "$ANTHROPIC_API_KEY" >> "$1"; ` + call("$ANTHROPIC_API_KEY") + `; ` +
+		call("galley-model-someone-elses") + `; echo started`
 	d := shellDriver{script: script, args: []string{out},
 		needs: harness.AgentNeeds{Provider: harness.ProviderAnthropic, KeyEnv: "ANTHROPIC_API_KEY", BaseURLEnv: "ANTHROPIC_BASE_URL"}}
 	f := fakeFor(t, workerapi.Self{Agent: protocol.AgentSelection{Agent: "claude"}})
@@ -47,11 +48,16 @@ func TestModelProxyTokenEndsWithTheWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Fields(string(b))
-	if len(lines) != 3 || lines[1] != "200" || lines[2] != "401" {
-		t.Fatalf("the agent's calls: %q, want its base URL, 200 with its token, 401 with another", lines)
+	if len(lines) != 4 || !strings.HasPrefix(lines[1], "galley-model-") || lines[2] != "200" || lines[3] != "401" {
+		t.Fatalf("the agent's base URL, a key of %d bytes and calls %q; want a proxy token, 200 with it, 401 with another",
+			len(lines[min(1, len(lines)-1)]), lines[min(2, len(lines)):])
 	}
-	if n := len(prov.Calls()); n != 1 || prov.SawWrongKey() || prov.SawSecret("galley-model-") {
-		t.Errorf("the provider answered %d calls (want 1), saw a wrong key or a token: %v", n, prov.Refused())
+	// The agent's own token (the one its call carried) never reaches the
+	// provider; the house's key does.
+	token := lines[1]
+	if n := len(prov.Calls()); n != 1 || prov.SawWrongKey() || prov.SawSecret(token) || !prov.SawSecret(key) {
+		t.Errorf("the provider answered %d calls (want 1), saw a wrong key or the agent's token (%v), or not the house key (%v): %v",
+			n, prov.SawSecret(token), prov.SawSecret(key), prov.Refused())
 	}
 	u, err := url.Parse(lines[0])
 	if err != nil || u.Host == "" {
