@@ -16,9 +16,10 @@ import (
 )
 
 // maxHeaderBytes bounds the request headers the harness's servers read
-// (the MCP server, the push gate): a CLI's or git's are a few hundred
-// bytes, and net/http's default, 1 MiB, on each of the agent's
-// connections would be far more than the rest of a request.
+// (the MCP server, the push gate, the model proxy): a CLI's or git's are a
+// few hundred bytes to a few KiB, and net/http's default, 1 MiB, on each
+// of the agent's connections would be far more than the rest of a
+// request.
 const maxHeaderBytes = 16 << 10
 
 // sessionHeader is the streamable HTTP transport's session header.

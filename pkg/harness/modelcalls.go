@@ -148,8 +148,11 @@ func (h *harness) startModelCalls() (*modelCalls, error) {
 		return nil, err
 	}
 	m.baseURL = modelproxy.AgentBaseURL(fam, ln.Addr().String())
-	// The proxy sets each call's own read and write deadlines.
-	m.srv = &http.Server{Handler: m.track(m.proxy), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	// The proxy sets each call's own read and write deadlines; its
+	// headers are bounded as the harness's other servers' are (a CLI's are
+	// a few KiB).
+	m.srv = &http.Server{Handler: m.track(m.proxy), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
+		MaxHeaderBytes: maxHeaderBytes}
 	go func() { _ = m.srv.Serve(limitConns(ln, m.srv, h.log)) }()
 	go m.reportLoop()
 	return m, nil

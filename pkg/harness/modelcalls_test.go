@@ -25,7 +25,8 @@ import (
 // proxy with the token the agent holds, the provider seeing the harness's
 // key; a call with another token is refused; and once the worker has
 // ended, the token has nowhere to go: the proxy's listener is closed
-// (issue 28, item 1: a token that "ends with the worker").
+// (issue 28, item 1: a token that "ends with the worker"). Headers over
+// the harness's bound are refused (431) before they are read whole.
 func TestModelProxyTokenEndsWithTheWorker(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
@@ -38,8 +39,10 @@ func TestModelProxyTokenEndsWithTheWorker(t *testing.T) {
 			`-H 'content-type: application/json' -d '{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}' ` +
 			`"$ANTHROPIC_BASE_URL/v1/messages" >> "$1"`
 	}
+	// The last call's headers are over the proxy's bound (16 KiB).
 	script := `echo "$ANTHROPIC_BASE_URL" > "$1"; echo "$ANTHROPIC_API_KEY" >> "$1"; ` + call("$ANTHROPIC_API_KEY") + `; ` +
-		call("galley-model-someone-elses") + `; echo started`
+		call("galley-model-someone-elses") + `; ` +
+		strings.Replace(call("$ANTHROPIC_API_KEY"), "curl ", `curl -H "x-pad: $(head -c 32768 /dev/zero | tr '\0' a)" `, 1) + `; echo started`
 	d := shellDriver{script: script, args: []string{out},
 		needs: harness.AgentNeeds{Provider: harness.ProviderAnthropic, KeyEnv: "ANTHROPIC_API_KEY", BaseURLEnv: "ANTHROPIC_BASE_URL"}}
 	f := fakeFor(t, workerapi.Self{Agent: protocol.AgentSelection{Agent: "claude"}})
@@ -54,8 +57,9 @@ func TestModelProxyTokenEndsWithTheWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Fields(string(b))
-	if len(lines) != 4 || !strings.HasPrefix(lines[1], "galley-model-") || lines[2] != "200" || lines[3] != "401" {
-		t.Fatalf("the agent's base URL, a key of %d bytes and calls %q; want a proxy token, 200 with it, 401 with another",
+	if len(lines) != 5 || !strings.HasPrefix(lines[1], "galley-model-") || lines[2] != "200" || lines[3] != "401" || lines[4] != "431" {
+		t.Fatalf("the agent's base URL, a key of %d bytes and calls %q; want a proxy token, 200 with it, 401 with another, "+
+			"431 with headers over the bound",
 			len(lines[min(1, len(lines)-1)]), lines[min(2, len(lines)):])
 	}
 	// The agent's own token (the one its call carried) never reaches the
