@@ -26,7 +26,8 @@ const maxHeaderBytes = 16 << 10
 const sessionHeader = "Mcp-Session-Id"
 
 // mcpGuard keeps the harness's MCP server within its Budgets. Every
-// request takes one of MCPRequests places or is refused (429), and a POST's
+// request that carries the server's secret (checked before the guard)
+// takes one of MCPRequests places or is refused (429), and a POST's
 // body is read whole before the SDK sees it: at most MCPMaxBody bytes
 // (413) within MCPBodyTimeout (408), one JSON-RPC message (a batch is
 // refused: the protocol's current versions have none, and one would start
