@@ -68,10 +68,7 @@ type mcpServer struct {
 func (s *mcpServer) close() { _ = s.srv.Close() }
 
 func (h *harness) startMCP() (*mcpServer, error) {
-	b, err := h.budgets()
-	if err != nil {
-		return nil, err
-	}
+	b := h.cfg.Budgets.withDefaults()
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
 		return nil, err
