@@ -61,10 +61,6 @@ type Options struct {
 	// in-process doorbell (galley serve --store dynamodb --doorbell sqs).
 	Store    store.Store
 	Doorbell service.Doorbell
-	// AWSFaults, when set, is the fault plan Store's and Doorbell's AWS
-	// clients were opened under (OpenDynamoStore, OpenSQSBell): the server
-	// logs it at start and what it injected at shutdown. Testing only.
-	AWSFaults *AWSFaults
 	// Families are the agent families declared in workerSelection; empty
 	// means the families whose CLI is found (in AgentBinDir or on PATH).
 	Families []string
@@ -370,9 +366,6 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 			o.Logger.Error("serve", "err", err)
 		}
 	}()
-	if o.AWSFaults != nil {
-		o.Logger.Warn("injecting AWS faults into the DynamoDB and SQS clients (testing only)", "faults", o.AWSFaults.Spec)
-	}
 	ok = true
 	return s, nil
 }
@@ -469,9 +462,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.Service.Drain()
 	s.operator.Drain()
 	err := s.http.Shutdown(ctx)
-	if f := s.opts.AWSFaults; f != nil {
-		f.logCounts(s.opts.Logger, "AWS faults injected")
-	}
 	s.closeAll()
 	return err
 }
