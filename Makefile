@@ -5,8 +5,9 @@ GO ?= go
 BIN := $(CURDIR)/bin
 RUN_FLAGS ?=
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
-# The project's packages. Not ./...: node_modules (the pinned CDK CLI) holds
-# Go template files that are no package, and infra/ is its own module.
+# The project's packages, listed (infra/ is its own module; node_modules,
+# whose CDK CLI holds Go template files that are no package, is ignored by
+# go.mod).
 PKGS := ./cmd/... ./pkg/... ./local/... ./worker/... $(wildcard ./functions) $(wildcard ./scripts)
 PKGS := $(patsubst %,%/...,$(filter-out %/...,$(PKGS))) $(filter %/...,$(PKGS))
 
@@ -61,9 +62,13 @@ image:
 # The worker image's tests (worker/image_test.go) check the image of the current inputs.
 test-go bench-smoke: export GALLEY_WORKER_IMAGE = $(shell scripts/worker-image.sh --print-ref)
 
+# Each Go module's go.mod and go.sum must be what `go mod tidy` makes.
+GO_MODULES := . infra tools/rie
+
 vet:
 	@bad=$$(gofmt -l $(wildcard cmd pkg local worker functions scripts)); if [ -n "$$bad" ]; then echo "not gofmt-clean: $$bad"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@for m in $(GO_MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "$$m/go.mod is not tidy: run go mod tidy there" >&2; exit 1; }; done
 
 # The test pass lists the two longest packages first: go test starts
 # packages in the order given, -p at a time, so they run beside the rest
