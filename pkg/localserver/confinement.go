@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strconv"
 
@@ -62,12 +61,12 @@ func partialIsolation(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		rec := httptest.NewRecorder()
+		rec := &heldResponse{header: http.Header{}, code: http.StatusOK}
 		h.ServeHTTP(rec, r)
-		body := rec.Body.Bytes()
+		body := rec.body.Bytes()
 		var d map[string]json.RawMessage
 		var caps map[string]string
-		if rec.Code == http.StatusOK && json.Unmarshal(body, &d) == nil && json.Unmarshal(d["capabilities"], &caps) == nil {
+		if rec.code == http.StatusOK && json.Unmarshal(body, &d) == nil && json.Unmarshal(d["capabilities"], &caps) == nil {
 			if _, ok := caps["worker.launch_isolated"]; ok {
 				caps["worker.launch_isolated"] = "partial"
 				d["capabilities"], _ = json.Marshal(caps)
@@ -76,11 +75,33 @@ func partialIsolation(h http.Handler) http.Handler {
 				}
 			}
 		}
-		for k, v := range rec.Header() {
+		for k, v := range rec.header {
 			w.Header()[k] = v
 		}
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		w.WriteHeader(rec.Code)
+		w.WriteHeader(rec.code)
 		_, _ = bytes.NewReader(body).WriteTo(w)
 	})
+}
+
+// heldResponse holds a response whole, to be rewritten before it is sent
+// (the product links no test kit: not httptest's recorder).
+type heldResponse struct {
+	header      http.Header
+	code        int
+	wroteHeader bool
+	body        bytes.Buffer
+}
+
+func (r *heldResponse) Header() http.Header { return r.header }
+
+func (r *heldResponse) WriteHeader(code int) {
+	if !r.wroteHeader {
+		r.code, r.wroteHeader = code, true
+	}
+}
+
+func (r *heldResponse) Write(p []byte) (int, error) {
+	r.wroteHeader = true
+	return r.body.Write(p)
 }
