@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/galley-run/galley/local/shapetest"
 	"github.com/galley-run/galley/pkg/operator"
 )
 
@@ -171,5 +172,5 @@ func TestServeShutdownAnswersHeldCalls(t *testing.T) {
 	if len(es) == 0 {
 		t.Fatal("the worker's events are gone after the restart")
 	}
-	checkUnbroken(t, "the worker's events after the restart", es)
+	shapetest.CheckUnbroken(t, "the worker's events after the restart", es)
 }

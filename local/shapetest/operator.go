@@ -182,11 +182,11 @@ func Operator(t *testing.T, o Operated) {
 			t.Fatalf("the follower did not see the reply; it saw %v", kinds(got))
 		}
 	}
-	checkUnbroken(t, "followed", got)
+	CheckUnbroken(t, "followed", got)
 	h.Next(t, "the status after the reply", Kind(protocol.MsgStatus, "reply: left"))
 
 	before := eventsOf(t, h, w)
-	checkUnbroken(t, "the log", before)
+	CheckUnbroken(t, "the log", before)
 	for _, want := range []struct {
 		kind   string
 		fields map[string]string
@@ -273,7 +273,7 @@ func Operator(t *testing.T, o Operated) {
 			break
 		}
 	}
-	checkUnbroken(t, "after the actions", final)
+	CheckUnbroken(t, "after the actions", final)
 	if !HasEvent(final, eventlog.KindAction, map[string]string{"action": "cancel"}) || !HasEvent(final, eventlog.KindCredential, nil) ||
 		!HasEvent(final, eventlog.KindState, settled) {
 		t.Errorf("the log lacks the cancel or the revoke: %v", kinds(final))
@@ -320,7 +320,7 @@ func followToEnd(t *testing.T, h OperatorHouse, compute Compute) {
 	if len(all) == 0 || !stopped(all[len(all)-1]) {
 		t.Fatalf("the follow ended before the compute did: %v", kinds(all))
 	}
-	checkUnbroken(t, "followed to the end", all)
+	CheckUnbroken(t, "followed to the end", all)
 	// What each part records is there: the launch, the posts and the state
 	// changes, the compute's start and end.
 	var statuses []string
@@ -548,9 +548,9 @@ func streamFrom(t *testing.T, h OperatorHouse, handle, after string) string {
 	return ""
 }
 
-// checkUnbroken fails unless es are numbered 1, 2, ... without a gap or
+// CheckUnbroken fails unless es are numbered 1, 2, ... without a gap or
 // a repeat.
-func checkUnbroken(t *testing.T, what string, es []store.Event) {
+func CheckUnbroken(t *testing.T, what string, es []store.Event) {
 	t.Helper()
 	for i, e := range es {
 		if e.Seq != int64(i+1) {
