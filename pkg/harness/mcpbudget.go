@@ -48,8 +48,12 @@ type mcpGuard struct {
 	log      *slog.Logger
 	requests chan struct{} // a token for each request in flight
 
-	mu       sync.Mutex
-	opening  int // requests in flight that may make a session
+	mu      sync.Mutex
+	opening int // requests in flight that may make a session
+	// closing counts the sessions taken out of sessions whose end in the
+	// SDK is under way: they hold their place until the SDK has let them
+	// go, so the SDK never holds more than MCPSessions.
+	closing  int
 	sessions map[string]*sessionUse
 }
 
@@ -203,7 +207,9 @@ func (g *mcpGuard) serveNewSession(next http.Handler, w http.ResponseWriter, r *
 		return
 	}
 	if evicted != "" {
+		// Before the SDK can make the new session, it has let this one go.
 		g.closeSession(evicted, "MCP session closed to make room for a new one (the one idle longest)")
+		g.closed()
 	}
 	var id string
 	var u *sessionUse
@@ -264,7 +270,7 @@ func (g *mcpGuard) admit() (evict string, ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.pruneLocked()
-	if len(g.sessions)+g.opening >= g.b.MCPSessions {
+	if len(g.sessions)+g.opening+g.closing >= g.b.MCPSessions {
 		var oldest *sessionUse
 		for id, u := range g.sessions {
 			if u.busy == 0 && (oldest == nil || u.idle.Before(oldest.idle)) {
@@ -276,6 +282,7 @@ func (g *mcpGuard) admit() (evict string, ok bool) {
 		}
 		oldest.stop()
 		delete(g.sessions, evict)
+		g.closing++
 	}
 	g.opening++
 	return evict, true
@@ -315,10 +322,12 @@ func (g *mcpGuard) idleLocked(id string, u *sessionUse) {
 		expired := g.sessions[id] == u && u.busy == 0 && time.Since(u.idle) >= g.b.MCPSessionIdle
 		if expired {
 			delete(g.sessions, id)
+			g.closing++
 		}
 		g.mu.Unlock()
 		if expired {
 			g.closeSession(id, "MCP session closed after "+g.b.MCPSessionIdle.String()+" without a request")
+			g.closed()
 		}
 	})
 }
@@ -357,6 +366,14 @@ func (g *mcpGuard) closeSession(id, why string) {
 			return
 		}
 	}
+}
+
+// closed gives back the place of a session whose end closeSession has
+// seen through.
+func (g *mcpGuard) closed() {
+	g.mu.Lock()
+	g.closing--
+	g.mu.Unlock()
 }
 
 func (g *mcpGuard) count() int {
