@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/dpop"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -119,28 +120,28 @@ func WithRequestID(f func(*http.Request) string) Option { return func(h *Handler
 // WithEffects serves POST /v1/effects and /v1/effects/lookup.
 func WithEffects(e Effects) Option {
 	return func(h *Handler) {
-		h.kitchnRoute("POST /v1/effects", h.effects(e))
-		h.kitchnRoute("POST /v1/effects/lookup", h.lookup(e))
+		h.kitchnRoute(contract.RouteEffects, h.effects(e))
+		h.kitchnRoute(contract.RouteLookup, h.lookup(e))
 	}
 }
 
 // WithReads serves the descriptor, observe, inventory and usage.
 func WithReads(r Reads) Option {
 	return func(h *Handler) {
-		h.kitchnRoute("GET /v1/descriptor", h.descriptor(r))
-		h.kitchnRoute("POST /v1/workers/observe", h.observe(r))
-		h.kitchnRoute("GET /v1/inventory", h.inventory(r))
-		h.kitchnRoute("POST /v1/workers/usage", h.usage(r))
+		h.kitchnRoute(contract.RouteDescriptor, h.descriptor(r))
+		h.kitchnRoute(contract.RouteObserve, h.observe(r))
+		h.kitchnRoute(contract.RouteInventory, h.inventory(r))
+		h.kitchnRoute(contract.RouteUsage, h.usage(r))
 	}
 }
 
 // WithMailbox serves the deliveries and adopt routes.
 func WithMailbox(m Mailbox) Option {
 	return func(h *Handler) {
-		for _, op := range []string{"next", "acknowledge", "await"} {
-			h.kitchnRoute("POST /v1/deliveries/"+op, h.mailbox(m, op))
-		}
-		h.kitchnRoute("POST /v1/runs/adopt", h.adopt(m))
+		h.kitchnRoute(contract.RouteNext, h.mailbox(m, "next"))
+		h.kitchnRoute(contract.RouteAcknowledge, h.mailbox(m, "acknowledge"))
+		h.kitchnRoute(contract.RouteAwait, h.mailbox(m, "await"))
+		h.kitchnRoute(contract.RouteAdopt, h.adopt(m))
 	}
 }
 
@@ -166,8 +167,8 @@ func New(opts ...Option) *Handler {
 	// catch-all route answers through a function that serves other routes,
 	// so that the shapes agree. "/v1" has its own pattern, or the mux
 	// would redirect it to "/v1/".
-	h.mux.HandleFunc("/v1/", noRoute)
-	h.mux.HandleFunc("/v1", noRoute)
+	h.mux.HandleFunc(contract.KitchnPrefix, noRoute)
+	h.mux.HandleFunc(kitchnRoot, noRoute)
 	for _, o := range opts {
 		o(h)
 	}
@@ -218,19 +219,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // kitchnRoute serves one of kitchn's routes. ServeHTTP has authenticated
 // the request by the time it is routed here, which holds only for paths
 // under /v1/: a route elsewhere would be served without kitchn's token.
-func (h *Handler) kitchnRoute(pattern string, fn http.HandlerFunc) {
-	_, p, _ := strings.Cut(pattern, " ")
-	if !strings.HasPrefix(p, "/v1/") {
-		panic("api: kitchn's route " + pattern + " is not under /v1/, where requests are authenticated")
+func (h *Handler) kitchnRoute(r contract.Route, fn http.HandlerFunc) {
+	if !strings.HasPrefix(r.Path, contract.KitchnPrefix) {
+		panic("api: kitchn's route " + r.Pattern() + " is not under " + contract.KitchnPrefix + ", where requests are authenticated")
 	}
-	h.mux.HandleFunc(pattern, fn)
+	h.mux.HandleFunc(r.Pattern(), fn)
 }
+
+// kitchnRoot is the prefix of kitchn's routes without its slash.
+var kitchnRoot = strings.TrimSuffix(contract.KitchnPrefix, "/")
 
 // isKitchnPath reports whether p is a /v1/ path, or one that cleans to it
 // ("//v1/descriptor", "/worker/../v1/descriptor"): the mux would answer
 // those with a redirect, which is an answer too.
 func isKitchnPath(p string) bool {
-	under := func(p string) bool { return p == "/v1" || strings.HasPrefix(p, "/v1/") }
+	under := func(p string) bool { return p == kitchnRoot || strings.HasPrefix(p, contract.KitchnPrefix) }
 	return under(p) || under(path.Clean("/"+p))
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/harness"
 )
 
@@ -58,7 +59,7 @@ func networkConfined(log *slog.Logger, n harness.NetworkEnforcement) {
 // partial.
 func partialIsolation(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet || r.URL.Path != "/v1/descriptor" {
+		if r.Method != contract.RouteDescriptor.Method || r.URL.Path != contract.PathDescriptor {
 			h.ServeHTTP(w, r)
 			return
 		}
