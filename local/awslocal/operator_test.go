@@ -19,31 +19,29 @@ import (
 
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/operator"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/protocol/client"
 	"github.com/galley-run/galley/pkg/store"
 	"github.com/galley-run/galley/pkg/store/dynamostore"
 )
 
-// status makes one request with a bearer token and answers its status and
-// body.
+// status makes one request with a bearer token (none when empty), as
+// kitchn's client does, and answers its status and body.
 func status(t testing.TB, s *awslocal.Stack, token, method, path, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, s.Endpoint()+path, strings.NewReader(body))
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	var b []byte
+	if body != "" || method != http.MethodGet {
+		b = []byte(body)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.Do(req)
+	a, err := client.New(s.Endpoint(), token, client.WithTimeout(0)).Call(context.Background(), contract.Route{Method: method, Path: path}, b, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return a.Status, string(a.Body)
 }
 
 // launchScript launches a scripted worker through kitchn's effects route
@@ -55,7 +53,7 @@ func launchScript(t testing.TB, s *awslocal.Stack, token, run, key, script strin
 		`","backend":"galley","credential":"galley-token","task":"t-1","attempt":1,"key":"` + key +
 		`","effect":{"executor":"worker","effect":{"type":"launch-worker","role":"station-cook",` +
 		`"workspace":{"type":"isolated"},"brief":` + string(brief) + `,"branch":"op/` + key + `"}}}}`
-	code, body := status(t, s, token, "POST", "/v1/effects", launch)
+	code, body := status(t, s, token, contract.RouteEffects.Method, contract.PathEffects, launch)
 	var applied struct {
 		Status  string
 		Receipt protocol.Receipt
@@ -95,10 +93,10 @@ func TestOperatorAPIAWSLocal(t *testing.T) {
 		{token, "POST", operator.PathWorkers + "/w-x/cancel", "", http.StatusUnauthorized},
 		{"", "GET", operator.PathWorkers, "", http.StatusUnauthorized},
 		{opToken, "GET", operator.PathWorkers, "", http.StatusOK},
-		{opToken, "POST", "/v1/deliveries/next", `{"run":"r","coordinator":"c-1"}`, http.StatusUnauthorized},
-		{opToken, "GET", "/v1/inventory", "", http.StatusUnauthorized},
-		{opToken, "POST", "/v1/effects/lookup", `{}`, http.StatusUnauthorized},
-		{token, "GET", "/v1/descriptor", "", http.StatusOK},
+		{opToken, contract.RouteNext.Method, contract.PathNext, `{"run":"r","coordinator":"c-1"}`, http.StatusUnauthorized},
+		{opToken, contract.RouteInventory.Method, contract.PathInventory, "", http.StatusUnauthorized},
+		{opToken, contract.RouteLookup.Method, contract.PathLookup, `{}`, http.StatusUnauthorized},
+		{token, contract.RouteDescriptor.Method, contract.PathDescriptor, "", http.StatusOK},
 	} {
 		if got, body := status(t, s, c.token, c.method, c.path, c.body); got != c.want {
 			who := "kitchn's token"

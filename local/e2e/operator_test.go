@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/store"
 )
 
@@ -115,7 +116,7 @@ func TestOperator(t *testing.T) {
 	if st, _ := opCall(t, s, "GET", "/operator/v1/workers", s.Token); st != http.StatusUnauthorized {
 		t.Errorf("kitchn's token opened the operator API: %d", st)
 	}
-	if st, _ := opCall(t, s, "GET", "/v1/descriptor", opToken); st != http.StatusUnauthorized {
+	if st, _ := opCall(t, s, contract.RouteDescriptor.Method, contract.PathDescriptor, opToken); st != http.StatusUnauthorized {
 		t.Errorf("the operator token opened kitchn's routes: %d", st)
 	}
 	if st, _ := opCall(t, s, "GET", "/operator/v1/workers", ""); st != http.StatusUnauthorized {
@@ -325,7 +326,7 @@ func consoleLogin(t *testing.T, s *server, opToken string) string {
 // scripted one) and answers its handle.
 func launchScripted(t *testing.T, s *server, run, key, brief, branch string) string {
 	t.Helper()
-	st, ans := s.call(t, "POST", "/v1/effects", effectBody(run, key, launchEffect(brief, branch)), "Idempotency-Key", key)
+	st, ans := s.kitchn(t, contract.RouteEffects, effectBody(run, key, launchEffect(brief, branch)), "Idempotency-Key", key)
 	var out struct {
 		Status  string
 		Receipt struct {
