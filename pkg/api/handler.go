@@ -251,13 +251,13 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) bool {
 		msg = "missing bearer token"
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="galley"`)
-	writeJSON(w, http.StatusUnauthorized, errorJSON{Error: msg})
+	writeJSON(w, r, http.StatusUnauthorized, errorJSON{Error: msg})
 	return false
 }
 
 // noRoute answers an authenticated request no route serves.
-func noRoute(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusNotFound, errorJSON{Error: "no such route"})
+func noRoute(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, r, http.StatusNotFound, errorJSON{Error: "no such route"})
 }
 
 func bearer(r *http.Request) (string, bool) {
@@ -331,7 +331,7 @@ func (h *Handler) lookup(e Effects) http.HandlerFunc {
 			// galley never applies a request it refuses on its face, so
 			// its key was not applied by it and never will be.
 			rl.answer = protocol.StatusAbsent
-			writeJSON(w, http.StatusOK, protocol.LookupAnswer{Status: protocol.StatusAbsent})
+			writeJSON(w, r, http.StatusOK, protocol.LookupAnswer{Status: protocol.StatusAbsent})
 			return
 		}
 		rl.key = call.Request.Key
@@ -345,13 +345,13 @@ func (h *Handler) lookup(e Effects) http.HandlerFunc {
 			writeRaw(w, http.StatusOK, appliedBody(receipt))
 			return
 		}
-		writeJSON(w, http.StatusOK, ans)
+		writeJSON(w, r, http.StatusOK, ans)
 	}
 }
 
 func (h *Handler) descriptor(rd Reads) http.HandlerFunc {
 	// The descriptor never changes while the process runs: encode it once.
-	body := sync.OnceValues(func() ([]byte, error) { return json.Marshal(rd.Descriptor()) })
+	body := sync.OnceValues(func() ([]byte, error) { return protocol.EncodeDescriptor(rd.Descriptor()) })
 	return func(w http.ResponseWriter, r *http.Request) {
 		b, err := body()
 		if err != nil {
@@ -387,7 +387,7 @@ func workerRead(h *Handler, read func(context.Context, protocol.Resource) (any, 
 			h.fail(w, r, err, readAnswer)
 			return
 		}
-		writeJSON(w, http.StatusOK, ans)
+		writeJSON(w, r, http.StatusOK, ans)
 	}
 }
 
@@ -398,7 +398,7 @@ func (h *Handler) inventory(rd Reads) http.HandlerFunc {
 			h.fail(w, r, err, readAnswer)
 			return
 		}
-		writeJSON(w, http.StatusOK, inv)
+		writeJSON(w, r, http.StatusOK, inv)
 	}
 }
 
@@ -428,14 +428,9 @@ func (h *Handler) mailbox(m Mailbox, op string) http.HandlerFunc {
 			return
 		}
 		requestLogFrom(r.Context()).answer = ans.Status
-		writeJSON(w, http.StatusOK, ans)
+		writeJSON(w, r, http.StatusOK, ans)
 	}
 }
-
-var (
-	adoptedBody = []byte(`{}`)
-	fencedBody  = []byte(`{"status":"fenced"}`)
-)
 
 func (h *Handler) adopt(m Mailbox) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -456,10 +451,8 @@ func (h *Handler) adopt(m Mailbox) http.HandlerFunc {
 		}
 		if fenced {
 			requestLogFrom(r.Context()).answer = protocol.MailFenced
-			writeRaw(w, http.StatusOK, fencedBody)
-			return
 		}
-		writeRaw(w, http.StatusOK, adoptedBody)
+		writeRaw(w, http.StatusOK, protocol.EncodeAdoptAnswer(fenced))
 	}
 }
 
@@ -474,7 +467,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error, answer
 	if e := galleyerr.As(err); status == http.StatusTooManyRequests && e != nil && e.RetryAfterSeconds > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfterSeconds))
 	}
-	writeJSON(w, status, body)
+	writeJSON(w, r, status, body)
 }
 
 type statusRecorder struct {

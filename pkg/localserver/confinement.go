@@ -2,7 +2,6 @@ package localserver
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/harness"
+	"github.com/galley-run/galley/pkg/protocol"
 )
 
 // confined reports at start how workers' agents are confined (e), and
@@ -66,13 +66,10 @@ func partialIsolation(h http.Handler) http.Handler {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, r)
 		body := rec.Body.Bytes()
-		var d map[string]json.RawMessage
-		var caps map[string]string
-		if rec.Code == http.StatusOK && json.Unmarshal(body, &d) == nil && json.Unmarshal(d["capabilities"], &caps) == nil {
-			if _, ok := caps["worker.launch_isolated"]; ok {
-				caps["worker.launch_isolated"] = "partial"
-				d["capabilities"], _ = json.Marshal(caps)
-				if b, err := json.Marshal(d); err == nil {
+		if rec.Code == http.StatusOK {
+			if d, err := protocol.ParseDescriptor(body); err == nil && d.Capabilities[protocol.CapLaunchIsolated] != "" {
+				d.Capabilities[protocol.CapLaunchIsolated] = protocol.SupportPartial
+				if b, err := protocol.EncodeDescriptor(d); err == nil {
 					body = b
 				}
 			}
