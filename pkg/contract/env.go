@@ -117,8 +117,9 @@ const (
 // Manager with the task's execution role when the task starts and sets them
 // in the container's environment (the container definition's "secrets"
 // hold only the secrets' ARNs); the task role, which the agent might reach,
-// can read no secret. The harness keeps them in memory, gives the agent
-// only its own family's key's stand-in, and never the git credential.
+// can read no secret. The harness keeps them in memory and the agent holds
+// none: its model calls go through the harness's model proxy with a token
+// of their own, its pushes through the harness's push gate.
 const (
 	EnvAnthropicAPIKey = "GALLEY_ANTHROPIC_API_KEY" // the anthropic secret
 	EnvOpenAIAPIKey    = "GALLEY_OPENAI_API_KEY"    // the openai secret
