@@ -1116,7 +1116,7 @@ func TestAlarmsAndDashboardExist(t *testing.T) {
 			"LogGroupName":  ref(s.id(s.g.AccessLogs)),
 			"FilterPattern": `{ ($.routeKey = "POST /v1/deliveries/await") && ($.status >= 500) }`,
 			"MetricTransformations": []any{map[string]any{
-				"MetricName": "AwaitFailures", "contract.MetricNamespace": "galley", "MetricValue": "1", "Unit": "Count",
+				"MetricName": "AwaitFailures", "MetricNamespace": "galley", "MetricValue": "1", "Unit": "Count",
 				"Dimensions": []any{map[string]any{"Key": "House", "Value": "$.house"}},
 			}},
 		})
