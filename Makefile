@@ -5,9 +5,10 @@ GO ?= go
 BIN := $(CURDIR)/bin
 RUN_FLAGS ?=
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
-# The project's packages. Not ./...: node_modules (the pinned CDK CLI) holds
-# Go template files that are no package, and infra/ is its own module.
-PKGS := ./pkg/... ./local/... ./worker/... $(wildcard ./functions) $(wildcard ./scripts)
+# The project's packages, listed (infra/ is its own module; node_modules,
+# whose CDK CLI holds Go template files that are no package, is ignored by
+# go.mod).
+PKGS := ./cmd/... ./pkg/... ./local/... ./worker/... $(wildcard ./functions) $(wildcard ./scripts)
 PKGS := $(patsubst %,%/...,$(filter-out %/...,$(PKGS))) $(filter %/...,$(PKGS))
 
 .PHONY: run run-aws-local build build-aws-local test test-go browser-deps bench-smoke test-real-clis test-infra lint-template vet bench fuzz standins-start standins-stop clean lambdas synth synth-local deploy destroy
@@ -36,10 +37,10 @@ LOCAL_CDK_CONTEXT = -c house=$(LOCAL_HOUSE) -c repository=$(LOCAL_REPOSITORY) -c
 run: build
 	$(BIN)/galley serve --default-agent script $(RUN_FLAGS)
 
-## build: bin/galley and bin/galley-worker
+## build: bin/galley and bin/galley-worker, the product's binaries (cmd/)
 build:
-	$(GO) build -o $(BIN)/galley ./local/cmd/galley
-	$(GO) build -o $(BIN)/galley-worker ./worker/cmd/galley-worker
+	$(GO) build -o $(BIN)/galley ./cmd/galley
+	$(GO) build -o $(BIN)/galley-worker ./cmd/galley-worker
 
 ## test: every test: vet, Go tests against DynamoDB Local and fauxqs (installed, started and stopped here), the CDK app
 # Two steps, each of jobs run side by side: what the tests need (vet, the
@@ -61,9 +62,13 @@ image:
 # The worker image's tests (worker/image_test.go) check the image of the current inputs.
 test-go bench-smoke: export GALLEY_WORKER_IMAGE = $(shell scripts/worker-image.sh --print-ref)
 
+# Each Go module's go.mod and go.sum must be what `go mod tidy` makes.
+GO_MODULES := . infra tools/rie
+
 vet:
-	@bad=$$(gofmt -l $(wildcard pkg local worker functions scripts)); if [ -n "$$bad" ]; then echo "not gofmt-clean: $$bad"; exit 1; fi
+	@bad=$$(gofmt -l $(wildcard cmd pkg local worker functions scripts)); if [ -n "$$bad" ]; then echo "not gofmt-clean: $$bad"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@for m in $(GO_MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "$$m/go.mod is not tidy: run go mod tidy there" >&2; exit 1; }; done
 
 # The test pass lists the two longest packages first: go test starts
 # packages in the order given, -p at a time, so they run beside the rest
@@ -72,7 +77,7 @@ TEST_PKGS := ./local/awslocal ./local/e2e $(PKGS)
 # The packages that hold benchmarks. They run in a pass of their own: with
 # -bench, go test runs every package one after another (and none before all
 # are built), which made the whole pass serial.
-BENCH_PKGS := $(sort $(patsubst %/,./%,$(dir $(shell grep -rl --include='*_test.go' '^func Benchmark' pkg local worker functions scripts))))
+BENCH_PKGS := $(sort $(patsubst %/,./%,$(dir $(shell grep -rl --include='*_test.go' '^func Benchmark' cmd pkg local worker functions scripts))))
 
 # The real agent CLIs (worker/agent-clis' pins, installed from npm with their
 # checksums) run in local/realcli; every stand-in a test needs is required.
@@ -120,9 +125,10 @@ bench: build
 $(BIN)/aws-lambda-rie: tools/rie/go.mod tools/rie/go.sum
 	cd tools/rie && GOBIN=$(BIN) $(GO) install tool
 
-## build-aws-local: the functions for this machine, the ECS stand-in, the Lambda emulator
+## build-aws-local: the functions for this machine, galley-dev (aws-local and the fault flags), the ECS stand-in, the Lambda emulator
 build-aws-local: build $(BIN)/aws-lambda-rie
 	for f in $(FUNCTIONS); do CGO_ENABLED=0 GOOS=linux $(GO) build -tags lambda.norpc -ldflags='-s -w' -o $(BIN)/lambda-local/$$f/bootstrap ./functions/$$f; done
+	$(GO) build -o $(BIN)/galley-dev ./local/cmd/galley-dev
 	$(GO) build -o $(BIN)/ecs-standin ./local/cmd/ecs-standin
 	$(GO) build -o $(BIN)/standin-agents/claude ./local/standin-cli/claude
 	$(GO) build -o $(BIN)/standin-agents/codex ./local/standin-cli/codex
@@ -131,9 +137,9 @@ build-aws-local: build $(BIN)/aws-lambda-rie
 synth-local: build-aws-local node_modules/.package-lock.json
 	$(CDK) synth -q $(LOCAL_CDK_CONTEXT) > /dev/null
 
-## run-aws-local: galley in its AWS shape on this machine (stand-ins started and stopped with it)
+## run-aws-local: galley in its AWS shape on this machine (stand-ins started and stopped with it; galley-dev, the development binary)
 run-aws-local: synth-local
-	$(BIN)/galley serve --stack aws-local --template $(LOCAL_TEMPLATE) $(RUN_FLAGS)
+	$(BIN)/galley-dev serve --stack aws-local --template $(LOCAL_TEMPLATE) $(RUN_FLAGS)
 
 ## lambdas: bin/lambda/<function>/bootstrap for provided.al2023 on arm64
 lambdas:

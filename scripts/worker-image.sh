@@ -227,7 +227,7 @@ golang_key=$(recipe_key make_golang "$debian_key")
 # architecture), so a ref names one build's inputs.
 worker_ref() {
   local files
-  files=$(cd "$here" && git ls-files -co --exclude-standard -- go.mod go.sum pkg local worker |
+  files=$(cd "$here" && git ls-files -co --exclude-standard -- go.mod go.sum pkg cmd worker |
     grep -v -E '(_test\.go$|(^|/)testdata/)' | LC_ALL=C sort -u)
   local h
   h=$({

@@ -2,23 +2,18 @@ package awslocal_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/local/ecsstandin"
-	"github.com/galley-run/galley/pkg/operator"
-	"github.com/galley-run/galley/pkg/store"
 )
 
 // The adversarial test's helpers for the container shape: where a worker
@@ -129,45 +124,6 @@ func hangingPid(t *testing.T, body string) int {
 	return pid
 }
 
-// snapshotOwned lists every entry beneath each of paths (itself included)
-// with its mode, owner and content (a link's target), or that it is
-// missing.
-func snapshotOwned(t *testing.T, paths ...string) string {
-	t.Helper()
-	var b strings.Builder
-	for _, root := range paths {
-		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if errors.Is(err, fs.ErrNotExist) && p == root {
-				fmt.Fprintf(&b, "%s missing\n", p)
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			st := fi.Sys().(*syscall.Stat_t)
-			fmt.Fprintf(&b, "%s %v %d:%d", p, fi.Mode(), st.Uid, st.Gid)
-			switch {
-			case fi.Mode().IsRegular():
-				c, _ := os.ReadFile(p)
-				fmt.Fprintf(&b, " %q", c)
-			case fi.Mode()&fs.ModeSymlink != 0:
-				l, _ := os.Readlink(p)
-				fmt.Fprintf(&b, " -> %s", l)
-			}
-			b.WriteString("\n")
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b.String()
-}
-
 // startDNSRelay relays DNS over UDP and TCP from a port of ip to the
 // server at upstream, until the test ends, and returns its address: the
 // house's DNS server (which listens on loopback) served where a worker
@@ -248,29 +204,6 @@ func lookupVia(server, network, name string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
 	return r.LookupHost(ctx, name)
-}
-
-// workerEvents reads a worker's whole event log through the operator API.
-func workerEvents(t *testing.T, s *awslocal.Stack, handle string) []store.Event {
-	t.Helper()
-	tok, err := os.ReadFile(s.OperatorTokenFile())
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := operator.NewClient(s.Endpoint(), strings.TrimSpace(string(tok)))
-	var out []store.Event
-	var after int64
-	for {
-		a, err := client.Events(t.Context(), handle, after, 0)
-		if err != nil {
-			t.Fatalf("the events of %s: %v", handle, err)
-		}
-		if len(a.Events) == 0 {
-			return out
-		}
-		out = append(out, a.Events...)
-		after = a.Next
-	}
 }
 
 // setEnv sets name to value in a container definition's environment,

@@ -6,16 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,16 +20,11 @@ import (
 
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/local/iamgate"
-	"github.com/galley-run/galley/local/providerstandin"
+	"github.com/galley-run/galley/local/shapetest"
 	"github.com/galley-run/galley/local/standin-cli/standin"
 	"github.com/galley-run/galley/pkg/egress"
-	"github.com/galley-run/galley/pkg/egress/egresstest"
-	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/lambdaapp"
-	"github.com/galley-run/galley/pkg/protocol"
-	"github.com/galley-run/galley/pkg/store"
-	"github.com/galley-run/galley/pkg/workerapi"
 )
 
 // openParents lets other users traverse the folders above dir (t.TempDir's
@@ -49,25 +39,19 @@ func openParents(t *testing.T, dir string) {
 	}
 }
 
-// The names the house's resolver answers in the adversarial test, both
-// with the host beyond; only allowedName is on the house's allowlist (the
-// test's copy of the template sets it, as context egressAllowlist would).
-const (
-	evilName    = "evil.example"
-	allowedName = "allowed.example"
-	// anthropicOrigin is the provider's base URL in the test's copy of the
-	// template (context anthropicBaseUrl), served by the provider stand-in.
-	anthropicOrigin = "https://anthropic.llm-gateway.example"
-)
+// anthropicOrigin is the provider's base URL in the adversarial test's
+// copy of the template (context anthropicBaseUrl), served by the provider
+// stand-in.
+const anthropicOrigin = "https://anthropic.llm-gateway.example"
 
-// TestAdversarialAgentAWSLocal runs the adversarial agent of the local
-// shape's test through the stack deployed from its template, its workers
-// containers of the worker image: a worker task started from the task
-// definition, its agent under a uid of its own, on the stack's network,
-// which reaches the stack's egress service and its task endpoint alone
-// (GALLEY_AGENT_NETWORK=task: the platform confines the task's network).
-// Every attack fails, for the reason the verdict must show, and the
-// honest path works.
+// TestAdversarialAgentAWSLocal runs the adversarial scenario
+// (shapetest.Adversarial) through the stack deployed from its template,
+// its workers containers of the worker image: a worker task started from
+// the task definition, its agent under a uid of its own, on the stack's
+// network, which reaches the stack's egress service and its task endpoint
+// alone (GALLEY_AGENT_NETWORK=task: the platform confines the task's
+// network). Every attack fails, for the reason the verdict must show, and
+// the honest path works.
 //
 // What the worker containers share is attacked as it appears in the
 // attacker's container: the victim's worktree and the git object cache on
@@ -78,15 +62,15 @@ const (
 // beyond (local/testnet) by address and by name (the egress service
 // resolves names with the test's DNS server, where evil.example and
 // allowed.example point at the host beyond), at every resolver, at the API
-// and the gateway, and at the victim's model-proxy token; the controls
-// that must answer are the egress service (for a dial), allowed.example
-// through the egress proxy, and the attacker's own model-proxy token. The
-// house's provider keys (sk-ant-test-<hex>, sk-openai-test-<hex>, set in
-// Secrets Manager) are hunted for by hash. In this shape there is no
-// signing key or store on disk (they are in the Secrets Manager stand-in
-// and DynamoDB Local, reached only through the IAM gates); those two
-// attacks aim at the house repository's storage instead, and
-// task-credentials aims at the real task role's endpoint.
+// and the gateway, at the raw stand-ins, and at the victim's model-proxy
+// token; the controls that must answer are the egress service (for a
+// dial), allowed.example through the egress proxy, and the attacker's own
+// model-proxy token. The house's provider keys (set in Secrets Manager)
+// are hunted for by hash. In this shape there is no signing key or store
+// on disk (they are in the Secrets Manager stand-in and DynamoDB Local,
+// reached only through the IAM gates); those two attacks aim at the house
+// repository's storage instead, and task-credentials aims at the real task
+// role's endpoint.
 func TestAdversarialAgentAWSLocal(t *testing.T) {
 	// Parallel: on its own stack; most of its time is the attacks' waits,
 	// which the doc commands' builds and the idle minute can share.
@@ -99,52 +83,55 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 	if ok, why := harness.CanSwitchUser(); !ok {
 		t.Fatalf("the uid confinement cannot run here (%s): agents would reach the stack's folders", why)
 	}
-	// A host beyond (an internet host's stand-in, on 443 and 80), and the
-	// house's resolver, which maps a name on the allowlist and one off it
-	// to that host.
-	beyond := hostBeyond(t)
-	web, err := beyond.Listen(80)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = http.Serve(web, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.WriteString(w, "the host beyond, port 80\n")
-		}))
-	}()
-	dns := egresstest.StartDNS(t, map[string][]string{evilName: {beyond.Addr.String()}, allowedName: {beyond.Addr.String()}})
-	// The house's keys, in the shapes the attacker is told (never their
-	// values: a hash of each). The model proxies forward to a provider
-	// stand-in that takes the Anthropic key alone.
-	anthropicKey, openaiKey := "sk-ant-test-"+suffix()+suffix()+suffix()+suffix(), "sk-openai-test-"+suffix()+suffix()+suffix()+suffix()
-	provider := providerstandin.New(anthropicKey, nil)
-	t.Cleanup(provider.Close)
+	shapetest.Adversarial(t, shapetest.Adversary{
+		RequireBeyond: true,
+		LogLimit:      harness.DefaultLogLimit,
+		Start:         startAdversarialStack,
+	})
+}
 
-	// The template's push caps (the harness's defaults, 100 MiB a push and
-	// 512 MiB a worker) are too large to flood on this machine; the copy
-	// sets smaller ones through the same task environment, so the flood
-	// below meets the same gate and configuration path as on AWS. It also
-	// sets what context keys egressAllowlist and anthropicBaseUrl would:
-	// the allowlist in the worker's and the egress service's task
-	// definitions, the provider's base URL in the worker's and its host
-	// among the harness's destinations at the egress service.
+// stackAdversary is what the adversarial scenario's stack keeps between
+// its steps.
+type stackAdversary struct {
+	w              shapetest.World
+	tg             *standin.Targets
+	shared         sharedFS
+	mirror         string
+	victimWS       string // in the containers
+	workerEndpoint string
+	victimCred     string
+	stackPorts     map[uint64]bool
+	fdsBefore      int
+	socketsBefore  int
+}
+
+// startAdversarialStack deploys the stack for the scenario. The template's
+// push caps (the harness's defaults, 100 MiB a push and 512 MiB a worker)
+// are too large to flood on this machine; the test's copy sets smaller ones
+// through the same task environment, so the flood meets the same gate and
+// configuration path as on AWS. It also sets what context keys
+// egressAllowlist and anthropicBaseUrl would: the allowlist in the
+// worker's and the egress service's task definitions, the provider's base
+// URL in the worker's and its host among the harness's destinations at the
+// egress service. The house's keys go in Secrets Manager.
+func startAdversarialStack(t *testing.T, w shapetest.World) shapetest.House {
 	tpl := mutatedTemplate(t, func(res map[string]any) error {
 		c, err := workerContainer(res)
 		if err != nil {
 			return err
 		}
-		setEnv(c, harness.EnvPushLimit, strconv.Itoa(floodPushLimit))
-		setEnv(c, harness.EnvPushBudget, strconv.Itoa(floodPushBudget))
+		setEnv(c, harness.EnvPushLimit, strconv.Itoa(shapetest.FloodPushLimit))
+		setEnv(c, harness.EnvPushBudget, strconv.Itoa(shapetest.FloodPushBudget))
 		setEnv(c, harness.EnvAnthropicBaseURL, anthropicOrigin)
 		if envOf(c, egress.EnvAllow) == nil {
 			return fmt.Errorf("the worker's task sets no %s", egress.EnvAllow)
 		}
-		setEnv(c, egress.EnvAllow, allowedName)
+		setEnv(c, egress.EnvAllow, shapetest.AllowedName)
 		e, err := egressContainer(res)
 		if err != nil {
 			return err
 		}
-		setEnv(e, egress.EnvAllow, allowedName)
+		setEnv(e, egress.EnvAllow, shapetest.AllowedName)
 		dests := envOf(e, egress.EnvHarnessAllow)
 		if dests == nil {
 			return fmt.Errorf("the egress proxy's task sets no %s", egress.EnvHarnessAllow)
@@ -155,69 +142,71 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 	s, token, _ := startStackLogged(t, func(c *awslocal.Config) {
 		openParents(t, c.Data)
 		c.Template = tpl
-		c.WorkerServices = map[string]http.Handler{anthropicOrigin: provider.Config.Handler}
-		c.Options.EgressResolver = dns.Addr
+		c.WorkerServices = map[string]http.Handler{anthropicOrigin: w.Provider.Config.Handler}
+		c.Options.EgressResolver = w.DNS.Addr
 	})
-	netName, gw := s.WorkerNetwork()
-	if netName == "" || s.EgressAddress() == "" {
+	if netName, _ := s.WorkerNetwork(); netName == "" || s.EgressAddress() == "" {
 		t.Fatal("the stack runs no container network or no egress service although a worker image is set")
 	}
-	k := newKitchn(t, s, token, "run-adv")
+	h := newStackHouse(t, s, token, "run-adv")
 	// The key hunt reads the image's files before its verdict: a bound
 	// against a hang, not a time to meet.
-	k.patience = 5 * time.Minute
-	launch := func(key, workspace, branch, brief string) (worker, worktree string) {
-		b, _ := json.Marshal(brief)
-		ws, br := `{"type":"isolated"}`, fmt.Sprintf(`,"branch":%q`, branch)
-		if workspace != "" {
-			ws, br = `{"type":"existing","resource":{"kind":"worktree","backend":"galley","handle":"`+workspace+`"}}`, ""
-		}
-		st, rc := k.effect(key, fmt.Sprintf(`{"type":"launch-worker","role":"station-cook","workspace":%s,"brief":%s%s,"agent":{"agent":"claude"}}`, ws, b, br))
-		if st != "applied" {
-			t.Fatalf("launch %s: %s", key, st)
-		}
-		for _, c := range rc.Created {
-			switch c.Kind {
-			case protocol.KindWorker:
-				worker = c.Handle
-			case protocol.KindWorktree:
-				worktree = c.Handle
-			}
-		}
-		return worker, worktree
-	}
-	ctx := t.Context()
-	house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
-	for name, key := range map[string]string{"anthropic": anthropicKey, "openai": openaiKey} {
-		if err := s.PutSecret(ctx, "galley/"+house+"/"+name, key); err != nil {
+	h.k.patience = 5 * time.Minute
+	for name, key := range map[string]string{"anthropic": w.AnthropicKey, "openai": w.OpenAIKey} {
+		if err := s.PutSecret(t.Context(), "galley/"+h.House()+"/"+name, key); err != nil {
 			t.Fatal(err)
 		}
 	}
+	h.adv = &stackAdversary{w: w, workerEndpoint: s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkerEndpoint]}
+	return h
+}
 
-	victim, _ := launch("k-victim", "", "adv/victim", "#!standin\ncommit victim.txt the victim's work\nhang")
-	hang := k.next("the victim's hang", kind(protocol.MsgStatus, "hanging pid "))
-	victimTask := workerTask(t, s, victim)
-	repo := s.Repository()
-	mainHead, victimHead := revParse(repo, "refs/heads/main"), revParse(repo, "refs/heads/adv/victim")
+func (h *stackHouse) Repository() string { return h.s.Repository() }
+
+// ProcessEnv finds the process by its pid in its container's namespace
+// and its working folder, the worker's worktree.
+func (h *stackHouse) ProcessEnv(t *testing.T, worker, hang string) map[string]string {
+	return processEnv(t, hangingPid(t, hang), workerTask(t, h.s, worker).Workspace)
+}
+
+func (h *stackHouse) Workspace(t *testing.T, worker string) string {
+	return workerTask(t, h.s, worker).Workspace
+}
+
+// Aim: the house's secrets as this shape holds them (kitchn's token file,
+// the house repository's storage for the signing key and the store, which
+// are in Secrets Manager and DynamoDB Local here), the victim's token in
+// its container's configuration, its worktree and branch and the git
+// object cache as the attacker's container sees them on the shared file
+// system, the links' targets there, and the network: the raw stand-ins at
+// the addresses a worker container would name them, the API and the
+// gateway, more resolvers; the egress service, which a worker container
+// does reach, is every dial's control. The host side answers each from
+// this machine (checked), so a refusal in the container is the stack
+// network's.
+func (h *stackHouse) Aim(t *testing.T, v shapetest.Victim, tg *standin.Targets) shapetest.Aimed {
+	s, a := h.s, h.adv
+	a.tg = tg
+	victimTask := workerTask(t, s, v.Handle)
 	// The shared file system as the host and the containers see it: the
 	// victim's worktree, the cache beside it.
-	shared := sharedFSOf(t, victimTask, s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkspaceRoot])
-	victimWS := victimTask.Env[harness.EnvWorkspace]
-	cache := filepath.Join(shared.ctr, harness.DefaultGitCacheName)
+	a.shared = sharedFSOf(t, victimTask, s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkspaceRoot])
+	a.victimWS = victimTask.Env[harness.EnvWorkspace]
+	cache := filepath.Join(a.shared.ctr, harness.DefaultGitCacheName)
 	if c := victimTask.Env[harness.EnvGitCache]; c != "" {
 		cache = c
 	}
 	if cache == "off" {
 		t.Fatalf("the worker task sets %s=off: there is no cache to attack", harness.EnvGitCache)
 	}
-	mirrors, _ := filepath.Glob(filepath.Join(shared.onHost(t, cache), "*.git"))
+	mirrors, _ := filepath.Glob(filepath.Join(a.shared.onHost(t, cache), "*.git"))
 	if len(mirrors) != 1 {
 		t.Fatalf("the git object cache holds %d mirrors, want the house repository's one: %v", len(mirrors), mirrors)
 	}
-	mirror := filepath.Join(cache, filepath.Base(mirrors[0]))
+	a.mirror = filepath.Join(cache, filepath.Base(mirrors[0]))
 	t.Run("the cache is the harness's alone", func(t *testing.T) {
 		// docs/git.md: the folder is the harness's (root's), mode 0700.
-		fi, err := os.Stat(shared.onHost(t, cache))
+		fi, err := os.Stat(a.shared.onHost(t, cache))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,42 +215,21 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 		}
 	})
 
-	// The victim's CLI holds its model proxy's token (read here as root,
-	// as a thief who got into its process would), never the house's key.
-	victimEnv := processEnv(t, hangingPid(t, hang.Body), victimTask.Workspace)
-	victimToken, victimModelURL := victimEnv["ANTHROPIC_API_KEY"], victimEnv["ANTHROPIC_BASE_URL"]
-	t.Run("the victim holds a proxy token", func(t *testing.T) {
-		if !strings.HasPrefix(victimToken, "galley-model-") || victimModelURL == "" {
-			t.Errorf("the victim's CLI has ANTHROPIC_API_KEY of %d bytes (not a proxy token) and ANTHROPIC_BASE_URL %q", len(victimToken), victimModelURL)
-		}
-		for k, v := range victimEnv {
-			if strings.Contains(v, anthropicKey) || strings.Contains(v, openaiKey) {
-				t.Errorf("the victim's CLI holds a house key in %s", k)
-			}
-		}
-	})
-
-	targets := standin.Targets{
-		KitchnToken:  s.TokenFile(),
-		WorkerSecret: filepath.Join(repo, "config"),
-		Store:        filepath.Join(repo, "HEAD"),
-		// The victim's worktree and branch as the attacker's container
-		// sees them, on the shared file system.
-		OtherWorkspace: victimWS,
-		OtherBranch:    "adv/victim",
-		// Planted code writes its marker inside the worktree's git
-		// directory (relative to the worktree).
-		Marker: ".git",
-		SecretNames: []string{"GALLEY_ANTHROPIC_API_KEY", "GALLEY_OPENAI_API_KEY", "GALLEY_GIT_CREDENTIAL", "GALLEY_EGRESS_SECRET",
-			"GALLEY_WORKER_BOOTSTRAP", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"},
-		// The cache: the victim's branch as its mirror holds it (fetched
-		// there by the attacker's own launch), and the mirror.
-		GitCacheFile:   filepath.Join(mirror, "refs", "heads", "adv", "victim"),
-		GitCacheMirror: mirror,
-	}
+	repo := s.Repository()
+	tg.KitchnToken = s.TokenFile()
+	tg.WorkerSecret = filepath.Join(repo, "config")
+	tg.Store = filepath.Join(repo, "HEAD")
+	tg.OtherWorkspace = a.victimWS
+	tg.SecretNames = []string{"GALLEY_ANTHROPIC_API_KEY", "GALLEY_OPENAI_API_KEY", "GALLEY_GIT_CREDENTIAL", "GALLEY_EGRESS_SECRET",
+		"GALLEY_WORKER_BOOTSTRAP", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"}
+	// The cache: the victim's branch as its mirror holds it (fetched
+	// there by the attacker's own launch), and the mirror.
+	tg.GitCacheFile = filepath.Join(a.mirror, "refs", "heads", "adv", "victim")
+	tg.GitCacheMirror = a.mirror
 	// No launch file on the host: the victim's token travels in its
 	// container's configuration, which podman keeps on the host.
-	if targets.OtherToken, err = s.ECS().ContainerConfig(victimTask.ID); err != nil {
+	var err error
+	if tg.OtherToken, err = s.ECS().ContainerConfig(victimTask.ID); err != nil {
 		t.Fatal(err)
 	}
 	// The links attack points the attacker's .git/info at a root-only
@@ -269,59 +237,51 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 	// cache's mirror's and its .git/modules at the victim's git directory,
 	// each named as a root harness in a container would follow it: none
 	// may change when galley scrubs, reuses or releases the worktree.
-	rootOnly := filepath.Join(shared.ctr, "adv-root-only")
-	if err := os.MkdirAll(filepath.Join(shared.onHost(t, rootOnly), "info"), 0o700); err != nil {
+	rootOnly := filepath.Join(a.shared.ctr, "adv-root-only")
+	if err := os.MkdirAll(filepath.Join(a.shared.onHost(t, rootOnly), "info"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(shared.onHost(t, rootOnly), "info", "attributes"), []byte("root only\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(a.shared.onHost(t, rootOnly), "info", "attributes"), []byte("root only\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	targets.LinkInfo = filepath.Join(rootOnly, "info")
-	targets.LinkObjectsInfo = filepath.Join(mirror, "objects", "info")
-	targets.LinkModules = filepath.Join(victimWS, ".git")
-	linked := []string{shared.onHost(t, rootOnly), shared.onHost(t, targets.LinkObjectsInfo), shared.onHost(t, targets.LinkModules)}
-	for _, p := range append([]string{targets.KitchnToken, targets.OtherToken, targets.WorkerSecret}, linked...) {
+	tg.LinkInfo = filepath.Join(rootOnly, "info")
+	tg.LinkObjectsInfo = filepath.Join(a.mirror, "objects", "info")
+	tg.LinkModules = filepath.Join(a.victimWS, ".git")
+	linked := []string{a.shared.onHost(t, rootOnly), a.shared.onHost(t, tg.LinkObjectsInfo), a.shared.onHost(t, tg.LinkModules)}
+	for _, p := range append([]string{tg.KitchnToken, tg.OtherToken, tg.WorkerSecret}, linked...) {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("target %s does not exist, so its attack would prove nothing: %v", p, err)
 		}
 	}
-	linkedBefore := snapshotOwned(t, linked...)
 
-	// The network: the raw stand-ins at the addresses a worker container
-	// would name them, the host beyond by address and by name, every
-	// resolver, the API and the gateway; the egress service, which a
-	// worker container does reach, is every dial's control. The host
-	// side answers each from this machine (checked below), so a refusal
-	// in the container is the stack network's.
-	targets.DialControl = s.EgressAddress()
+	// The network.
+	_, gw := s.WorkerNetwork()
+	tg.DialControl = s.EgressAddress()
 	for what, raw := range map[string]string{"DynamoDB Local": os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"), "fauxqs": os.Getenv("AWS_ENDPOINT_URL_SQS")} {
 		u, err := url.Parse(raw)
 		if err != nil || u.Port() == "" {
 			t.Fatalf("no endpoint for %s: %q", what, raw)
 		}
-		targets.RawStandins = append(targets.RawStandins, net.JoinHostPort(gw.String(), u.Port()), u.Host)
+		tg.RawStandins = append(tg.RawStandins, net.JoinHostPort(gw.String(), u.Port()), u.Host)
 	}
-	workerEndpoint := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkerEndpoint]
-	api, err := url.Parse(workerEndpoint)
+	api, err := url.Parse(a.workerEndpoint)
 	if err != nil || api.Host == "" {
-		t.Fatalf("worker endpoint %q: %v", workerEndpoint, err)
+		t.Fatalf("worker endpoint %q: %v", a.workerEndpoint, err)
 	}
 	gateway, err := url.Parse(s.Endpoint())
 	if err != nil {
 		t.Fatal(err)
 	}
-	targets.GalleyAddress = gateway.Host
-	targets.GalleyAddresses = []string{api.Host, net.JoinHostPort(gw.String(), gateway.Port())}
-	targets.EvilAddrs = []string{net.JoinHostPort(beyond.Addr.String(), "443"), net.JoinHostPort(beyond.Addr.String(), "80")}
-	targets.EvilName, targets.AllowedName = evilName, allowedName
-	// The resolvers: the house's DNS server where it listens (this
-	// machine's loopback) and relayed to the network's host side, where
-	// a container would reach it if the network let it; the gateway's
-	// port 53, where podman's own DNS would answer; public ones.
-	relay := startDNSRelay(t, gw, dns.Addr)
-	targets.Resolvers = []string{dns.Addr, relay, net.JoinHostPort(gw.String(), "53"), "1.1.1.1:53", "8.8.8.8:53"}
+	tg.GalleyAddress = gateway.Host
+	tg.GalleyAddresses = []string{api.Host, net.JoinHostPort(gw.String(), gateway.Port())}
+	// The resolvers beside the house's DNS server where it listens (this
+	// machine's loopback): the same relayed to the network's host side,
+	// where a container would reach it if the network let it, and the
+	// gateway's port 53, where podman's own DNS would answer.
+	relay := startDNSRelay(t, gw, a.w.DNS.Addr)
+	tg.Resolvers = append(tg.Resolvers, relay, net.JoinHostPort(gw.String(), "53"))
 	t.Run("the host side answers", func(t *testing.T) {
-		for _, addr := range append(append([]string{targets.DialControl, api.Host}, targets.RawStandins...), targets.EvilAddrs...) {
+		for _, addr := range append(append([]string{tg.DialControl, api.Host}, tg.RawStandins...), tg.EvilAddrs...) {
 			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 			if err != nil {
 				t.Errorf("%s does not answer this machine, so its refusal in a container would prove nothing: %v", addr, err)
@@ -330,90 +290,80 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 			c.Close()
 		}
 		for _, network := range []string{"udp", "tcp"} {
-			if got, err := lookupVia(relay, network, evilName); err != nil || len(got) != 1 || got[0] != beyond.Addr.String() {
+			if got, err := lookupVia(relay, network, shapetest.EvilName); err != nil || len(got) != 1 || got[0] != a.w.Beyond.Addr.String() {
 				t.Errorf("the house's DNS server, relayed at %s, over %s: %v %v", relay, network, got, err)
 			}
 		}
 	})
-	// The stolen-token attack uses the victim's credential, planted in
-	// the attacker's git directory (out of its commits) as a thief would
-	// hold it, at the API directly and through the egress proxy; so does
-	// model-token-stolen with the victim's model-proxy token.
-	targets.WorkerEndpoint, targets.StolenCredential, targets.StolenViaProxy = workerEndpoint, filepath.Join(".git", "stolen-credential"), true
-	targets.StolenModelToken, targets.VictimModelURL = filepath.Join(".git", "stolen-model-token"), victimModelURL
-	// The connection flood aims at what the agent reaches: its harness's
-	// servers and the egress service.
-	targets.FloodHarness, targets.FloodEgress = true, s.EgressAddress()
-	// The key hunt knows the keys' shapes and hashes, and must find a
-	// control key of the same shape planted in its worktree.
-	controlKey := "sk-ant-test-" + suffix() + suffix() + suffix() + suffix()
-	targets.KeyShapes = []string{`sk-ant-test-[0-9a-f]{32}`, `sk-openai-test-[0-9a-f]{32}`}
-	targets.KeyHashes = []string{sha256Hex(anthropicKey), sha256Hex(openaiKey)}
-	targets.KeyControl, targets.KeyControlHash = filepath.Join(".git", "control-key"), sha256Hex(controlKey)
-	// The whole of the image's readable files (about 310 MiB of their
-	// first 4 MiB each), not the hunt's default bound of 256 MiB.
-	targets.KeyHuntMiB, targets.KeyHuntSeconds = 1024, 240
+	// The stolen credential is tried at the API directly and through the
+	// egress proxy. The connection flood aims at what the agent reaches:
+	// its harness's servers and the egress service. The key hunt reads the
+	// whole of the image's readable files (about 310 MiB of their first
+	// 4 MiB each), not its default bound of 256 MiB.
+	tg.WorkerEndpoint, tg.StolenViaProxy = a.workerEndpoint, true
+	tg.FloodEgress = s.EgressAddress()
+	tg.KeyHuntMiB, tg.KeyHuntSeconds = 1024, 240
+	return shapetest.Aimed{VictimWorkspace: a.shared.onHost(t, a.victimWS), Linked: linked}
+}
 
-	stackURLs := []string{s.Endpoint(), workerEndpoint, s.GitURL(), "http://" + s.EgressAddress()}
+// Baseline counts the connections on the stack's own ports (the stack
+// runs in this process, beside the parallel tests' stacks) and this
+// process's descriptors.
+func (h *stackHouse) Baseline(t *testing.T) {
+	s, a := h.s, h.adv
+	stackURLs := []string{s.Endpoint(), a.workerEndpoint, s.GitURL(), "http://" + s.EgressAddress()}
 	for _, svc := range iamgate.Services {
 		stackURLs = append(stackURLs, s.GateURL(svc))
 	}
-	stackPorts := portsOf(t, stackURLs...)
-	fdsBefore, socketsBefore := openFDs(t), stackSockets(t, stackPorts)
-	attacker, wt := launch("k-attack", "", "adv/attacker", standin.AttackBrief(targets))
-	if attacker == "" || wt == "" {
-		t.Fatalf("attacker launch created worker %q worktree %q", attacker, wt)
-	}
-	attackerWS := workerTask(t, s, attacker).Workspace
-	stolen := filepath.Join(attackerWS, targets.StolenCredential)
-	victimCred := victimCredential(t, s, victim, "k-victim")
-	plantFile(t, stolen, victimCred)
-	plantFile(t, filepath.Join(attackerWS, targets.StolenModelToken), victimToken)
-	plantFile(t, filepath.Join(attackerWS, targets.KeyControl), controlKey)
-	names := standin.AttackNamesFor(targets)
-	verdicts := map[string]string{}
-	var floodCalls, floodFailures int
-	for _, name := range names {
-		if name == "connflood-harness" {
-			// The agent holds its connections until kitchn replies: every
-			// call made meanwhile, each on a new connection, must succeed.
-			q := k.next("the connection flood's question", func(m protocol.MailMessage) bool {
-				return m.Kind == protocol.MsgQuestion && strings.HasPrefix(m.Body, "holding ")
-			})
-			t.Logf("connection flood: the agent is %s", q.Body)
-			floodCalls, floodFailures = kitchnCallsDuringFlood(t, s, token, 50)
-			if st, _ := k.effect("k-connflood-reply", fmt.Sprintf(`{"type":"reply-to-worker","worker":%s,"question":%q,"body":"done"}`, k.worker(attacker), q.ID)); st != "applied" {
-				t.Fatalf("reply to the connection flood's question: %s", st)
-			}
-		}
-		verdicts[name] = k.next("attack "+name, kind(protocol.MsgStatus, "attack "+name+": ")).Body
-		if name == "stolen-token" {
-			_ = os.Remove(stolen)
-		}
-	}
-	honest := k.next("the honest push", kind(protocol.MsgStatus, "honest: "))
-	done := k.next("the attacker's worker-done", kind(protocol.MsgWorkerDone, ""))
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) {
-			v := verdicts[name]
-			t.Log(v)
+	a.stackPorts = portsOf(t, stackURLs...)
+	a.fdsBefore, a.socketsBefore = openFDs(t), stackSockets(t, a.stackPorts)
+}
+
+// StolenCredential is the credential galley handed the victim's harness,
+// made as the worker API makes it.
+func (h *stackHouse) StolenCredential(t *testing.T, v shapetest.Victim) string {
+	h.adv.victimCred = victimCredential(t, h.s, v.Handle, shapetest.VictimKey)
+	return h.adv.victimCred
+}
+
+// Refusals: the worker API is out of a worker container's network; each
+// attack failed for the reason its verdict must show on the stack's
+// network and the shared file system.
+func (h *stackHouse) Refusals(t *testing.T, attacker string) shapetest.Refusals {
+	return shapetest.Refusals{
+		APIOutOfReach: true,
+		Check: func(t *testing.T, name, v string) {
 			if name == "stolen-token" {
 				checkStolenTokenOutOfReach(t, v)
-			} else {
-				checkAttackSpecifics(t, name, v)
 			}
-			checkContainerRefusal(t, name, v, targets)
-			if name == "connflood-harness" {
-				t.Logf("kitchn made %d calls during the flood, %d failed", floodCalls, floodFailures)
-				if floodCalls == 0 || floodFailures > 0 {
-					t.Errorf("kitchn's calls during the connection flood: %d of %d failed", floodFailures, floodCalls)
-				}
-			}
-			if !strings.Contains(v, ": blocked (") {
-				t.Errorf("attack not blocked: %s", v)
-			}
-		})
+			checkContainerRefusal(t, name, v, *h.adv.tg)
+		},
 	}
+}
+
+// Ended waits for the worker's task to stop.
+func (h *stackHouse) Ended(t *testing.T, worker string) {
+	t.Helper()
+	id := workerTask(t, h.s, worker).ID
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		status := ""
+		for _, task := range h.s.ECS().Tasks() {
+			if task.ID == id {
+				status = task.LastStatus
+			}
+		}
+		if status == "STOPPED" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task of %s did not stop (last status %q)", worker, status)
+		}
+	}
+}
+
+func (h *stackHouse) AfterAttacks(t *testing.T, v shapetest.Victim, attacker string) {
+	s, a := h.s, h.adv
+	ctx := t.Context()
 	// Out of the agent's reach, the victim's credential is still refused
 	// to anyone without its harness's key: presented from this machine
 	// (as a thief who carried it out of the worker would, to the API that
@@ -421,66 +371,31 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 	// another key, the second refused as bound to another key, which
 	// shows the credential genuine.
 	t.Run("a stolen credential is bound to its harness's key", func(t *testing.T) {
-		ok, v := standin.PresentCredential(ctx, victimCred, workerEndpoint, nil)
-		t.Log(v)
+		ok, verdict := standin.PresentCredential(ctx, a.victimCred, a.workerEndpoint, nil)
+		t.Log(verdict)
 		if ok {
-			t.Errorf("the victim's credential, stolen, was accepted: %s", v)
+			t.Errorf("the victim's credential, stolen, was accepted: %s", verdict)
 		}
-		checkAttackSpecifics(t, "stolen-token", v)
-	})
-	t.Run("honest push", func(t *testing.T) {
-		if honest.Body != "honest: committed honest.txt" || done.Outcome != protocol.OutcomeSucceeded {
-			t.Errorf("honest path: %s; %+v", honest.Body, done)
-		}
-		got, err := exec.Command("git", "--git-dir", repo, "show", "adv/attacker:honest.txt").CombinedOutput()
-		if err != nil || string(got) != "the honest path" {
-			t.Errorf("adv/attacker:honest.txt = %q %v", got, err)
-		}
-	})
-	t.Run("egress decisions in the event log", func(t *testing.T) {
-		es := workerEvents(t, s, attacker)
-		for _, want := range []map[string]string{
-			{"host": allowedName, "port": "443", "allowed": "true", "role": "agent"},
-			{"host": evilName, "port": "443", "allowed": "false", "role": "agent"},
-			{"host": beyond.Addr.String(), "allowed": "false"},
-		} {
-			want["event"] = workerapi.EventEgress
-			if !hasHarnessEvent(es, want) {
-				t.Errorf("no egress event %v in the attacker's log", want)
-			}
-		}
-		if t.Failed() {
-			for _, e := range es {
-				if e.Fields["event"] == workerapi.EventEgress {
-					t.Logf("egress event: %s %v", e.Text, e.Fields)
-				}
-			}
+		if err := standin.CheckVerdict("stolen-token", verdict); err != nil {
+			t.Error(err)
 		}
 	})
 	// The chain's far end, from this machine: the egress service, asked
 	// as the harness (as a worker's proxy chains to it), reaches the
 	// allowlisted name by the house's resolver, and refuses the other.
 	t.Run("the egress service reaches the allowlisted name", func(t *testing.T) {
-		secret, err := s.SecretValue(ctx, "galley/"+house+"/egress-proxy")
+		secret, err := s.SecretValue(ctx, "galley/"+h.House()+"/egress-proxy")
 		if err != nil {
 			t.Fatal(err)
 		}
 		auth := base64.StdEncoding.EncodeToString([]byte(egress.HarnessUser + ":" + secret))
-		for name, want := range map[string]string{allowedName: "200 beyond", evilName: "403"} {
+		for name, want := range map[string]string{shapetest.AllowedName: "200 beyond", shapetest.EvilName: "403"} {
 			if got := connectAs(t, s.EgressAddress(), net.JoinHostPort(name, "443"), auth); !strings.HasPrefix(got, want) {
 				t.Errorf("CONNECT %s:443 through the egress service as the harness: %q, want %q", name, got, want)
 			}
 		}
-		if dns.Queries(allowedName) == 0 {
+		if a.w.DNS.Queries(shapetest.AllowedName) == 0 {
 			t.Error("the egress service never asked the house's resolver for the allowlisted name")
-		}
-	})
-	t.Run("the provider saw the house key alone", func(t *testing.T) {
-		if provider.SawWrongKey() || provider.SawSecret(victimToken) {
-			t.Errorf("the provider stand-in saw another key (a proxy token: %v): %v", provider.SawSecret(victimToken), provider.Refused())
-		}
-		if len(provider.Calls()) == 0 {
-			t.Error("no model call reached the provider: the model-token attack's control did not go through")
 		}
 	})
 	t.Run("the stack's descriptors back within bounds", func(t *testing.T) {
@@ -491,35 +406,24 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 		// close on the stack's side.
 		var sockets int
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-			if sockets = stackSockets(t, stackPorts); sockets <= socketsBefore+fdSlack || time.Now().After(deadline) {
+			if sockets = stackSockets(t, a.stackPorts); sockets <= a.socketsBefore+fdSlack || time.Now().After(deadline) {
 				break
 			}
 		}
-		t.Logf("the stack's connections: %d before the attacker, %d after (this process's descriptors: %d before, %d after)", socketsBefore, sockets, fdsBefore, openFDs(t))
-		if sockets > socketsBefore+fdSlack {
-			t.Errorf("the stack holds %d connections a minute after the attacks, %d before (room %d)", sockets, socketsBefore, fdSlack)
-		}
-	})
-	t.Run("house refs unchanged", func(t *testing.T) {
-		if got := revParse(repo, "refs/heads/main"); got != mainHead {
-			t.Errorf("main moved: %s -> %s", mainHead, got)
-		}
-		if got := revParse(repo, "refs/heads/adv/victim"); got != victimHead {
-			t.Errorf("the victim's branch changed: %s -> %q", victimHead, got)
-		}
-		if got := revParse(repo, "refs/tags/attacker-tag"); got != "" {
-			t.Errorf("the attacker's tag exists: %s", got)
+		t.Logf("the stack's connections: %d before the attacker, %d after (this process's descriptors: %d before, %d after)", a.socketsBefore, sockets, a.fdsBefore, openFDs(t))
+		if sockets > a.socketsBefore+fdSlack {
+			t.Errorf("the stack holds %d connections a minute after the attacks, %d before (room %d)", sockets, a.socketsBefore, fdSlack)
 		}
 	})
 	t.Run("the victim's worktree and the cache unchanged", func(t *testing.T) {
-		host := shared.onHost(t, victimWS)
+		host := a.shared.onHost(t, a.victimWS)
 		if _, err := os.Lstat(filepath.Join(host, "planted-by-attacker")); err == nil {
 			t.Error("the attacker created a file in the victim's worktree")
 		}
 		if cfg, _ := os.ReadFile(filepath.Join(host, ".git", "config")); strings.Contains(string(cfg), "fsmonitor") {
 			t.Errorf("the victim's git config names fsmonitor:\n%s", cfg)
 		}
-		m := shared.onHost(t, mirror)
+		m := a.shared.onHost(t, a.mirror)
 		for _, p := range []string{filepath.Join(filepath.Dir(m), "planted-by-attacker"), filepath.Join(m, "hooks", "reference-transaction"),
 			filepath.Join(m, "objects", "info", "alternates"), filepath.Join(m, "refs", "heads", "planted-by-attacker")} {
 			if _, err := os.Lstat(p); err == nil {
@@ -531,138 +435,38 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 		}
 		// What read-git-cache tried to read is there, and holds the
 		// victim's work: its refusal is the cache's permissions.
-		if b, err := os.ReadFile(shared.onHost(t, targets.GitCacheFile)); err != nil || strings.TrimSpace(string(b)) != victimHead {
-			t.Errorf("the mirror's %s is %q (%v), want the victim's head %s: read-git-cache aimed at nothing", targets.GitCacheFile, b, err, victimHead)
+		victimHead := shapetest.RevParse(s.Repository(), "refs/heads/"+shapetest.VictimBranch)
+		if b, err := os.ReadFile(a.shared.onHost(t, a.tg.GitCacheFile)); err != nil || strings.TrimSpace(string(b)) != victimHead {
+			t.Errorf("the mirror's %s is %q (%v), want the victim's head %s: read-git-cache aimed at nothing", a.tg.GitCacheFile, b, err, victimHead)
 		}
 	})
+}
 
-	// The attacker's worktree is reused by a new worker task on the same
-	// file system: nothing it planted runs, and no link it planted is
-	// followed. The reuse plants the links again, for the release.
-	linksAgain, _ := json.Marshal(standin.Attack{Kind: "links", Path: targets.LinkInfo, Target: targets.LinkObjectsInfo, Modules: targets.LinkModules})
-	reuse := strings.Join([]string{"#!standin", "git status", "git add -A", "git commit --allow-empty -m reuse",
-		"git push origin HEAD", `tool post_status {"body":"reused: $LAST"}`,
-		"attack plant-links " + string(linksAgain),
-		`tool finish {"outcome":"succeeded","body":"reused"}`}, "\n")
-	if second, _ := launch("k-reuse", wt, "", reuse); second == "" {
-		t.Fatal("the reuse launch created no worker")
-	}
-	k.next("the reuse's status", kind(protocol.MsgStatus, "reused: "))
-	replanted := k.next("the reuse's links", kind(protocol.MsgStatus, "attack plant-links: "))
-	k.next("the reuse's worker-done", kind(protocol.MsgWorkerDone, ""))
-	t.Run("planted code never ran", func(t *testing.T) {
-		ran, _ := filepath.Glob(filepath.Join(attackerWS, ".git", "*-*"))
-		for _, r := range ran {
-			if b := filepath.Base(r); strings.HasPrefix(b, "hook-") || b == "fsmonitor" || b == "credential-helper" {
-				t.Errorf("planted code ran: %s", b)
-			}
-		}
-	})
-	t.Run("links not followed on reuse", func(t *testing.T) {
-		if got := snapshotOwned(t, linked...); got != linkedBefore {
-			t.Errorf("what the attacker's links named changed when its worktree was reused:\nbefore\n%s\nafter\n%s", linkedBefore, got)
-		}
-		if !strings.Contains(replanted.Body, ".git/modules -> ") {
-			t.Errorf("the links were not planted again for the release: %s", replanted.Body)
-		}
-	})
-	// The worktree, with the links planted again, is released: a cleanup
-	// task of the worker task definition removes it, as root.
-	if st, _ := k.effect("k-release", fmt.Sprintf(`{"type":"release-resource","resource":{"kind":"worktree","backend":"galley","handle":%q}}`, wt)); st != "applied" {
-		t.Fatalf("release: %s", st)
-	}
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := os.Lstat(attackerWS); errors.Is(err, fs.ErrNotExist) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the released worktree was not removed")
-		}
-	}
-	t.Run("links not followed on release", func(t *testing.T) {
-		if got := snapshotOwned(t, linked...); got != linkedBefore {
-			t.Errorf("what the attacker's links named changed when its worktree was released:\nbefore\n%s\nafter\n%s", linkedBefore, got)
-		}
-	})
+func (h *stackHouse) BeforeFloods(t *testing.T) {}
 
-	// A log flood and a push flood (issue 21, items 5 and 6): what the
-	// worker's container writes, which is what reaches CloudWatch on AWS,
-	// stays within the harness's log budget, which the template leaves at
-	// its default; the house repository grows by no more than the push
-	// budget, the third push refused by the harness's gate.
-	repoBefore := treeBytes(t, s.Repository())
-	flooder, _ := launch("k-flood", "", "adv/flood", fmt.Sprintf("#!standin\nflood-log %d\n"+
-		`tool post_status {"body":"flood: $LAST"}`+"\n"+"flood-push 3 %d\n"+
-		`tool post_status {"body":"push flood: $LAST"}`+"\n"+
-		`tool finish {"outcome":"succeeded","body":"flooded"}`, 4*harness.DefaultLogLimit, floodPushEach))
-	flooded := k.next("the log flood's status", kind(protocol.MsgStatus, "flood: "))
-	pushes := k.next("the push flood's status", kind(protocol.MsgStatus, "push flood: "))
-	k.next("the flooder's worker-done", kind(protocol.MsgWorkerDone, ""))
-	floodTask := workerTask(t, s, flooder).ID
+// LogFlood: what the worker's container wrote, which is what reaches
+// CloudWatch on AWS, stays within the harness's log budget, which the
+// template leaves at its default.
+func (h *stackHouse) LogFlood(t *testing.T, flooder string) {
+	task := workerTask(t, h.s, flooder)
+	if env := task.Env[harness.EnvLogLimit]; env != "" {
+		t.Fatalf("the worker task sets %s=%s: the test assumes the template's default", harness.EnvLogLimit, env)
+	}
 	budget := int64(harness.DefaultLogLimit)
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		var info ecsTask
-		for _, task := range s.ECS().Tasks() {
-			if task.ID == floodTask {
-				info = ecsTask{task.LastStatus, task.Env[harness.EnvLogLimit]}
-			}
-		}
-		if info.env != "" {
-			t.Fatalf("the worker task sets %s=%s: the test assumes the template's default", harness.EnvLogLimit, info.env)
-		}
-		if info.status == "STOPPED" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the flooder's task did not stop (last status %q)", info.status)
-		}
+	log, err := h.s.ECS().ContainerLog(task.ID)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Run("push flood within its budget", func(t *testing.T) {
-		grown := treeBytes(t, s.Repository()) - repoBefore
-		t.Logf("%s; the house repository grew by %d bytes (push budget %d)", pushes.Body, grown, floodPushBudget)
-		if pushes.Body != "push flood: pushes accepted 2, refused 1 (push budget)" {
-			t.Errorf("push flood: %s, want two pushes accepted and the third refused, naming the budget", pushes.Body)
-		}
-		if grown > floodPushBudget {
-			t.Errorf("the house repository grew by %d bytes, over the push budget %d", grown, floodPushBudget)
-		}
-	})
-	t.Run("log flood within its budget", func(t *testing.T) {
-		log, err := s.ECS().ContainerLog(floodTask)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%s; the container's log is %d bytes (budget %d)", flooded.Body, len(log), budget)
-		if flooded.Body != fmt.Sprintf("flood: wrote %d bytes to stderr", 4*harness.DefaultLogLimit) {
-			t.Errorf("the flood did not run as scripted: %s", flooded.Body)
-		}
-		if int64(len(log)) > budget {
-			t.Errorf("the flooder's container log is %d bytes, over its budget %d", len(log), budget)
-		}
-		if !strings.Contains(string(log), "log cut: this worker used its log budget") {
-			t.Error("the container's log does not say it was cut")
-		}
-	})
+	t.Logf("the container's log is %d bytes (budget %d)", len(log), budget)
+	if int64(len(log)) > budget {
+		t.Errorf("the flooder's container log is %d bytes, over its budget %d", len(log), budget)
+	}
+	if !strings.Contains(string(log), "log cut: this worker used its log budget") {
+		t.Error("the container's log does not say it was cut")
+	}
 }
 
-// hasHarnessEvent reports whether es holds a harness event with fields.
-func hasHarnessEvent(es []store.Event, fields map[string]string) bool {
-	for _, e := range es {
-		if e.Kind != eventlog.KindHarness {
-			continue
-		}
-		match := true
-		for k, v := range fields {
-			if e.Fields[k] != v {
-				match = false
-			}
-		}
-		if match {
-			return true
-		}
-	}
-	return false
-}
+func (h *stackHouse) AfterFloods(t *testing.T) {}
 
 // connectAs asks the proxy at proxy for a CONNECT tunnel to target with
 // the Proxy-Authorization Basic credential auth, and returns the status
@@ -850,54 +654,6 @@ func checkNoResolver(t *testing.T, v string, servers []string) {
 	}
 }
 
-func sha256Hex(v string) string {
-	s := sha256.Sum256([]byte(v))
-	return hex.EncodeToString(s[:])
-}
-
-type ecsTask struct{ status, env string }
-
-// The push flood's caps (the task's GALLEY_PUSH_LIMIT and
-// GALLEY_PUSH_BUDGET in the test's copy of the template): three pushes of
-// floodPushEach, of which two fit the budget.
-const (
-	floodPushLimit  = 8 << 20
-	floodPushBudget = 12 << 20
-	floodPushEach   = 5 << 20
-)
-
-// treeBytes is the size of the regular files beneath dir.
-func treeBytes(t *testing.T, dir string) int64 {
-	t.Helper()
-	var n int64
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // removed while walking (a temporary file)
-			}
-			return err
-		}
-		if d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func revParse(repo, ref string) string {
-	out, err := exec.Command("git", "--git-dir", repo, "rev-parse", "--verify", "--quiet", ref).Output()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(out))
-}
-
 // victimCredential is the credential galley handed the victim's harness
 // (in its bootstrap exchange), made as the worker API makes it
 // (pkg/service/tokens.go): "<handle>.<mac>", the mac an HMAC under the
@@ -917,36 +673,6 @@ func victimCredential(t *testing.T, s *awslocal.Stack, handle, launchKey string)
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write([]byte("galley-worker\x00" + handle + "\x00" + nonce))
 	return handle + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
-}
-
-// plantFile writes content to dst (in the attacker's worktree, once it is
-// made), readable by the attacker, as a thief who read it would hold it.
-// The content is never logged.
-func plantFile(t *testing.T, dst, content string) {
-	t.Helper()
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if fi, err := os.Stat(filepath.Dir(dst)); err == nil && fi.IsDir() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s was not made", filepath.Dir(dst))
-		}
-	}
-	if err := os.WriteFile(dst, []byte(content+"\n"), 0o644); err != nil {
-		t.Fatalf("planting %s: %v", filepath.Base(dst), err)
-	}
-	if err := os.Chmod(dst, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// checkAttackSpecifics asserts what a blocked verdict must show
-// (standin.CheckVerdict).
-func checkAttackSpecifics(t *testing.T, name, v string) {
-	t.Helper()
-	if err := standin.CheckVerdict(name, v); err != nil {
-		t.Error(err)
-	}
 }
 
 // fdSlack is room for connections kept alive between calls and the
@@ -1021,29 +747,4 @@ func openFDs(t *testing.T) int {
 		t.Fatalf("counting the descriptors: %v", err)
 	}
 	return len(ents)
-}
-
-// kitchnCallsDuringFlood makes n kitchn calls (GET /v1/descriptor, each
-// on a new connection) and returns how many it made and how many failed.
-func kitchnCallsDuringFlood(t *testing.T, s *awslocal.Stack, token string, n int) (calls, failures int) {
-	t.Helper()
-	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
-	for range n {
-		calls++
-		req, _ := http.NewRequest("GET", s.Endpoint()+"/v1/descriptor", nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := hc.Do(req)
-		if err != nil {
-			failures++
-			t.Logf("kitchn's call %d during the flood: %v", calls, err)
-			continue
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			failures++
-			t.Logf("kitchn's call %d during the flood: status %d", calls, resp.StatusCode)
-		}
-	}
-	return calls, failures
 }

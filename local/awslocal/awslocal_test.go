@@ -264,14 +264,20 @@ func TestTaskStoppedWithoutReportAWSLocal(t *testing.T) {
 	}
 }
 
-// ServeAWSLocal is what `galley serve --stack aws-local` runs: it prints
-// the endpoint, token file and binding as `galley serve` does, serves, and
-// stops everything when its context ends. The stand-ins are found through
-// scripts/standins.sh (already running here, so left running).
+// `galley-dev serve --stack aws-local` (make run-aws-local; ServeAWSLocal)
+// prints the endpoint, token file and binding as `galley serve` does,
+// serves, and on Ctrl-C (SIGINT) says it shuts down, stops everything and
+// exits 0. The development binary runs as make runs it, from
+// GALLEY_AWSLOCAL_BIN; the stand-ins are found through scripts/standins.sh
+// (already running here, so left running).
 func TestServeAWSLocal(t *testing.T) {
 	requireStandins(t)
 	bin := binaries(t)
 	tpl := template(t)
+	dev := filepath.Join(filepath.Dir(bin.ECS), "galley-dev")
+	if _, err := os.Stat(dev); err != nil {
+		t.Fatalf("no development binary (%v): run `make build-aws-local`", err)
+	}
 	t.Setenv(awslocal.EnvBin, filepath.Dir(bin.ECS))
 	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", "")
 	t.Setenv("AWS_ENDPOINT_URL_SQS", "")
@@ -279,21 +285,27 @@ func TestServeAWSLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Chdir(root) // scripts/standins.sh, found from the working folder
 	data := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var stdout, stderr syncBuffer
+	cmd := exec.Command(dev, "serve", "--stack", "aws-local", "--template", tpl, "--listen", "127.0.0.1:0", "--data", data)
+	cmd.Dir = root // scripts/standins.sh, found from the working folder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
-	go func() {
-		done <- awslocal.ServeAWSLocal(ctx, awslocal.Config{Options: localserver.Options{Listen: "127.0.0.1:0", Data: data,
-			Logger: slog.New(slog.DiscardHandler)}, Template: tpl}, &stdout, &stderr)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-done
+		}
 	}()
 	var endpoint string
 	for deadline := time.Now().Add(2 * time.Minute); endpoint == "" && time.Now().Before(deadline); {
 		select {
 		case err := <-done:
-			t.Fatalf("ServeAWSLocal ended: %v\n%s", err, stderr.String())
+			t.Fatalf("galley-dev serve --stack aws-local ended: %v\n%s", err, stderr.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if m := regexp.MustCompile(`galley serving house local \(backend galley\) at (http://\S+)`).FindStringSubmatch(stdout.String()); m != nil &&
@@ -322,14 +334,16 @@ func TestServeAWSLocal(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"house":"local"`) {
 		t.Errorf("descriptor: %d %s", resp.StatusCode, b)
 	}
-	cancel()
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Errorf("ServeAWSLocal: %v", err)
+			t.Errorf("galley-dev serve --stack aws-local exited with %v:\n%s", err, stderr.String())
 		}
 	case <-time.After(time.Minute):
-		t.Fatal("ServeAWSLocal did not stop")
+		t.Fatal("galley-dev serve --stack aws-local did not stop on SIGINT")
 	}
 	if !strings.Contains(stdout.String(), "galley: shutting down") {
 		t.Errorf("output:\n%s", stdout.String())

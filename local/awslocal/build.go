@@ -12,7 +12,7 @@ import (
 type Binaries struct {
 	RIE     string // aws-lambda-rie (tools/rie)
 	ECS     string // ecs-standin: the ECS stand-in's task init (local/cmd/ecs-standin)
-	Harness string // galley-worker: the worker image's entrypoint (worker/cmd/galley-worker)
+	Harness string // galley-worker: the worker image's entrypoint (cmd/galley-worker)
 	// Agents is the folder of the stand-in claude and codex CLIs, which
 	// the local worker image has on its PATH where the real image has the
 	// real CLIs (local/standin-cli).

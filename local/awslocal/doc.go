@@ -13,8 +13,8 @@
 // deploy its resources, config.go holds the defaults, principals.go the
 // IAM principals and TLS, gitforge.go the git host, functions.go the
 // emulators, workerimage.go the worker tasks' image, containers.go the
-// container network, serve.go `galley serve` and Close, accessors.go what
-// tests read. It is
-// `galley serve --stack aws-local` (ServeAWSLocal), and what the
+// container network, serve.go `galley-dev serve --stack aws-local` and
+// Close, accessors.go what tests read. It is what `galley-dev serve --stack
+// aws-local` runs (ServeAWSLocal; make run-aws-local), and what the
 // conformance suite runs against in TestConformanceAWSLocal.
 package awslocal

@@ -43,7 +43,7 @@ func (d *deployment) egressTaskDefinition() string {
 // workerEgressUpstream is the egress service's URL as the template gives
 // it to the worker task (harness.EnvEgressUpstream), read before the
 // deployment, or "".
-func workerEgressUpstream(d *deployment) (string, error) {
+func workerEgressUpstream(d *deployment) string {
 	for _, id := range d.t.OfType("AWS::ECS::TaskDefinition") {
 		props, err := d.r.Properties(id)
 		if err != nil {
@@ -54,12 +54,12 @@ func workerEgressUpstream(d *deployment) (string, error) {
 		for _, c := range asList(props["ContainerDefinitions"]) {
 			for _, e := range asList(asMap(c)["Environment"]) {
 				if str(asMap(e), "Name") == harness.EnvEgressUpstream {
-					return str(asMap(e), "Value"), nil
+					return str(asMap(e), "Value")
 				}
 			}
 		}
 	}
-	return "", nil
+	return ""
 }
 
 // startEgress serves the egress proxy of the deployed template on ln:

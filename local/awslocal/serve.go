@@ -75,9 +75,10 @@ func (s *Stack) Close() error {
 	return nil
 }
 
-// ServeAWSLocal is `galley serve --stack aws-local`: it starts the stack
-// from the template, prints what `galley serve` prints, and stops
-// everything when ctx ends (SIGTERM).
+// ServeAWSLocal is `galley-dev serve --stack aws-local` (the development
+// binary, local/cmd/galley-dev): it starts the stack from the template,
+// prints what `galley serve` prints, and stops everything when ctx ends
+// (SIGTERM or Ctrl-C).
 func ServeAWSLocal(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	if err := fillDefaults(&cfg); err != nil {
 		return err

@@ -402,16 +402,18 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	// The worker task's way out, when the template gives it one: the
 	// egress service, where worker containers reach it.
-	upstream, err := workerEgressUpstream(d)
-	if err != nil {
-		return nil, err
-	}
+	upstream := workerEgressUpstream(d)
 	var egressLn net.Listener
 	switch {
 	case upstream != "" && s.ctrs != nil:
 		if egressLn, err = s.ctrs.listen(); err != nil {
 			return nil, err
 		}
+		defer func() {
+			if !ok && s.egress == nil {
+				egressLn.Close() // once the egress service serves on it, s.Close closes it
+			}
+		}()
 		d.substitute[upstream] = "http://" + egressLn.Addr().String()
 	case upstream != "":
 		// A host program's network is this machine's, whatever the

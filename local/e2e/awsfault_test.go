@@ -1,6 +1,6 @@
 package e2e
 
-// Faults of DynamoDB and SQS under load: `galley serve --store dynamodb
+// Faults of DynamoDB and SQS under load: `galley-dev serve --store dynamodb
 // --doorbell sqs` as a real process against DynamoDB Local and fauxqs, its
 // clients injecting seeded faults (--inject-aws-faults: throttling, 500s
 // and resets after the request was applied and transaction conflicts below
@@ -33,9 +33,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/galley-run/galley/pkg/awsfault"
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
 	"github.com/galley-run/galley/pkg/history"
-	"github.com/galley-run/galley/pkg/localserver"
 	"github.com/galley-run/galley/pkg/protocol"
 	awsstandins "github.com/galley-run/galley/pkg/standins"
 	"github.com/galley-run/galley/pkg/store/dynamostore"
@@ -76,7 +76,7 @@ func newAWSStack(t *testing.T) awsStack {
 }
 
 // flags are galley serve's flags for the stack, with plan's faults when
-// plan is set.
+// plan is set (galley-dev serve's flag: serveBinary).
 func (a awsStack) flags(plan string) []string {
 	f := []string{"--store", "dynamodb", "--doorbell", "sqs", "--table", a.table, "--queue-prefix", a.prefix}
 	if plan != "" {
@@ -87,20 +87,20 @@ func (a awsStack) flags(plan string) []string {
 
 // stopCounts stops s (SIGTERM) and returns the fault counts it logged at
 // shutdown.
-func stopCounts(t *testing.T, s *server) localserver.FaultCounts {
+func stopCounts(t *testing.T, s *server) awsfault.PlanCounts {
 	t.Helper()
 	s.stop(t)
 	for line := range strings.SplitSeq(s.stderr.String(), "\n") {
 		var l struct {
 			Msg string `json:"msg"`
-			localserver.FaultCounts
+			awsfault.PlanCounts
 		}
 		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "AWS faults injected" {
-			return l.FaultCounts
+			return l.PlanCounts
 		}
 	}
 	t.Fatal("galley serve logged no fault counts at shutdown")
-	return localserver.FaultCounts{}
+	return awsfault.PlanCounts{}
 }
 
 // mixedLoad is the fault runs' mixed load: two coordinators keeping four

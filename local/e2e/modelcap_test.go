@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -65,6 +66,9 @@ func TestModelCapThroughGalleyServe(t *testing.T) {
 		t.Fatalf("launch not applied: %s", ans)
 	}
 	defer workerEffect(t, s, run, "k-cap-cancel", `{"type":"cancel-worker","worker":`+workerRes(w)+`}`)
+	// The token the CLI holds, read while it runs: the provider must
+	// never see it.
+	token := proxyTokenOf(t, s.Data, w, "ANTHROPIC_API_KEY")
 	mb := &mailbox{s: s, run: run}
 	esc := mb.next(t, "the escalation at the cap", func(r mailRow) bool {
 		return r.Kind == protocol.MsgEscalation && r.Subject == "Model budget reached"
@@ -90,8 +94,9 @@ func TestModelCapThroughGalleyServe(t *testing.T) {
 	if calls*perCall < capTokens || (calls-1)*perCall >= capTokens {
 		t.Errorf("the provider answered %d calls of %d tokens against a cap of %d", calls, perCall, capTokens)
 	}
-	if prov.SawWrongKey() || prov.SawSecret("galley-model-") {
-		t.Errorf("the provider saw another key than the house's: %v", prov.Refused())
+	if prov.SawWrongKey() || prov.SawSecret(token) || !prov.SawSecret(key) {
+		t.Errorf("the provider saw another key than the house's (the CLI's token: %v; the house key: %v): %v",
+			prov.SawSecret(token), prov.SawSecret(key), prov.Refused())
 	}
 	// kitchn's usage is the proxy's count of the provider's answers.
 	var rep protocol.UsageReport
@@ -114,4 +119,56 @@ func TestModelCapThroughGalleyServe(t *testing.T) {
 func jsonOf(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// proxyTokenOf reads the model proxy's token that a worker's agent holds
+// in its environment as name, from a process under the worker's harness,
+// while it runs (as root, for the test alone: no value is logged).
+func proxyTokenOf(t *testing.T, data, handle, name string) string {
+	t.Helper()
+	harness := harnessPid(t, data, handle)
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, d := range dirs {
+			pid, err := strconv.Atoi(filepath.Base(d))
+			if err != nil || pid == harness || !descendsFrom(pid, harness) {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(d, "environ"))
+			if err != nil {
+				continue
+			}
+			for _, kv := range strings.Split(string(b), "\x00") {
+				if v, ok := strings.CutPrefix(kv, name+"="); ok && strings.HasPrefix(v, "galley-model-") {
+					return v
+				}
+			}
+		}
+	}
+	t.Fatalf("no process under worker %s's harness holds a model proxy token in %s", handle, name)
+	return ""
+}
+
+// descendsFrom reports whether pid is ancestor or runs under it.
+func descendsFrom(pid, ancestor int) bool {
+	for range 64 {
+		if pid == ancestor {
+			return true
+		}
+		if pid <= 1 {
+			return false
+		}
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return false
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) < 2 {
+			return false
+		}
+		if pid, err = strconv.Atoi(f[1]); err != nil {
+			return false
+		}
+	}
+	return false
 }

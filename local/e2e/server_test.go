@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	for _, pkg := range []string{"./local/cmd/galley", "./worker/cmd/galley-worker"} {
+	for _, pkg := range []string{"./cmd/galley", "./cmd/galley-worker", "./local/cmd/galley-dev"} {
 		cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/galley-run/galley/"+strings.TrimPrefix(pkg, "./"))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
@@ -93,7 +93,7 @@ func tryStartServer(t *testing.T, data string, flags ...string) (*server, error)
 	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--house", "origin89",
 		"--backend", "galley", "--default-agent", "script"}, flags...)
-	cmd := exec.Command(filepath.Join(binDir, "galley"), args...)
+	cmd := exec.Command(filepath.Join(binDir, serveBinary(flags)), args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -196,6 +196,18 @@ func (s *server) stop(t *testing.T) {
 		_ = s.cmd.Process.Kill()
 		t.Error("galley serve did not stop on SIGTERM")
 	}
+}
+
+// serveBinary is the binary that serves with flags: the development
+// binary, galley-dev, for the fault flag (the product does not link the
+// fault injector), else the product's galley.
+func serveBinary(flags []string) string {
+	for _, f := range flags {
+		if f == "--inject-aws-faults" || strings.HasPrefix(f, "--inject-aws-faults=") {
+			return "galley-dev"
+		}
+	}
+	return "galley"
 }
 
 // kill ends the server with SIGKILL, in the middle of whatever it does.

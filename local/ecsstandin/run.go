@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/local/awswire"
 	"github.com/galley-run/galley/pkg/service"
 )
 
@@ -103,7 +104,7 @@ func (s *Server) Tasks() []TaskInfo {
 	return out
 }
 
-func validateTags(tags []tag) *apiError {
+func validateTags(tags []tag) *awswire.Error {
 	if len(tags) > 50 {
 		return invalid("a resource takes at most 50 tags")
 	}
@@ -125,7 +126,7 @@ func validateTags(tags []tag) *apiError {
 }
 
 // validateRun checks what ECS checks of a Fargate RunTask's parameters.
-func validateRun(in runTaskInput) *apiError {
+func validateRun(in runTaskInput) *awswire.Error {
 	switch {
 	case in.TaskDefinition == "":
 		return invalid("TaskDefinition can not be blank.")
@@ -178,7 +179,7 @@ func validateRun(in runTaskInput) *apiError {
 
 // validateAgainstDef checks the request against the task definition it
 // names, as ECS does.
-func validateAgainstDef(in runTaskInput, d *taskDef) *apiError {
+func validateAgainstDef(in runTaskInput, d *taskDef) *awswire.Error {
 	if !d.fargate {
 		return invalid("Task definition does not support launch_type FARGATE.")
 	}
@@ -197,7 +198,7 @@ func validateAgainstDef(in runTaskInput, d *taskDef) *apiError {
 
 // runTask serves RunTask: a clientToken seen before with the same request
 // answers the task it made; with another request, ConflictException.
-func (s *Server) runTask(in runTaskInput, body []byte) (any, *apiError) {
+func (s *Server) runTask(in runTaskInput, body []byte) (any, *awswire.Error) {
 	if e := validateRun(in); e != nil {
 		return nil, e
 	}
@@ -205,7 +206,7 @@ func (s *Server) runTask(in runTaskInput, body []byte) (any, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, errf(500, "ServerException", "the stand-in is shutting down")
+		return nil, awswire.Errorf(500, "ServerException", "the stand-in is shutting down")
 	}
 	cl, e := s.clusterLocked(in.Cluster)
 	if e != nil {
@@ -223,8 +224,8 @@ func (s *Server) runTask(in runTaskInput, body []byte) (any, *apiError) {
 		if rec, ok := s.tokenLocked(tokenKey); ok {
 			t := s.tasks[rec.taskID]
 			if rec.fingerprint != fp {
-				return nil, &apiError{status: 400, code: "ConflictException", resourceIDs: []string{t.arn},
-					message: "The specified client token is already in use with a different RunTask request."}
+				return nil, &awswire.Error{Status: 400, Code: "ConflictException", Fields: map[string]any{"resourceIds": []string{t.arn}},
+					Message: "The specified client token is already in use with a different RunTask request."}
 			}
 			return map[string]any{"tasks": []wireTask{s.render(t, false, false)}, "failures": []failure{}}, nil
 		}
@@ -235,13 +236,13 @@ func (s *Server) runTask(in runTaskInput, body []byte) (any, *apiError) {
 	t := &task{
 		id: id, clusterArn: cl.arn, taskDefArn: d.arn, family: d.Family, revision: strconv.Itoa(d.revision), def: d,
 		container: c.Name, image: c.Image, taskRole: d.TaskRoleArn, execRole: d.ExecutionRoleArn,
-		credID: newUUID(), metaID: newUUID(),
+		credID: awswire.UUID(), metaID: awswire.UUID(),
 		arn:       fmt.Sprintf("arn:aws:ecs:%s:%s:task/%s/%s", s.region, s.account, cl.name, id),
 		startedBy: in.StartedBy, group: in.Group, clientToken: in.ClientToken,
 		launchType: in.LaunchType, platformVersion: in.PlatformVersion,
 		tags: slices.Clone(in.Tags), lastStatus: statusProvisioning, desiredStatus: statusRunning,
 		createdAt: now, visibleAt: now.Add(s.visibility),
-		containerArn:    fmt.Sprintf("arn:aws:ecs:%s:%s:container/%s/%s/%s", s.region, s.account, cl.name, id, newUUID()),
+		containerArn:    fmt.Sprintf("arn:aws:ecs:%s:%s:container/%s/%s/%s", s.region, s.account, cl.name, id, awswire.UUID()),
 		containerStatus: statusPending,
 		// The task's storage is its localproc workspace; the exit code
 		// lies outside it, where the command cannot write.

@@ -7,7 +7,9 @@
 // in EventBridge's "ECS Task State Change" format to a sink, records every
 // request it receives so that tests can assert on the exact wire request,
 // and injects faults (capacity failures, throttling, any error, tasks that
-// stay invisible for a while).
+// stay invisible for a while). The protocol's kernel (routing, errors,
+// request record, fault queue) is local/awswire, which the Secrets Manager
+// stand-in shares.
 //
 // What it fakes and how is in docs/runtime-ecs.md. In short: a task runs
 // its definition's one container. In container mode (WithContainers,
@@ -36,18 +38,18 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/galley-run/galley/local/awswire"
 	"github.com/galley-run/galley/local/container"
 	"github.com/galley-run/galley/pkg/runtime/localproc"
 )
@@ -103,8 +105,6 @@ type Server struct {
 	tasks      map[string]*task      // by id
 	order      []*task               // creation order
 	tokens     map[string]tokenRecord
-	requests   []Request
-	faults     []*Fault
 	visibility time.Duration
 	events     [][]byte
 
@@ -120,6 +120,10 @@ type Server struct {
 	watchDone chan struct{}
 
 	q *queue
+
+	api      *awswire.Service
+	requests awswire.Recorder[Request]
+	faults   awswire.Faults
 }
 
 // tokenRecord is what a clientToken made: the request's fingerprint and
@@ -253,6 +257,7 @@ func New(opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("ecsstandin: cannot serve the task endpoint: %w", err)
 	}
 	s.q = newQueue(s.sink, s.log)
+	s.api = s.newAPI()
 	go s.watch()
 	return s, nil
 }
@@ -285,176 +290,59 @@ func (s *Server) Close() error {
 }
 
 // ServeHTTP serves the ECS API.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	reqID := newUUID()
-	w.Header().Set("X-Amzn-Requestid", reqID)
-	target := r.Header.Get("X-Amz-Target")
-	op, _ := strings.CutPrefix(target, TargetPrefix)
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	rec := Request{Op: op, Target: target, Body: body, Time: time.Now()}
-	answer := func(status int, v any) {
-		rec.Status = status
-		s.mu.Lock()
-		s.requests = append(s.requests, rec)
-		s.mu.Unlock()
-		b, _ := json.Marshal(v)
-		w.Header().Set("Content-Type", ContentType)
-		w.WriteHeader(status)
-		_, _ = w.Write(b)
-	}
-	fail := func(e *apiError) {
-		if e.retryAfter > 0 {
-			w.Header().Set("Retry-After", fmt.Sprint(e.retryAfter))
-		}
-		w.Header().Set("X-Amzn-Errortype", e.code)
-		answer(e.status, e.body())
-	}
-	switch {
-	case err != nil:
-		fail(errf(400, "SerializationException", "cannot read the body"))
-		return
-	case len(body) > maxBody:
-		fail(errf(413, "SerializationException", "the body is larger than 1 MiB"))
-		return
-	case r.Method != http.MethodPost:
-		fail(errf(405, "UnknownOperationException", "ECS takes POST only"))
-		return
-	case !strings.HasPrefix(r.Header.Get("Content-Type"), ContentType):
-		fail(errf(400, "SerializationException", "Content-Type must be %s", ContentType))
-		return
-	case !strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 "):
-		fail(errf(403, "MissingAuthenticationTokenException", "Missing Authentication Token"))
-		return
-	case !strings.HasPrefix(target, TargetPrefix):
-		fail(errf(400, "UnknownOperationException", "no operation named in X-Amz-Target"))
-		return
-	}
-	if f := s.fault(op); f != nil {
-		if f.Failure != "" && op == OpRunTask {
-			answer(200, map[string]any{"tasks": []any{}, "failures": []failure{{Reason: f.Failure, Detail: f.Detail}}})
-			return
-		}
-		status := f.Status
-		if status == 0 {
-			status = 400
-		}
-		fail(&apiError{status: status, code: f.Code, message: f.Message, retryAfter: f.RetryAfter})
-		return
-	}
-	if op == OpRunTask {
-		if fails := s.quotaFailure(body); fails != nil {
-			answer(200, map[string]any{"tasks": []any{}, "failures": fails})
-			return
-		}
-	}
-	var (
-		out  any
-		aerr *apiError
-	)
-	switch op {
-	case OpRegisterTaskDefinition:
-		var in registerInput
-		if aerr = decode(body, &in); aerr == nil {
-			out, aerr = s.registerTaskDefinition(in)
-		}
-	case OpDescribeTaskDefinition:
-		var in describeTaskDefinitionInput
-		if aerr = decode(body, &in); aerr == nil {
-			out, aerr = s.describeTaskDefinition(in)
-		}
-	case OpCreateCluster:
-		var in createClusterInput
-		if aerr = decode(body, &in); aerr == nil {
-			out, aerr = s.createClusterOp(in)
-		}
-	case OpDescribeClusters:
-		var in describeClustersInput
-		if aerr = decode(body, &in); aerr == nil {
-			out, aerr = s.describeClusters(in)
-		}
-	case OpRunTask:
-		var in runTaskInput
-		if aerr = decode(body, &in); aerr == nil {
-			out, aerr = s.runTask(in, body)
-		}
-	case OpStopTask:
-		var in stopTaskInput
-		if aerr = decode(body, &in); aerr == nil {
-			out, aerr = s.stopTask(in)
-		}
-	case OpDescribeTasks:
-		var in describeTasksInput
-		if aerr = decode(body, &in); aerr == nil {
-			out, aerr = s.describeTasks(in)
-		}
-	case OpListTasks:
-		var in listTasksInput
-		if aerr = decode(body, &in); aerr == nil {
-			out, aerr = s.listTasks(in)
-		}
-	default:
-		aerr = errf(400, "UnknownOperationException", "the stand-in does not serve %s", op)
-	}
-	if aerr != nil {
-		fail(aerr)
-		return
-	}
-	answer(200, out)
-}
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.api.ServeHTTP(w, r) }
 
-func decode(body []byte, v any) *apiError {
-	if len(bytes.TrimSpace(body)) == 0 {
-		body = []byte("{}")
+// newAPI is the stand-in's awsJson service: its checks, in ECS's order,
+// its operations, its faults and its request record.
+func (s *Server) newAPI() *awswire.Service {
+	return &awswire.Service{
+		Name: "ECS", TargetPrefix: TargetPrefix, ContentType: ContentType, MaxBody: maxBody,
+		Admit: func(r *http.Request) (string, *awswire.Error) {
+			switch {
+			case r.Method != http.MethodPost:
+				return "", awswire.Errorf(405, "UnknownOperationException", "ECS takes POST only")
+			case !strings.HasPrefix(r.Header.Get("Content-Type"), ContentType):
+				return "", awswire.Errorf(400, "SerializationException", "Content-Type must be %s", ContentType)
+			case !strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 "):
+				return "", awswire.Errorf(403, "MissingAuthenticationTokenException", "Missing Authentication Token")
+			}
+			return "", nil
+		},
+		Ops: map[string]awswire.Handler{
+			OpRegisterTaskDefinition: awswire.Op(func(in *registerInput) (any, *awswire.Error) { return s.registerTaskDefinition(*in) }),
+			OpDescribeTaskDefinition: awswire.Op(func(in *describeTaskDefinitionInput) (any, *awswire.Error) { return s.describeTaskDefinition(*in) }),
+			OpCreateCluster:          awswire.Op(func(in *createClusterInput) (any, *awswire.Error) { return s.createClusterOp(*in) }),
+			OpDescribeClusters:       awswire.Op(func(in *describeClustersInput) (any, *awswire.Error) { return s.describeClusters(*in) }),
+			OpRunTask: func(body []byte) (any, *awswire.Error) {
+				// The account's vCPU quota refuses before the input is read.
+				if fails := s.quotaFailure(body); fails != nil {
+					return map[string]any{"tasks": []any{}, "failures": fails}, nil
+				}
+				var in runTaskInput
+				if e := awswire.Decode(body, &in); e != nil {
+					return nil, e
+				}
+				return s.runTask(in, body)
+			},
+			OpStopTask:      awswire.Op(func(in *stopTaskInput) (any, *awswire.Error) { return s.stopTask(*in) }),
+			OpDescribeTasks: awswire.Op(func(in *describeTasksInput) (any, *awswire.Error) { return s.describeTasks(*in) }),
+			OpListTasks:     awswire.Op(func(in *listTasksInput) (any, *awswire.Error) { return s.listTasks(*in) }),
+		},
+		Faults: &s.faults,
+		Record: func(x awswire.Exchange) {
+			s.requests.Add(Request{Op: x.Op, Target: x.Target, Body: x.Body, Status: x.Status, Time: x.Time})
+		},
 	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return errf(400, "SerializationException", "the body is not the operation's JSON: %v", err)
-	}
-	return nil
-}
-
-// apiError is an error answer: HTTP status and {"__type", "message"}.
-type apiError struct {
-	status      int
-	code        string
-	message     string
-	retryAfter  int
-	resourceIDs []string // ConflictException
-}
-
-func errf(status int, code, format string, args ...any) *apiError {
-	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
-}
-
-func (e *apiError) body() map[string]any {
-	b := map[string]any{"__type": e.code, "message": e.message}
-	if len(e.resourceIDs) > 0 {
-		b["resourceIds"] = e.resourceIDs
-	}
-	return b
 }
 
 // Requests returns every request received so far, in order; with ops,
 // only those of these operations.
 func (s *Server) Requests(ops ...string) []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []Request
-	for _, r := range s.requests {
-		if len(ops) == 0 || contains(ops, r.Op) {
-			r.Body = bytes.Clone(r.Body)
-			out = append(out, r)
-		}
+	out := s.requests.All(func(r Request) bool { return len(ops) == 0 || slices.Contains(ops, r.Op) })
+	for i := range out {
+		out[i].Body = bytes.Clone(out[i].Body)
 	}
 	return out
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if x == y {
-			return true
-		}
-	}
-	return false
 }
 
 // Fault is an answer the stand-in gives instead of serving a call.
@@ -479,39 +367,22 @@ type Fault struct {
 
 // Inject adds a fault; faults answer in the order injected.
 func (s *Server) Inject(f Fault) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = append(s.faults, &f)
+	if f.Failure == "" {
+		s.faults.Inject(awswire.Fault{Op: f.Op, Times: f.Times,
+			Err: &awswire.Error{Status: f.Status, Code: f.Code, Message: f.Message, RetryAfter: f.RetryAfter}})
+		return
+	}
+	// A placement failure answers RunTask alone: one of another
+	// operation answers nothing.
+	if f.Op != "" && f.Op != OpRunTask {
+		return
+	}
+	s.faults.Inject(awswire.Fault{Op: OpRunTask, Times: f.Times,
+		Out: map[string]any{"tasks": []any{}, "failures": []failure{{Reason: f.Failure, Detail: f.Detail}}}})
 }
 
 // ClearFaults removes every fault.
-func (s *Server) ClearFaults() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = nil
-}
-
-// fault returns the fault that answers a call of op, if any, counting it.
-func (s *Server) fault(op string) *Fault {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, f := range s.faults {
-		if f.Op != "" && f.Op != op {
-			continue
-		}
-		if f.Failure != "" && op != OpRunTask {
-			continue
-		}
-		answer := *f
-		if f.Times > 0 {
-			if f.Times--; f.Times == 0 {
-				s.faults = append(s.faults[:i:i], s.faults[i+1:]...)
-			}
-		}
-		return &answer
-	}
-	return nil
-}
+func (s *Server) ClearFaults() { s.faults.Clear() }
 
 // SetVisibilityDelay makes tasks created from now on invisible to
 // DescribeTasks and ListTasks for d, as ECS's eventual consistency may
@@ -537,13 +408,4 @@ func newID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/smithy-go"
 
+	"github.com/galley-run/galley/local/awswire"
 	"github.com/galley-run/galley/local/smstandin"
 )
 
@@ -259,7 +260,7 @@ func newGatedSecrets(t *testing.T) *gatedSecrets {
 		g.mu.Unlock()
 		if !allowed {
 			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-			w.Header().Set("X-Amzn-Requestid", newUUID())
+			w.Header().Set("X-Amzn-Requestid", awswire.UUID())
 			w.WriteHeader(400)
 			_ = json.NewEncoder(w).Encode(map[string]string{"__type": "AccessDeniedException",
 				"Message": fmt.Sprintf("User: %s is not authorized to perform: secretsmanager:GetSecretValue on resource: %s because no identity-based policy allows the secretsmanager:GetSecretValue action", key, in["SecretId"])})
@@ -510,7 +511,7 @@ func TestTaskRoleCredentials(t *testing.T) {
 		t.Fatalf("credentials URI %q", uri)
 	}
 	// The task has stopped: its ID is no longer known, as no other is.
-	for _, u := range []string{uri, h.srv.TaskEndpoint() + "/v2/credentials/" + newUUID()} {
+	for _, u := range []string{uri, h.srv.TaskEndpoint() + "/v2/credentials/" + awswire.UUID()} {
 		resp, err := http.Get(u)
 		if err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/local/awswire"
 	"github.com/galley-run/galley/local/container"
 )
 
@@ -125,7 +126,7 @@ type LinuxParameters struct {
 // maxSwap, swappiness, privileged) and a capability added other than
 // SYS_PTRACE (KernelCapabilities: "Tasks launched on Fargate only support
 // adding the SYS_PTRACE kernel capability").
-func fargateRefuses(c ContainerDefinition) *apiError {
+func fargateRefuses(c ContainerDefinition) *awswire.Error {
 	if c.Privileged != nil && *c.Privileged {
 		return clientErr("Tasks using the Fargate launch type do not support privileged mode.")
 	}
@@ -155,7 +156,7 @@ func fargateRefuses(c ContainerDefinition) *apiError {
 }
 
 // capabilitiesValid checks capability names as ECS does (its enum).
-func capabilitiesValid(c ContainerDefinition) *apiError {
+func capabilitiesValid(c ContainerDefinition) *awswire.Error {
 	if c.LinuxParameters == nil || c.LinuxParameters.Capabilities == nil {
 		return nil
 	}
@@ -211,8 +212,8 @@ var (
 	}
 )
 
-func clientErr(format string, args ...any) *apiError {
-	return errf(400, "ClientException", format, args...)
+func clientErr(format string, args ...any) *awswire.Error {
+	return awswire.Errorf(400, "ClientException", format, args...)
 }
 
 // units reads a task size: an integer, or "<n> vCPU" (scale 1024) / "<n> GB"
@@ -231,7 +232,7 @@ func units(s string, re *regexp.Regexp) (int, bool) {
 }
 
 // fargateSize checks a task's cpu and memory against Fargate's table.
-func fargateSize(cpuS, memS string) (int, int, *apiError) {
+func fargateSize(cpuS, memS string) (int, int, *awswire.Error) {
 	if cpuS == "" || memS == "" {
 		return 0, 0, clientErr("Fargate requires that 'cpu' be defined at the task level.")
 	}
@@ -252,7 +253,7 @@ func fargateSize(cpuS, memS string) (int, int, *apiError) {
 
 // validateTaskDefinition checks what ECS checks of a registration, and
 // what the stand-in cannot serve (SSM parameters).
-func validateTaskDefinition(td *TaskDefinition) (cpu, mem int, e *apiError) {
+func validateTaskDefinition(td *TaskDefinition) (cpu, mem int, e *awswire.Error) {
 	switch {
 	case !nameRE.MatchString(td.Family):
 		return 0, 0, clientErr("Family contains invalid characters: up to 255 letters, numbers, hyphens, and underscores are allowed.")
@@ -376,7 +377,7 @@ func validateTaskDefinition(td *TaskDefinition) (cpu, mem int, e *apiError) {
 func (s *Server) RegisterTaskDefinition(td TaskDefinition) (string, error) {
 	d, e := s.register(td, nil)
 	if e != nil {
-		return "", fmt.Errorf("ecsstandin: %s: %s", e.code, e.message)
+		return "", fmt.Errorf("ecsstandin: %s: %s", e.Code, e.Message)
 	}
 	return d.arn, nil
 }
@@ -386,12 +387,12 @@ func (s *Server) RegisterTaskDefinition(td TaskDefinition) (string, error) {
 func (s *Server) CreateCluster(name string) (string, error) {
 	c, e := s.createCluster(name, nil)
 	if e != nil {
-		return "", fmt.Errorf("ecsstandin: %s: %s", e.code, e.message)
+		return "", fmt.Errorf("ecsstandin: %s: %s", e.Code, e.Message)
 	}
 	return c.arn, nil
 }
 
-func (s *Server) register(td TaskDefinition, tags []tag) (*taskDef, *apiError) {
+func (s *Server) register(td TaskDefinition, tags []tag) (*taskDef, *awswire.Error) {
 	cpu, mem, e := validateTaskDefinition(&td)
 	if e != nil {
 		return nil, e
@@ -447,7 +448,7 @@ func (s *Server) lookupTaskDefLocked(ref string) *taskDef {
 	return revs[n-1]
 }
 
-func (s *Server) createCluster(name string, tags []tag) (*cluster, *apiError) {
+func (s *Server) createCluster(name string, tags []tag) (*cluster, *awswire.Error) {
 	if name == "" {
 		name = "default"
 	}
@@ -469,11 +470,11 @@ func (s *Server) createCluster(name string, tags []tag) (*cluster, *apiError) {
 
 // clusterLocked returns the cluster a request names (name or ARN; empty is
 // "default"), or ECS's error.
-func (s *Server) clusterLocked(ref string) (*cluster, *apiError) {
+func (s *Server) clusterLocked(ref string) (*cluster, *awswire.Error) {
 	name := clusterName(ref)
 	c := s.clusters[name]
 	if c == nil || strings.HasPrefix(ref, "arn:") && ref != c.arn {
-		return nil, errf(400, "ClusterNotFoundException", "Cluster not found.")
+		return nil, awswire.Errorf(400, "ClusterNotFoundException", "Cluster not found.")
 	}
 	return c, nil
 }
@@ -539,7 +540,7 @@ type registerInput struct {
 	Tags []tag `json:"tags"`
 }
 
-func (s *Server) registerTaskDefinition(in registerInput) (any, *apiError) {
+func (s *Server) registerTaskDefinition(in registerInput) (any, *awswire.Error) {
 	d, e := s.register(in.TaskDefinition, in.Tags)
 	if e != nil {
 		return nil, e
@@ -552,7 +553,7 @@ type describeTaskDefinitionInput struct {
 	Include        []string `json:"include"`
 }
 
-func (s *Server) describeTaskDefinition(in describeTaskDefinitionInput) (any, *apiError) {
+func (s *Server) describeTaskDefinition(in describeTaskDefinitionInput) (any, *awswire.Error) {
 	if in.TaskDefinition == "" {
 		return nil, clientErr("TaskDefinition can not be blank.")
 	}
@@ -574,7 +575,7 @@ type createClusterInput struct {
 	Tags        []tag  `json:"tags"`
 }
 
-func (s *Server) createClusterOp(in createClusterInput) (any, *apiError) {
+func (s *Server) createClusterOp(in createClusterInput) (any, *awswire.Error) {
 	c, e := s.createCluster(in.ClusterName, in.Tags)
 	if e != nil {
 		return nil, e
@@ -589,7 +590,7 @@ type describeClustersInput struct {
 	Include  []string `json:"include"`
 }
 
-func (s *Server) describeClusters(in describeClustersInput) (any, *apiError) {
+func (s *Server) describeClusters(in describeClustersInput) (any, *awswire.Error) {
 	refs := in.Clusters
 	if len(refs) == 0 {
 		refs = []string{"default"}

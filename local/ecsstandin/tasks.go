@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/local/awswire"
 	"github.com/galley-run/galley/pkg/service"
 )
 
@@ -57,8 +58,8 @@ func fingerprint(body []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
-func invalid(format string, args ...any) *apiError {
-	return errf(400, "InvalidParameterException", format, args...)
+func invalid(format string, args ...any) *awswire.Error {
+	return awswire.Errorf(400, "InvalidParameterException", format, args...)
 }
 
 func printable(s string) bool {
@@ -204,7 +205,7 @@ func (s *Server) changedLocked(t *task, now time.Time) {
 	s.lagLocked(t, now)
 	t.updatedAt = now
 	ev := eventEnvelope{
-		Version: "0", ID: newUUID(), DetailType: "ECS Task State Change", Source: "aws.ecs",
+		Version: "0", ID: awswire.UUID(), DetailType: "ECS Task State Change", Source: "aws.ecs",
 		Account: s.account, Time: now.UTC().Format(time.RFC3339), Region: s.region,
 		Resources: []string{t.arn}, Detail: s.render(t, true, false),
 	}
@@ -275,7 +276,7 @@ func (s *Server) findLocked(cluster, ref string) *task {
 	return t
 }
 
-func (s *Server) stopTask(in stopTaskInput) (any, *apiError) {
+func (s *Server) stopTask(in stopTaskInput) (any, *awswire.Error) {
 	if in.Task == "" {
 		return nil, invalid("Task can not be blank.")
 	}
@@ -308,7 +309,7 @@ func (s *Server) stopTask(in stopTaskInput) (any, *apiError) {
 	return map[string]any{"task": s.render(t, false, false)}, nil
 }
 
-func (s *Server) describeTasks(in describeTasksInput) (any, *apiError) {
+func (s *Server) describeTasks(in describeTasksInput) (any, *awswire.Error) {
 	if len(in.Tasks) == 0 || len(in.Tasks) > 100 {
 		return nil, invalid("Tasks must name 1 to 100 tasks")
 	}
@@ -339,7 +340,7 @@ func (s *Server) describeTasks(in describeTasksInput) (any, *apiError) {
 // description lists "the desired status of the task" among its filters).
 const ErrStartedByAlone = "When you specify startedBy as the filter, it must be the only filter that you use."
 
-func (s *Server) listTasks(in listTasksInput) (any, *apiError) {
+func (s *Server) listTasks(in listTasksInput) (any, *awswire.Error) {
 	if in.StartedBy != "" && (in.DesiredStatus != "" || in.Family != "" || in.LaunchType != "" ||
 		in.ServiceName != "" || in.Container != "") {
 		return nil, invalid("%s", ErrStartedByAlone)

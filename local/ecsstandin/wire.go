@@ -4,13 +4,15 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+
+	"github.com/galley-run/galley/local/awswire"
 )
 
 // The awsJson1_1 protocol of ECS: every call is a POST to "/" naming its
 // operation in X-Amz-Target.
 const (
 	TargetPrefix = "AmazonEC2ContainerServiceV20141113."
-	ContentType  = "application/x-amz-json-1.1"
+	ContentType  = awswire.ContentTypeJSON11
 )
 
 // Operations the stand-in serves.

@@ -1,12 +1,13 @@
 package iamgate
 
 import (
-	"crypto/rand"
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/galley-run/galley/local/awswire"
 )
 
 // Service is an AWS service the gate can stand in front of.
@@ -51,7 +52,7 @@ type protocol struct {
 var protocols = map[Service]protocol{
 	// DynamoDB, awsJson1_0: HTTP 400, coral's namespaced type, "Message".
 	DynamoDB: {
-		target: "DynamoDB_20120810.", contentType: "application/x-amz-json-1.0",
+		target: "DynamoDB_20120810.", contentType: awswire.ContentTypeJSON10,
 		deniedStatus: 400, deniedType: "com.amazon.coral.service#AccessDeniedException", messageKey: "Message",
 		authStatus: 400,
 	},
@@ -59,17 +60,17 @@ var protocols = map[Service]protocol{
 	// x-amzn-query-error "AccessDenied;Sender", so the SDK's ErrorCode() is
 	// "AccessDenied" as in the query protocol.
 	SQS: {
-		target: "AmazonSQS.", contentType: "application/x-amz-json-1.0",
+		target: "AmazonSQS.", contentType: awswire.ContentTypeJSON10,
 		deniedStatus: 403, deniedType: "com.amazon.coral.service#AccessDeniedException", messageKey: "Message",
 		queryCompatible: true, authStatus: 403, lowerAction: true,
 	},
 	SecretsManager: {
-		target: "secretsmanager.", contentType: "application/x-amz-json-1.1",
+		target: "secretsmanager.", contentType: awswire.ContentTypeJSON11,
 		deniedStatus: 400, deniedType: "AccessDeniedException", messageKey: "Message",
 		authStatus: 400,
 	},
 	ECS: {
-		target: "AmazonEC2ContainerServiceV20141113.", contentType: "application/x-amz-json-1.1",
+		target: "AmazonEC2ContainerServiceV20141113.", contentType: awswire.ContentTypeJSON11,
 		deniedStatus: 400, deniedType: "AccessDeniedException", messageKey: "message",
 		authStatus: 400,
 	},
@@ -169,22 +170,13 @@ func (p protocol) write(w http.ResponseWriter, e awsError) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", p.contentType)
-	h.Set("X-Amzn-RequestId", requestID())
+	h.Set("X-Amzn-RequestId", awswire.UUID())
 	if p.queryCompatible && e.queryCode != "" {
 		h.Set("X-Amzn-Query-Error", e.queryCode+";Sender")
 	}
 	b, _ := json.Marshal(map[string]string{"__type": e.typ, e.key: e.message})
 	w.WriteHeader(e.status)
 	_, _ = w.Write(b)
-}
-
-// requestID is a UUID-shaped request id, as AWS sends.
-func requestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
 // QueryError is awsQuery's error answer (STS's), as the gate and the STS
@@ -205,7 +197,7 @@ func writeQueryError(w http.ResponseWriter, e awsError) {
 	if code == "" {
 		code = e.typ[strings.LastIndex(e.typ, "#")+1:]
 	}
-	id := requestID()
+	id := awswire.UUID()
 	b, _ := xml.Marshal(QueryError{Xmlns: STSNamespace, Type: "Sender", Code: code, Message: e.message, RequestID: id})
 	w.Header().Set("Content-Type", "text/xml")
 	w.Header().Set("X-Amzn-RequestId", id)

@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	workerBin = filepath.Join(dir, "galley-worker")
-	build := exec.Command("go", "build", "-o", workerBin, "github.com/galley-run/galley/worker/cmd/galley-worker")
+	build := exec.Command("go", "build", "-o", workerBin, "github.com/galley-run/galley/cmd/galley-worker")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building galley-worker:", err)

@@ -3,6 +3,8 @@ package smstandin
 import (
 	"slices"
 	"strings"
+
+	"github.com/galley-run/galley/local/awswire"
 )
 
 // The Go API, for the local stack that defines the template's secrets in
@@ -62,7 +64,7 @@ func (s *Server) CreateGenerated(name string, g GenerateSecretString, opts ...Cr
 func (s *Server) create(name string, str *string, bin []byte, opts []CreateOption) (string, error) {
 	in := &createSecretInput{Name: &name, SecretString: str, SecretBinary: bin}
 	if str != nil || bin != nil {
-		t := newUUID()
+		t := awswire.UUID()
 		in.ClientRequestToken = &t
 	}
 	for _, o := range opts {
@@ -91,7 +93,7 @@ func (s *Server) PutBinary(secretID string, value []byte) (string, error) {
 }
 
 func (s *Server) put(secretID string, str *string, bin []byte) (string, error) {
-	t := newUUID()
+	t := awswire.UUID()
 	out, err := s.putSecretValue(&putSecretValueInput{SecretId: &secretID, ClientRequestToken: &t, SecretString: str, SecretBinary: bin})
 	if err != nil {
 		return "", err

@@ -20,7 +20,9 @@
 // refused (the IAM gate in front of it verifies signatures); a secret
 // scheduled for deletion refuses its value; errors carry AWS's codes and
 // messages as HTTP 400 {"__type", "message"}. Values never appear in a log
-// line, an error or a request record.
+// line, an error or a request record. The protocol's kernel (routing,
+// errors, request record, fault queue) is local/awswire, which the ECS
+// stand-in shares.
 //
 // The local stack also drives it in process: Create (or CreateGenerated, for
 // a template's GenerateSecretString), Put, ARN and Resolve (which turns a

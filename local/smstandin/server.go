@@ -1,24 +1,23 @@
 package smstandin
 
 import (
-	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/galley-run/galley/local/awswire"
 )
 
 // The awsJson1_1 protocol of Secrets Manager: every call is a POST to "/"
 // naming its operation in X-Amz-Target.
 const (
 	TargetPrefix = "secretsmanager."
-	ContentType  = "application/x-amz-json-1.1"
+	ContentType  = awswire.ContentTypeJSON11
 	// SigningName is the service in a SigV4 credential scope.
 	SigningName = "secretsmanager"
 )
@@ -56,13 +55,15 @@ type Server struct {
 	account string
 	log     *slog.Logger
 	now     func() time.Time
-	// bodyTimeout bounds the arrival of a body (see readBody).
+	// bodyTimeout bounds the arrival of a body (awswire.Service.BodyTimeout).
 	bodyTimeout time.Duration
 
-	mu       sync.Mutex
-	secrets  map[string]*secret // by name
-	requests []Request
-	faults   []*Fault
+	api      *awswire.Service
+	requests awswire.Recorder[Request]
+	faults   awswire.Faults
+
+	mu      sync.Mutex
+	secrets map[string]*secret // by name
 }
 
 // Request is one request the stand-in received. It holds no body: a body
@@ -120,134 +121,65 @@ func New(opts ...Option) (*Server, error) {
 	if len(s.account) != 12 || strings.Trim(s.account, "0123456789") != "" {
 		return nil, fmt.Errorf("smstandin: account %q is not 12 digits", s.account)
 	}
+	s.api = s.newAPI()
 	return s, nil
 }
 
 // ServeHTTP serves the Secrets Manager API.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("X-Amzn-Requestid", newUUID())
-	target := r.Header.Get("X-Amz-Target")
-	op, _ := strings.CutPrefix(target, TargetPrefix)
-	body, err := s.readBody(w, r)
-	akid, authErr := s.checkAuth(r.Header)
-	rec := Request{Op: op, SecretID: secretIDOf(body), AccessKeyID: akid, Time: s.now()}
-	answer := func(status int, v any) {
-		rec.Status = status
-		s.mu.Lock()
-		s.requests = append(s.requests, rec)
-		s.mu.Unlock()
-		b, _ := json.Marshal(v)
-		w.Header().Set("Content-Type", ContentType)
-		w.WriteHeader(status)
-		_, _ = w.Write(b)
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.api.ServeHTTP(w, r) }
+
+// newAPI is the stand-in's awsJson service: its checks, in Secrets
+// Manager's order, its operations, its faults and its request record.
+func (s *Server) newAPI() *awswire.Service {
+	return &awswire.Service{
+		Name: "Secrets Manager", TargetPrefix: TargetPrefix, ContentType: ContentType,
+		MaxBody: maxBody, BodyTimeout: s.bodyTimeout, Now: s.now,
+		Admit: func(r *http.Request) (string, *awswire.Error) {
+			akid, authErr := s.checkAuth(r.Header)
+			switch {
+			case r.Method != http.MethodPost || r.URL.Path != "/":
+				return akid, awswire.Errorf(404, "UnknownOperationException", "Secrets Manager takes POST to / only")
+			case authErr != nil:
+				return akid, (*awswire.Error)(authErr)
+			case !strings.HasPrefix(r.Header.Get("Content-Type"), ContentType):
+				return akid, awswire.Errorf(400, "SerializationException", "Content-Type must be %s", ContentType)
+			}
+			return akid, nil
+		},
+		Ops: map[string]awswire.Handler{
+			OpCreateSecret:             op(s.createSecret),
+			OpGetSecretValue:           op(s.getSecretValue),
+			OpPutSecretValue:           op(s.putSecretValue),
+			OpDescribeSecret:           op(s.describeSecret),
+			OpListSecrets:              op(s.listSecrets),
+			OpUpdateSecretVersionStage: op(s.updateSecretVersionStage),
+			OpDeleteSecret:             op(s.deleteSecret),
+			OpGetRandomPassword:        op(s.getRandomPassword),
+		},
+		Faults: &s.faults,
+		Record: s.record,
 	}
-	fail := func(e *Error) {
-		rec.Code = e.Code
-		w.Header().Set("X-Amzn-Errortype", e.Code)
-		s.log.Info("secretsmanager call refused", "op", op, "secret", s.logID(rec.SecretID), "code", e.Code)
-		answer(e.status(), map[string]string{"__type": e.Code, "message": e.Message})
-	}
-	switch {
-	case err != nil:
-		fail(errf(400, "SerializationException", "cannot read the body"))
-		return
-	case len(body) > maxBody:
-		fail(errf(413, "SerializationException", "the body is larger than %d bytes", maxBody))
-		return
-	case r.Method != http.MethodPost || r.URL.Path != "/":
-		fail(errf(404, "UnknownOperationException", "Secrets Manager takes POST to / only"))
-		return
-	case authErr != nil:
-		fail(authErr)
-		return
-	case !strings.HasPrefix(r.Header.Get("Content-Type"), ContentType):
-		fail(errf(400, "SerializationException", "Content-Type must be %s", ContentType))
-		return
-	case !strings.HasPrefix(target, TargetPrefix):
-		fail(errf(400, "UnknownOperationException", "no Secrets Manager operation named in X-Amz-Target"))
-		return
-	}
-	if f := s.fault(op); f != nil {
-		status := f.Status
-		if status == 0 {
-			status = 400
-		}
-		fail(&Error{Status: status, Code: f.Code, Message: f.Message})
-		return
-	}
-	out, aerr := s.dispatch(op, body)
-	if aerr != nil {
-		fail(aerr)
-		return
-	}
-	s.log.Debug("secretsmanager call", "op", op, "secret", s.logID(rec.SecretID))
-	answer(200, out)
 }
 
-// readBody reads at most maxBody+1 bytes of r's body, which must arrive
-// within the body timeout: a client that sends headers and then trickles
-// its body, or never sends it, is cut off rather than waited for. The
-// deadline is left in place: net/http lifts it when it has read a body to
-// its end, and a body cut short must stay cut off (net/http reads what
-// remains of a small one before answering). A body behind a handler that
-// cannot set deadlines (a wrapper without Unwrap) is bounded by its
-// server's limits only.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
-	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.bodyTimeout))
-	return io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+// op is the handler of an operation served by f, whose errors are the Go
+// API's.
+func op[In, Out any](f func(*In) (Out, *Error)) awswire.Handler {
+	return awswire.Op(func(in *In) (Out, *awswire.Error) {
+		out, e := f(in)
+		return out, (*awswire.Error)(e)
+	})
 }
 
-// dispatch decodes the operation's input and serves it.
-func (s *Server) dispatch(op string, body []byte) (any, *Error) {
-	switch op {
-	case OpCreateSecret:
-		return serve(body, s.createSecret)
-	case OpGetSecretValue:
-		return serve(body, s.getSecretValue)
-	case OpPutSecretValue:
-		return serve(body, s.putSecretValue)
-	case OpDescribeSecret:
-		return serve(body, s.describeSecret)
-	case OpListSecrets:
-		return serve(body, s.listSecrets)
-	case OpUpdateSecretVersionStage:
-		return serve(body, s.updateSecretVersionStage)
-	case OpDeleteSecret:
-		return serve(body, s.deleteSecret)
-	case OpGetRandomPassword:
-		return serve(body, s.getRandomPassword)
+// record keeps what a request was and how it was answered, never its
+// body (which may carry a secret value), and logs it.
+func (s *Server) record(x awswire.Exchange) {
+	rec := Request{Op: x.Op, SecretID: secretIDOf(x.Body), AccessKeyID: x.Caller, Status: x.Status, Code: x.Code, Time: x.Time}
+	if rec.Code != "" {
+		s.log.Info("secretsmanager call refused", "op", rec.Op, "secret", s.logID(rec.SecretID), "code", rec.Code)
+	} else {
+		s.log.Debug("secretsmanager call", "op", rec.Op, "secret", s.logID(rec.SecretID))
 	}
-	return nil, errf(400, "UnknownOperationException", "the stand-in does not serve %s", op)
-}
-
-func serve[In, Out any](body []byte, f func(*In) (Out, *Error)) (any, *Error) {
-	in := new(In)
-	if len(bytes.TrimSpace(body)) == 0 {
-		body = []byte("{}")
-	}
-	if err := json.Unmarshal(body, in); err != nil {
-		// The decoder's message may quote the body: say only where.
-		return nil, errf(400, "SerializationException", "the body is not the operation's JSON: %s", where(err))
-	}
-	out, aerr := f(in)
-	if aerr != nil {
-		return nil, aerr
-	}
-	return out, nil
-}
-
-// where describes a JSON decoding error without quoting the input.
-func where(err error) string {
-	switch e := err.(type) {
-	case *json.UnmarshalTypeError:
-		return fmt.Sprintf("member %s is not a %s", e.Field, e.Type)
-	case *json.SyntaxError:
-		return fmt.Sprintf("syntax error at offset %d", e.Offset)
-	}
-	return "malformed"
+	s.requests.Add(rec)
 }
 
 // secretIDOf reads the secret a request names, for its record.
@@ -321,46 +253,18 @@ func (s *Server) checkAuth(h http.Header) (string, *Error) {
 // Error is an error answer: an AWS error code and message, sent as HTTP 400
 // (unless Status says otherwise) with {"__type", "message"}. The Go API
 // returns the same errors. Messages never hold a secret value.
-type Error struct {
-	Status  int
-	Code    string
-	Message string
-}
+type Error awswire.Error
 
 func (e *Error) Error() string { return "secretsmanager: " + e.Code + ": " + e.Message }
 
-func (e *Error) status() int {
-	if e.Status == 0 {
-		return 400
-	}
-	return e.Status
-}
-
 func errf(status int, code, format string, args ...any) *Error {
-	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+	return (*Error)(awswire.Errorf(status, code, format, args...))
 }
 
 // Requests returns every request received so far, in order; with ops,
 // only those of these operations.
 func (s *Server) Requests(ops ...string) []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []Request
-	for _, r := range s.requests {
-		if len(ops) == 0 || contains(ops, r.Op) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if x == y {
-			return true
-		}
-	}
-	return false
+	return s.requests.All(func(r Request) bool { return len(ops) == 0 || slices.Contains(ops, r.Op) })
 }
 
 // Fault is an answer the stand-in gives instead of serving a call.
@@ -378,42 +282,8 @@ type Fault struct {
 
 // Inject adds a fault; faults answer in the order injected.
 func (s *Server) Inject(f Fault) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = append(s.faults, &f)
+	s.faults.Inject(awswire.Fault{Op: f.Op, Times: f.Times, Err: &awswire.Error{Status: f.Status, Code: f.Code, Message: f.Message}})
 }
 
 // ClearFaults removes every fault.
-func (s *Server) ClearFaults() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = nil
-}
-
-// fault returns the fault that answers a call of op, if any, counting it.
-func (s *Server) fault(op string) *Fault {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, f := range s.faults {
-		if f.Op != "" && f.Op != op {
-			continue
-		}
-		answer := *f
-		if f.Times > 0 {
-			if f.Times--; f.Times == 0 {
-				s.faults = append(s.faults[:i:i], s.faults[i+1:]...)
-			}
-		}
-		return &answer
-	}
-	return nil
-}
-
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
+func (s *Server) ClearFaults() { s.faults.Clear() }

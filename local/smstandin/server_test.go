@@ -24,6 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/galley-run/galley/local/awswire"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 )
 
@@ -83,7 +84,7 @@ func (o ownedBody) RoundTrip(r *http.Request) (*http.Response, error) {
 // value is a random secret value: no fixture holds a secret.
 func value() string { return rand.Text() }
 
-func token() string { return newUUID() }
+func token() string { return awswire.UUID() }
 
 func (h *harness) create(t *testing.T, name, v string) *secretsmanager.CreateSecretOutput {
 	t.Helper()

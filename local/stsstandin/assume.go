@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/galley-run/galley/local/awswire"
 	"github.com/galley-run/galley/pkg/iampolicy"
 )
 
@@ -179,7 +180,7 @@ func (s *Server) assumeRole(c caller, f url.Values) (*assumeRoleResponse, *apiEr
 	}
 
 	p := s.issue(role, name, duration, sessionPolicies)
-	out := &assumeRoleResponse{Xmlns: Namespace, RequestID: requestID()}
+	out := &assumeRoleResponse{Xmlns: Namespace, RequestID: awswire.UUID()}
 	out.Result.Credentials.AccessKeyID = p.AccessKeyID
 	out.Result.Credentials.SecretAccessKey = p.SecretAccessKey
 	out.Result.Credentials.SessionToken = p.SessionToken

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/galley-run/galley/local/awswire"
 	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/pkg/iampolicy"
 )
@@ -185,7 +186,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, *e)
 			return
 		}
-		out := getCallerIdentityResponse{Xmlns: Namespace, RequestID: requestID()}
+		out := getCallerIdentityResponse{Xmlns: Namespace, RequestID: awswire.UUID()}
 		out.Result.Arn = c.sessionARN()
 		out.Result.UserID = roleID(c.role) + ":" + c.session
 		out.Result.Account = c.account
@@ -248,14 +249,6 @@ func randomBytes(n int) []byte {
 
 func randomBase32(n int) string {
 	return base32.StdEncoding.EncodeToString(randomBytes(n))
-}
-
-// requestID is a UUID-shaped request id, as AWS sends.
-func requestID() string {
-	b := randomBytes(16)
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
 func writeXML(w http.ResponseWriter, id string, v any) {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/galley-run/galley/local/awswire"
 	"github.com/galley-run/galley/local/iamgate"
 )
 
@@ -68,7 +69,7 @@ func constraintErrors(msgs []string) *apiError {
 }
 
 func writeError(w http.ResponseWriter, e apiError) {
-	id := requestID()
+	id := awswire.UUID()
 	typ := "Sender"
 	if e.status >= 500 {
 		typ = "Receiver"

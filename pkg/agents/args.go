@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/galley-run/galley/pkg/contract"
+	"github.com/galley-run/galley/pkg/harness"
 )
 
 // codexBearerEnv names the variable codex reads galley's MCP bearer token
@@ -12,13 +13,10 @@ import (
 // that the secret stays off the command line.
 const codexBearerEnv = contract.EnvMCPSecret
 
-// codexProvider is the model provider galley configures codex with, and
-// codexKeyEnv the variable codex reads its key (the model proxy's token)
-// from: the harness's KeyEnv for codex.
-const (
-	codexProvider = "galley"
-	codexKeyEnv   = "CODEX_API_KEY"
-)
+// codexProvider is the model provider galley configures codex with. codex
+// reads its key (the model proxy's token) from harness.EnvCodexCLIKey, the
+// harness's KeyEnv for codex.
+const codexProvider = "galley"
 
 // ClaudeAllowedTools are the tools a headless claude may use without a
 // prompt: file edits, the shell (git included) and galley's tools. With -p
@@ -86,7 +84,7 @@ func codexArgs(c SessionConfig, resume string) []string {
 		a = append(a, "-c", "model_provider="+tomlString(codexProvider),
 			"-c", p+"name="+tomlString(codexProvider),
 			"-c", p+"base_url="+tomlString(c.OpenAIBaseURL),
-			"-c", p+"env_key="+tomlString(codexKeyEnv),
+			"-c", p+"env_key="+tomlString(harness.EnvCodexCLIKey),
 			"-c", p+"wire_api="+tomlString("responses"),
 			"-c", p+"supports_websockets=false")
 	}

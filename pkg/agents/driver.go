@@ -62,7 +62,7 @@ func (d Driver) Needs() harness.AgentNeeds {
 		return harness.AgentNeeds{Provider: harness.ProviderAnthropic, KeyEnv: harness.EnvAnthropicCLIKey,
 			BaseURLEnv: EnvAnthropicBaseURL, CLI: d.Family, AppendMessages: true}
 	case FamilyCodex:
-		return harness.AgentNeeds{Provider: harness.ProviderOpenAI, KeyEnv: codexKeyEnv,
+		return harness.AgentNeeds{Provider: harness.ProviderOpenAI, KeyEnv: harness.EnvCodexCLIKey,
 			BaseURLEnv: EnvOpenAIBaseURL, CLI: d.Family, AppendMessages: true}
 	}
 	return harness.AgentNeeds{AppendMessages: true}

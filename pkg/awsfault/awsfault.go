@@ -12,7 +12,12 @@
 // network does: its faults (500s and resets after the request was applied,
 // throttling, transaction conflicts) reach the SDK's retryer, which sends
 // an applied write again. HarshSQS, also below the SDK, gives a stand-in
-// SQS the limits AWS's has (docs/aws-local.md lists them).
+// SQS the limits AWS's has (docs/aws-local.md lists them). Plan reads a
+// whole plan of seeded rates, as the development binary's --inject-aws-faults
+// gives it (galley-dev serve), and counts what it injected.
+//
+// It is part of the test bench: no product binary links it (cmd's
+// dependency test).
 package awsfault
 
 import (

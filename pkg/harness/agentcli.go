@@ -78,11 +78,16 @@ func nodeModulesOf(p string) string {
 
 // runnableByOthers reports why a user other than this process's owner
 // could not run the program at path (every folder it and its links lead
-// through open to traversal, the files open to execution), or nil.
-func runnableByOthers(path string) error {
+// through open to search, and with traversal every folder above them too;
+// the files open to reading and execution), or nil. Without traversal the
+// folders above are the agent's view's own (agentView).
+func runnableByOthers(path string, traversal bool) error {
 	for _, d := range programDirs(path) {
-		if !traversableByOthers(d) {
+		if traversal && !traversableByOthers(d) {
 			return fmt.Errorf("%s, or a folder above it, is closed to other users (chmod o+rx it, or install the CLI where every user may run it)", d)
+		}
+		if fi, err := os.Stat(d); !traversal && (err != nil || fi.Mode().Perm()&0o001 == 0) {
+			return fmt.Errorf("%s is closed to other users (chmod o+rx it, or install the CLI where every user may run it)", d)
 		}
 	}
 	real, err := filepath.EvalSymlinks(path)

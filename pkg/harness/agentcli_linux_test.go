@@ -15,13 +15,14 @@ import (
 // A CLI the agent's uid cannot run (installed in a folder closed to other
 // users) is a launch that fails with that reason, naming the folder, in
 // the exit report the coordinator reads; the agent never starts (issue 28,
-// item 8).
+// item 8). The folder itself is closed: a closed folder above it is one
+// the agent's own view opens (TestClosedFoldersAboveAreOpenedInTheView).
 func TestUnrunnableCLIFailsTheLaunchWithItsReason(t *testing.T) {
 	if ok, why := harness.CanSwitchUser(); !ok {
 		t.Skip(why)
 	}
-	closed := filepath.Join(t.TempDir(), "clis") // t.TempDir is mode 0700
-	if err := os.MkdirAll(closed, 0o755); err != nil {
+	closed := filepath.Join(t.TempDir(), "clis")
+	if err := os.MkdirAll(closed, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(closed, "claude"), []byte("#!/bin/sh\necho started\n"), 0o755); err != nil {

@@ -82,6 +82,10 @@ func loopbackUp() error {
 // as the harness (root) clones it, before it takes the agent's uid.
 const namespaceCloneFlag = syscall.CLONE_NEWNET
 
+// viewUnshareFlag gives agent-exec a mount namespace of its own (Go makes
+// its mounts private), in which it makes the agent's view (agentView).
+const viewUnshareFlag = syscall.CLONE_NEWNS
+
 // attach makes the agent's network once its first process (pid, held
 // before it executes anything) exists: under NetNamespace it brings up
 // the loopback of that process's namespace and binds there every listener

@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/workerapi"
-	"golang.org/x/sys/unix"
 )
 
 // netProbe is the script of an agent that tries what an attacker's agent
@@ -155,41 +153,22 @@ func machineAddr(t *testing.T) string {
 }
 
 // dialIn dials addr from inside the network namespace of process pid (an
-// agent's, where the harness's servers listen): the socket is made on a
-// thread that has entered it.
+// agent's, where the harness's servers listen), as the harness makes its
+// listeners there (inNetNamespace).
 func dialIn(pid int, addr string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
+	ns, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/net")
+	if err != nil {
+		return nil, err
 	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		own, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{nil, err}
-			return
-		}
-		defer own.Close()
-		ns, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{nil, err}
-			return
-		}
-		defer ns.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- result{nil, err}
-			return
-		}
-		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
-		if unix.Setns(int(own.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		done <- result{c, err}
-	}()
-	r := <-done
-	return r.c, r.err
+	defer ns.Close()
+	var c net.Conn
+	err = harness.InNetNamespace(ns, func() (err error) {
+		c, err = net.DialTimeout("tcp", addr, 10*time.Second)
+		return err
+	})
+	if err != nil && c != nil {
+		c.Close()
+		c = nil
+	}
+	return c, err
 }

@@ -111,10 +111,3 @@ func budgetsFromEnv(getenv func(string) string) (Budgets, error) {
 	}
 	return b, nil
 }
-
-// budgets are the harness's bounds. Until Config carries them (a Budgets
-// field that ConfigFromEnv fills through budgetsFromEnv), they are read
-// from the process's environment here.
-func (h *harness) budgets() (Budgets, error) {
-	return h.cfg.Budgets.withDefaults(), nil
-}

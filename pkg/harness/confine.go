@@ -120,10 +120,15 @@ func ChooseConfinement(workspaceRoot, exe string) Enforcement {
 	e := Enforcement{LandlockABI: abi}
 	var why []string
 	if ok, msg := canSwitchUser(); ok {
+		// Where the harness makes each agent a mount namespace of its
+		// own (root, outside a container), the agent's view shows its
+		// worktree and programs whatever the folders above them allow
+		// (agentView): a separate uid reaches them anyway.
+		view := probeNamespace() == nil
 		switch {
-		case !traversableByOthers(workspaceRoot):
+		case !view && !traversableByOthers(workspaceRoot):
 			why = append(why, "a separate uid could not reach the workspaces: a folder above "+workspaceRoot+" is closed to other users (chmod o+x it)")
-		case exe != "" && !executableByOthers(exe):
+		case exe != "" && !(executableByOthers(exe) || view && modeExecutableByOthers(exe)):
 			why = append(why, "a separate uid could not run "+exe+" (it or a folder above it is closed to other users)")
 		default:
 			e.Mode, e.Why = ConfineUser, "the harness may switch users"
@@ -145,6 +150,13 @@ func ChooseConfinement(workspaceRoot, exe string) Enforcement {
 	why = append(why, "the kernel has no Landlock")
 	e.Mode, e.Why = ConfineNone, strings.Join(why, "; ")
 	return e
+}
+
+// modeExecutableByOthers reports whether the file at path (links
+// followed) may be run by any user, whatever the folders above it allow.
+func modeExecutableByOthers(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().Perm()&0o001 != 0
 }
 
 // traversableByOthers reports whether every folder from / down to dir may

@@ -212,13 +212,16 @@ func landlockRestrict(fsRules bool, rw, ro []string, netPorts []int) error {
 // back what it lost), enters the Landlock domain the flags describe, and
 // executes the agent. Arguments:
 //
-//	[--nproc <n>] [--wait-fd <fd>] [--rw <dir>]... [--ro <dir>]... [--net-landlock] [--connect <port>]... -- <program> <argv0> <args>...
+//	[--nproc <n>] [--wait-fd <fd>] [--hide <mode>:<dir>]... [--expose rw|ro:<path>]... [--uid <uid> --gid <gid>]
+//	[--rw <dir>]... [--ro <dir>]... [--net-landlock] [--connect <port>]... -- <program> <argv0> <args>...
 //
 // --nproc sets RLIMIT_NPROC (soft and hard) to n: the agent's uid may then
 // run at most n processes (threads) at once, which bounds a fork flood.
 // --wait-fd makes it wait, before anything else, for one byte on fd: the
 // harness sends it once it has put this process in the agent's cgroup, and
-// closes fd without it when it could not. Run as root, it drops every
+// closes fd without it when it could not. --hide and --expose make the
+// agent's view of the file system in its own mount namespace (agentView),
+// as root, and --uid and --gid then make it the agent. Run as root still, it drops every
 // capability before the agent runs (dropCapabilities). --net-landlock limits the
 // agent's TCP connections to the --connect ports (NetLandlock).
 //
@@ -231,6 +234,8 @@ func RunAgentExec(args []string) int {
 	var rw, ro []string
 	var nproc uint64
 	var netPorts []int
+	var view agentView
+	uid, gid := -1, -1
 	i := 0
 	for ; i < len(args) && args[i] != "--"; i += 2 {
 		if args[i] == "--net-landlock" {
@@ -272,6 +277,28 @@ func RunAgentExec(args []string) int {
 				return fail("--nproc needs a positive number")
 			}
 			nproc = n
+		case "--hide":
+			h, err := parseHide(args[i+1])
+			if err != nil {
+				return fail("%v", err)
+			}
+			view.hide = append(view.hide, h)
+		case "--expose":
+			e, err := parseExpose(args[i+1])
+			if err != nil {
+				return fail("%v", err)
+			}
+			view.expose = append(view.expose, e)
+		case "--uid", "--gid":
+			n, err := strconv.Atoi(args[i+1])
+			if err != nil || n <= 0 {
+				return fail("%s needs a positive id", args[i])
+			}
+			if args[i] == "--uid" {
+				uid = n
+			} else {
+				gid = n
+			}
 		default:
 			return fail("unknown flag %q", args[i])
 		}
@@ -279,9 +306,22 @@ func RunAgentExec(args []string) int {
 	if i+2 >= len(args) {
 		return fail("no program and argv[0] after --")
 	}
+	if (uid < 0) != (gid < 0) {
+		return fail("--uid and --gid go together")
+	}
+	if len(view.hide)+len(view.expose) > 0 {
+		if err := view.apply(); err != nil {
+			return fail("making the agent's view of the file system: %v", err)
+		}
+	}
 	if nproc > 0 {
 		if err := setNproc(nproc); err != nil {
 			return fail("setrlimit(RLIMIT_NPROC): %v", err)
+		}
+	}
+	if uid > 0 {
+		if err := switchUser(uid, gid); err != nil {
+			return fail("taking the agent's uid: %v", err)
 		}
 	}
 	prog, argv := args[i+1], args[i+2:]

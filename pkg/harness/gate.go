@@ -55,10 +55,7 @@ func (h *harness) startGate(repoURL, branch string) (*pushGate, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := h.budgets()
-	if err != nil {
-		return nil, err
-	}
+	b := h.cfg.Budgets.withDefaults()
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
 		return nil, err

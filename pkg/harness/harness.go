@@ -367,24 +367,26 @@ func (h *harness) endJail(ctx context.Context, j *jail) error {
 
 // notStarted reports that the agent never ran, so galley settles the
 // worker failed.
+// The reason, and what caused it (an error may quote a command line or a
+// driver's settings), are redacted of every secret the harness holds and
+// anything shaped like a credential before they are logged or reported.
 func (h *harness) notStarted(ctx context.Context, reason string, cause error) error {
-	h.log.Error("the agent cannot start", "reason", reason, "err", cause)
-	if cause != nil {
-		h.rep.report(workerapi.EventError, reason+": "+cause.Error())
-	} else {
-		h.rep.report(workerapi.EventError, reason)
-	}
 	msg := reason
 	if cause != nil {
 		msg += ": " + cause.Error()
 	}
+	msg = redactSecrets(msg, h.secrets()...)
+	h.log.Error("the agent cannot start", "reason", msg)
+	h.rep.report(workerapi.EventError, msg)
 	if err := h.reportExited(ctx, CodeNotStarted, msg); err != nil {
 		return err
 	}
+	// The caller logs the error: it carries the redacted text, and the
+	// cause's kind.
 	if cause == nil {
-		return galleyerr.E(galleyerr.Op("harness.start"), reason)
+		return galleyerr.E(galleyerr.Op("harness.start"), msg)
 	}
-	return galleyerr.E(galleyerr.Op("harness.start"), reason, cause)
+	return galleyerr.E(galleyerr.Op("harness.start"), galleyerr.KindOf(cause), msg)
 }
 
 // agentEnded handles the agent's exit: nothing to do after finish or a
@@ -428,9 +430,26 @@ func (h *harness) stderrTail() string {
 	return redactSecrets(tail, h.secrets()...)
 }
 
-// secrets are the values the harness holds that no report may carry.
+// namedSecret is a value the harness holds, and what it is.
+type namedSecret struct{ what, value string }
+
+// namedSecrets are the values the harness holds that neither the agent
+// nor any report or log line may carry: the one list that the agent's
+// command is checked against (prepareCommand) and that every report is
+// redacted of (secrets). Unset ones are empty.
+func (h *harness) namedSecrets() []namedSecret {
+	return []namedSecret{{"the worker token", h.cfg.Token}, {"the bootstrap code", h.cfg.Bootstrap},
+		{"the git credential", h.cfg.GitCredential}, {"the anthropic key", h.cfg.AnthropicKey},
+		{"the openai key", h.cfg.OpenAIKey}, {"the egress service's credential", h.cfg.EgressSecret}}
+}
+
+// secrets are the values of namedSecrets.
 func (h *harness) secrets() []string {
-	return []string{h.cfg.Token, h.cfg.Bootstrap, h.cfg.GitCredential, h.cfg.AnthropicKey, h.cfg.OpenAIKey, h.cfg.EgressSecret}
+	var out []string
+	for _, s := range h.namedSecrets() {
+		out = append(out, s.value)
+	}
+	return out
 }
 
 func exitCode(ps *os.ProcessState) int {
@@ -520,17 +539,14 @@ func (h *harness) prepareCommand(cmd *exec.Cmd) error {
 		env = append(env, egressEnv(h.egressURL)...)
 	}
 	cmd.Env = append(env, cmd.Env...)
-	forbidden := map[string]string{"the worker token": h.cfg.Token, "the git credential": h.cfg.GitCredential,
-		"the egress service's credential": h.cfg.EgressSecret,
-		"the anthropic key":               h.cfg.AnthropicKey, "the openai key": h.cfg.OpenAIKey}
 	all := slices.Concat([]string{cmd.Path}, cmd.Args, cmd.Env)
-	for what, secret := range forbidden {
-		if secret == "" {
+	for _, secret := range h.namedSecrets() {
+		if secret.value == "" {
 			continue
 		}
 		for _, s := range all {
-			if strings.Contains(s, secret) {
-				return fmt.Errorf("the agent's command line or environment would hold %s", what)
+			if strings.Contains(s, secret.value) {
+				return fmt.Errorf("the agent's command line or environment would hold %s", secret.what)
 			}
 		}
 	}

@@ -203,6 +203,10 @@ func TestAgentNeverStarts(t *testing.T) {
 			shellDriver{script: "exit 0", args: []string{testToken}}, "refusing the agent command"},
 		{"the agent cannot be executed", workerapi.Self{Agent: protocol.AgentSelection{Agent: "shell"}},
 			badExeDriver{}, "starting the agent failed"},
+		// A cause that quotes a secret the harness holds: the reason, the
+		// event and the log say why without it.
+		{"the command cannot be built", workerapi.Self{Agent: protocol.AgentSelection{Agent: "shell"}},
+			badCmdDriver{}, "building the agent command failed: no agent for key [redacted]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -213,9 +217,15 @@ func TestAgentNeverStarts(t *testing.T) {
 			if tt.driver != nil {
 				drivers["shell"] = tt.driver
 			}
-			p := runInProcess(t, ctx, f, "unused", nil, func(c *harness.Config) { c.Drivers = drivers })
-			if err := p.wait(t, ctx); err == nil {
+			p := runInProcess(t, ctx, f, "unused", nil, func(c *harness.Config) { c.Drivers, c.EgressSecret = drivers, badCmdSecret })
+			err := p.wait(t, ctx)
+			if err == nil {
 				t.Error("Run succeeded")
+			} else if strings.Contains(err.Error(), badCmdSecret) {
+				t.Error("Run's error holds a secret")
+			}
+			if strings.Contains(p.log.String(), badCmdSecret) {
+				t.Error("the harness log holds a secret")
 			}
 			s := f.Snapshot()
 			if len(s.Calls) != 1 || s.Calls[0].Exited == nil {
@@ -230,6 +240,19 @@ func TestAgentNeverStarts(t *testing.T) {
 		})
 	}
 }
+
+// badCmdSecret is the egress service's credential, as
+// TestAgentNeverStarts's harnesses hold it.
+const badCmdSecret = "egress-secret-0123456789abcdef"
+
+// badCmdDriver cannot build its command, and its error quotes a secret.
+type badCmdDriver struct{}
+
+func (badCmdDriver) Needs() harness.AgentNeeds { return harness.AgentNeeds{} }
+func (badCmdDriver) Command(workerapi.Self, string, string, string) (*exec.Cmd, error) {
+	return nil, fmt.Errorf("no agent for key %s", badCmdSecret)
+}
+func (badCmdDriver) Observe(io.Reader, harness.Events) {}
 
 type badExeDriver struct{}
 

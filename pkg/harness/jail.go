@@ -28,10 +28,12 @@ type jail struct {
 	uid, gid int
 	exe      string // galley-worker, whose agent-exec starts the agent
 	base     string // holds home and tmp; removed when the agent has ended
-	home     string
-	tmp      string
-	rw, ro   []string
-	nproc    uint64 // the agent's RLIMIT_NPROC, 0 for none
+	// workspace is the agent's worktree (enter).
+	workspace string
+	home      string
+	tmp       string
+	rw, ro    []string
+	nproc     uint64 // the agent's RLIMIT_NPROC, 0 for none
 	// group is the agent's cgroup, nil where none could be made (groupWhy
 	// says why); gateR and gateW hold agent-exec until the harness has put
 	// it in the group.
@@ -43,9 +45,13 @@ type jail struct {
 	gateR, gateW *os.File
 	// net is the agent's network: made in a namespace of its own by the
 	// clone that starts agent-exec, or limited by Landlock's TCP rules.
-	net    *agentNet
-	ended  bool // endJail ran
-	endErr error
+	net *agentNet
+	// visible are the folders (and files) the agent runs from beside its
+	// worktree, home and tmp: what its view shows under a hidden folder
+	// (agentView) and, under Landlock, what it may read and execute.
+	visible []string
+	ended   bool // endJail ran
+	endErr  error
 }
 
 // DefaultAgentMaxMemory is the agent's memory budget (its cgroup's
@@ -197,7 +203,9 @@ func (j *jail) enter(workspace string, agentEnv []string, binDir, cli string) er
 			return fmt.Errorf("the %s CLI: %w", cli, err)
 		}
 		if j.mode == ConfineUser {
-			if err := runnableByOthers(cliPath); err != nil {
+			// In a view of its own the folders above it are shown to the
+			// agent; without one they must be searchable by all.
+			if err := runnableByOthers(cliPath, !j.ownView()); err != nil {
 				return fmt.Errorf("the agent's uid cannot run the %s CLI at %s: %w", cli, cliPath, err)
 			}
 		}
@@ -243,13 +251,20 @@ func (j *jail) enter(workspace string, agentEnv []string, binDir, cli string) er
 		if err := ws.Chmod(".", 0o700); err != nil {
 			return needs("FOWNER", "closing the agent's worktree to others (chmod 0700 of a folder the agent owns)", err)
 		}
-		return nil
-	case ConfineLandlock:
+	}
+	j.visible = landlockReadOnly(workspace, j.exe, binDir, cliPath, agentEnv)
+	j.workspace = workspace
+	if j.mode == ConfineLandlock {
 		j.rw = []string{workspace, j.home, j.tmp}
-		j.ro = landlockReadOnly(workspace, j.exe, binDir, cliPath, agentEnv)
+		j.ro = j.visible
 	}
 	return nil
 }
+
+// ownView reports whether the agent gets a mount namespace of its own
+// (agentView): where it gets a network namespace, so where the harness
+// may make namespaces (root, outside a container).
+func (j *jail) ownView() bool { return j.mode != ConfineNone && j.netMode() == NetNamespace }
 
 // systemDirs are the folders a Landlocked agent may read and execute
 // beneath: the system's programs, libraries and settings, and /proc and
@@ -330,17 +345,36 @@ func (j *jail) wrap(cmd *exec.Cmd) {
 			args = append(args, "--connect", strconv.Itoa(p))
 		}
 	}
-	args = append(append(args, "--", cmd.Path), cmd.Args...)
-	cmd.Path, cmd.Args = j.exe, args
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	if j.mode == ConfineUser {
+	if j.ownView() {
+		// agent-exec starts as root in a mount namespace of its own,
+		// makes the agent's view there and then takes the agent's uid.
+		for _, h := range systemHidden {
+			args = append(args, "--hide", h.flag())
+		}
+		for _, p := range []string{j.workspace, j.base} {
+			args = append(args, "--expose", exposedPath{path: p, rw: true}.flag())
+		}
+		for _, p := range j.visible {
+			if p == filepath.Dir(j.exe) {
+				// galley-worker alone of its folder: the folder may be
+				// closed to others, the program is not.
+				p = j.exe
+			}
+			args = append(args, "--expose", exposedPath{path: p}.flag())
+		}
+		if j.mode == ConfineUser {
+			args = append(args, "--uid", strconv.Itoa(j.uid), "--gid", strconv.Itoa(j.gid))
+		}
+		cmd.SysProcAttr.Unshareflags |= viewUnshareFlag
+		cmd.SysProcAttr.Cloneflags |= namespaceCloneFlag
+	} else if j.mode == ConfineUser {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(j.uid), Gid: uint32(j.gid), Groups: []uint32{}}
 	}
-	if j.netMode() == NetNamespace {
-		cmd.SysProcAttr.Cloneflags |= namespaceCloneFlag
-	}
+	args = append(append(args, "--", cmd.Path), cmd.Args...)
+	cmd.Path, cmd.Args = j.exe, args
 }
 
 // netMode is the agent's network confinement (NetOpen without one).

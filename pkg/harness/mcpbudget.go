@@ -16,16 +16,18 @@ import (
 )
 
 // maxHeaderBytes bounds the request headers the harness's servers read
-// (the MCP server, the push gate): a CLI's or git's are a few hundred
-// bytes, and net/http's default, 1 MiB, on each of the agent's
-// connections would be far more than the rest of a request.
+// (the MCP server, the push gate, the model proxy): a CLI's or git's are a
+// few hundred bytes to a few KiB, and net/http's default, 1 MiB, on each
+// of the agent's connections would be far more than the rest of a
+// request.
 const maxHeaderBytes = 16 << 10
 
 // sessionHeader is the streamable HTTP transport's session header.
 const sessionHeader = "Mcp-Session-Id"
 
 // mcpGuard keeps the harness's MCP server within its Budgets. Every
-// request takes one of MCPRequests places or is refused (429), and a POST's
+// request that carries the server's secret (checked before the guard)
+// takes one of MCPRequests places or is refused (429), and a POST's
 // body is read whole before the SDK sees it: at most MCPMaxBody bytes
 // (413) within MCPBodyTimeout (408), one JSON-RPC message (a batch is
 // refused: the protocol's current versions have none, and one would start

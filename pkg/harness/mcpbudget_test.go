@@ -146,6 +146,12 @@ func memory(t *testing.T, pid int) (rss, peak int64) {
 // server answers, whenever it does.
 func (c *mcpClient) rawPost(t *testing.T, length int, first string) (net.Conn, <-chan string) {
 	t.Helper()
+	return c.rawPostAs(t, c.secret, length, first)
+}
+
+// rawPostAs is rawPost with secret as the bearer.
+func (c *mcpClient) rawPostAs(t *testing.T, secret string, length int, first string) (net.Conn, <-chan string) {
+	t.Helper()
 	u, err := url.Parse(c.url)
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +162,7 @@ func (c *mcpClient) rawPost(t *testing.T, length int, first string) (net.Conn, <
 	}
 	t.Cleanup(func() { conn.Close() })
 	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"+
-		"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%s", u.Path, u.Host, c.secret, length, first)
+		"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%s", u.Path, u.Host, secret, length, first)
 	answer := make(chan string, 1)
 	go func() {
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -318,6 +324,35 @@ func TestMCPFloodWithinBudget(t *testing.T) {
 	}
 	if live := bytes.Count([]byte(p.stderr.String()), []byte("MCP session closed to make room")); live == 0 {
 		t.Error("the harness logged no session taken over")
+	}
+}
+
+// TestMCPUnauthenticatedTakesNoPlace: requests without the MCP server's
+// secret, their bodies never sent, are refused at once (401) and take
+// none of the agent's places among the requests in flight: the agent's
+// own request is served meanwhile. Before, the places were taken before
+// the secret was checked, so whoever reached the port could hold them all.
+func TestMCPUnauthenticatedTakesNoPlace(t *testing.T) {
+	ctx := testCtx(t)
+	const requests = 2
+	_, _, c := mcpOf(t, ctx, harness.EnvMCPRequests+"="+strconv.Itoa(requests))
+	var answers []<-chan string
+	for range 3 * requests {
+		_, answer := c.rawPostAs(t, "not-the-secret", 100_000, "{")
+		answers = append(answers, answer)
+	}
+	for _, answer := range answers {
+		select {
+		case a := <-answer:
+			if !strings.HasPrefix(a, "401 ") {
+				t.Errorf("a request without the secret was answered %.200q", a)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a request without the secret was not refused at once")
+		}
+	}
+	if status, id, body, err := c.post(ctx, "", initialize); err != nil || status != http.StatusOK || id == "" {
+		t.Errorf("the agent's request beside them: %d %v %.200s", status, err, body)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/contract"
+	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/modelproxy"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/workerapi"
@@ -79,14 +80,36 @@ type modelCalls struct {
 	mu       sync.Mutex
 	latest   modelproxy.Totals
 	reported int64 // latest.Calls when last reported
+	// final is set once galley takes no more usage of the worker (it
+	// answered a report 409): nothing more is sent.
+	final bool
+	// inFlight counts the proxy's requests being served; quiet is closed
+	// when it falls to zero (a call is counted before its request ends).
+	inFlight int
+	quiet    chan struct{}
+
 	kick     chan struct{}
 	done     chan struct{}
 	stopped  chan struct{}
+	stopping sync.Once
 	closing  sync.Once
 	// sending makes one report at a time, so a flush waits for the one
 	// the loop is making and then sends what it did not.
 	sending sync.Mutex
+	// escalated is closed when the escalation at the cap has been posted
+	// (or failed); nil until the cap is reached.
+	escalated chan struct{}
 }
+
+// usageDrain bounds how long a report that settles the worker, and the
+// last report, wait for the model calls in flight to be counted: an answer
+// the agent left is still read for its usage (pkg/modelproxy), and an
+// agent that keeps a call open does not hold its worker's end for longer.
+const usageDrain = 10 * time.Second
+
+// escalationWait bounds how long the last reports wait for the escalation
+// at the cap to be posted (its own call is bounded at 30 s).
+const escalationWait = 35 * time.Second
 
 // startModelCalls serves the agent's model proxy for the driver's
 // provider, with the harness's key for it, where the agent reaches it.
@@ -99,7 +122,8 @@ func (h *harness) startModelCalls() (*modelCalls, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &modelCalls{h: h, token: token, kick: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{})}
+	m := &modelCalls{h: h, token: token, kick: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{}),
+		quiet: closedChan()}
 	m.proxy, err = modelproxy.New(fam, h.providerKey(h.needs.Provider), token,
 		modelproxy.WithUpstream(h.providerBaseURL(h.needs.Provider)),
 		modelproxy.WithTransport(ownTransport(h.cfg.ownProxy)),
@@ -116,8 +140,11 @@ func (h *harness) startModelCalls() (*modelCalls, error) {
 		return nil, err
 	}
 	m.baseURL = modelproxy.AgentBaseURL(fam, ln.Addr().String())
-	// The proxy sets each call's own read and write deadlines.
-	m.srv = &http.Server{Handler: m.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	// The proxy sets each call's own read and write deadlines; its
+	// headers are bounded as the harness's other servers' are (a CLI's are
+	// a few KiB).
+	m.srv = &http.Server{Handler: m.track(m.proxy), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
+		MaxHeaderBytes: maxHeaderBytes}
 	go func() { _ = m.srv.Serve(limitConns(ln, m.srv, h.log)) }()
 	go m.reportLoop()
 	return m, nil
@@ -156,13 +183,75 @@ func (m *modelCalls) reportLoop() {
 	}
 }
 
+// closedChan is a closed channel: no call in flight.
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// track counts the proxy's requests in flight, so that a last report can
+// wait for their counts (drain).
+func (m *modelCalls) track(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.mu.Lock()
+		if m.inFlight == 0 {
+			m.quiet = make(chan struct{})
+		}
+		m.inFlight++
+		m.mu.Unlock()
+		defer func() {
+			m.mu.Lock()
+			if m.inFlight--; m.inFlight == 0 {
+				close(m.quiet)
+			}
+			m.mu.Unlock()
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// drain waits, up to usageDrain, until no call is in flight at the proxy:
+// each has then been counted.
+func (m *modelCalls) drain() {
+	m.mu.Lock()
+	quiet, n := m.quiet, m.inFlight
+	m.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	t := time.NewTimer(usageDrain)
+	defer t.Stop()
+	select {
+	case <-quiet:
+	case <-t.C:
+		m.h.log.Warn("model calls still in flight are left out of the usage report", "calls", n, "waited", usageDrain)
+	}
+}
+
+// stopLoop ends the periodic reports: from a report that settles the
+// worker on, galley takes at most one more (after a worker-done, for the
+// agent's last turn), and that one is the last count, sent by close.
+func (m *modelCalls) stopLoop() {
+	m.stopping.Do(func() {
+		close(m.done)
+		<-m.stopped
+	})
+}
+
 // flush reports the latest count now, if it is newer than the last one
 // sent: before a report that settles the worker, after which galley takes
-// no more. Nil-safe: an agent without a model proxy has nothing to flush.
+// no more. The periodic reports end, the calls in flight are counted first
+// (drain), and the escalation at the cap, if there is one, is posted
+// before. Nil-safe: an agent without a model proxy has nothing to flush.
 func (m *modelCalls) flush() {
-	if m != nil {
-		m.report()
+	if m == nil {
+		return
 	}
+	m.stopLoop()
+	m.drain()
+	m.awaitEscalation()
+	m.report()
 }
 
 // report sends the latest count, if it is newer than the last one sent.
@@ -171,7 +260,7 @@ func (m *modelCalls) report() {
 	defer m.sending.Unlock()
 	m.mu.Lock()
 	t := m.latest
-	if t.Calls == 0 || t.Calls == m.reported {
+	if m.final || t.Calls == 0 || t.Calls == m.reported {
 		m.mu.Unlock()
 		return
 	}
@@ -189,25 +278,41 @@ func (m *modelCalls) report() {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), 30*time.Second)
 	defer cancel()
-	if err := h.api.Usage(ctx, rep); err != nil {
+	err := h.api.Usage(ctx, rep)
+	switch {
+	case err == nil:
+		h.log.Info("usage reported from the model proxy's count", "usage", rep, "calls", t.Calls, "unmetered", t.Unmetered)
+	case galleyerr.Is(galleyerr.Conflict, err):
+		// The worker has settled and its usage is final: galley takes no
+		// more, so none is sent again.
+		m.mu.Lock()
+		m.final = true
+		m.mu.Unlock()
+		h.log.Info("the worker has settled: galley takes no more usage", "usage", rep, "calls", t.Calls, "err", err)
+	default:
 		h.log.Error("cannot report usage", "err", err)
 		m.mu.Lock()
 		m.reported = 0 // the next report sends it again
 		m.mu.Unlock()
-		return
 	}
-	h.log.Info("usage reported from the model proxy's count", "usage", rep, "calls", t.Calls, "unmetered", t.Unmetered)
 }
 
 // capReached is the first call the proxy refused at the worker's cap: the
 // agent was told; the coordinator is asked what to do (an escalation), and
-// the worker's event log says why.
+// the worker's event log says why. The proxy calls it holding its count,
+// so the escalation is posted aside; a report that settles the worker, and
+// the harness's end, wait for it (awaitEscalation).
 func (m *modelCalls) capReached(r modelproxy.Refusal) {
 	h := m.h
 	h.log.Warn("the worker's model budget is spent: model calls are refused", "why", r.Message, "tokens", r.Totals.All())
 	h.rep.report(workerapi.EventWarning, "model budget reached: model calls are refused", "budget", "reached",
 		"why", r.Message, "tokens", strconv.FormatInt(r.Totals.All(), 10), "microUSD", strconv.FormatInt(r.Totals.MicroUSD, 10))
+	escalated := make(chan struct{})
+	m.mu.Lock()
+	m.escalated = escalated
+	m.mu.Unlock()
 	go func() {
+		defer close(escalated)
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), 30*time.Second)
 		defer cancel()
 		body := r.Message + "\nThe agent's model calls are refused from now on. Raise the cap and launch anew, or cancel the worker."
@@ -218,15 +323,34 @@ func (m *modelCalls) capReached(r modelproxy.Refusal) {
 	}()
 }
 
+// awaitEscalation waits for the escalation at the cap, if there is one,
+// to be posted: before the worker settles, and before the harness ends.
+func (m *modelCalls) awaitEscalation() {
+	m.mu.Lock()
+	escalated := m.escalated
+	m.mu.Unlock()
+	if escalated == nil {
+		return
+	}
+	t := time.NewTimer(escalationWait)
+	defer t.Stop()
+	select {
+	case <-escalated:
+	case <-t.C:
+	}
+}
+
 // close ends the agent's token and the proxy, and reports the last count
 // (if the worker has not settled since: galley then refuses it, and the
-// count was flushed before).
+// count was flushed before). The agent has ended: its calls in flight are
+// counted first, within usageDrain, then cut.
 func (m *modelCalls) close() {
 	m.closing.Do(func() {
+		m.stopLoop()
+		_ = m.srv.Close() // no new call; those in flight go on reading their answers
+		m.drain()
 		_ = m.proxy.Close()
-		_ = m.srv.Close()
-		close(m.done)
-		<-m.stopped
+		m.awaitEscalation()
 		m.report()
 	})
 }

@@ -33,7 +33,7 @@ const reportQueue = 256
 
 func newReporter(h *harness) *reporter {
 	r := &reporter{h: h, wake: make(chan struct{}, 1), done: make(chan struct{}), stop: make(chan struct{})}
-	for _, s := range []string{h.cfg.Token, h.cfg.Bootstrap, h.cfg.AnthropicKey, h.cfg.OpenAIKey, h.cfg.GitCredential} {
+	for _, s := range h.secrets() {
 		if len(s) >= 8 {
 			r.secrets = append(r.secrets, s)
 		}

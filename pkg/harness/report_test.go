@@ -59,3 +59,20 @@ func TestReportQueueBounded(t *testing.T) {
 		t.Fatalf("a call's arguments encode to %d bytes before the event cuts them", len(a))
 	}
 }
+
+// TestReporterRedactsEverySecret: the reporter is redacted of the one list
+// of the harness's secrets, the egress service's credential among them.
+func TestReporterRedactsEverySecret(t *testing.T) {
+	h := &harness{cfg: Config{Token: "worker-token-0123456789", GitCredential: "git-credential-0123456789",
+		AnthropicKey: "sk-ant-0123456789abcdef", OpenAIKey: "sk-openai-0123456789", EgressSecret: "egress-secret-0123456789"}}
+	r := newReporter(h)
+	defer r.close()
+	for _, secret := range h.secrets() {
+		if secret == "" {
+			continue
+		}
+		if got := r.redact("it was " + secret + "."); got != "it was "+redacted+"." {
+			t.Errorf("redacted to %q", got)
+		}
+	}
+}

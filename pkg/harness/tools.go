@@ -68,10 +68,7 @@ type mcpServer struct {
 func (s *mcpServer) close() { _ = s.srv.Close() }
 
 func (h *harness) startMCP() (*mcpServer, error) {
-	b, err := h.budgets()
-	if err != nil {
-		return nil, err
-	}
+	b := h.cfg.Budgets.withDefaults()
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
 		return nil, err
@@ -89,12 +86,14 @@ func (h *harness) startMCP() (*mcpServer, error) {
 	guard := newMCPGuard(b, server, h.log)
 
 	mux := http.NewServeMux()
-	mux.Handle(MCPPath, requireSecret(secret, guard.limitSessions(h.calls.track(handler))))
+	mux.Handle(MCPPath, guard.limitSessions(h.calls.track(handler)))
 	ln, err := h.listenForAgent("mcp")
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: guard.limitRequests(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
+	// The secret is checked first: a request without it takes none of the
+	// agent's places, and its body is never read.
+	srv := &http.Server{Handler: requireSecret(secret, guard.limitRequests(mux)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		MaxHeaderBytes: maxHeaderBytes}
 	go func() { _ = srv.Serve(limitConns(ln, srv, h.log)) }()
 	return &mcpServer{url: "http://" + ln.Addr().String() + MCPPath, secret: secret, srv: srv}, nil

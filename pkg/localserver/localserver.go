@@ -62,10 +62,6 @@ type Options struct {
 	// in-process doorbell (galley serve --store dynamodb --doorbell sqs).
 	Store    store.Store
 	Doorbell service.Doorbell
-	// AWSFaults, when set, is the fault plan Store's and Doorbell's AWS
-	// clients were opened under (OpenDynamoStore, OpenSQSBell): the server
-	// logs it at start and what it injected at shutdown. Testing only.
-	AWSFaults *AWSFaults
 	// Families are the agent families declared in workerSelection; empty
 	// means the families whose CLI is found (in AgentBinDir or on PATH).
 	Families []string
@@ -149,6 +145,7 @@ type Server struct {
 	listener *connlimit.Listener
 	closers  []io.Closer
 	Service  *service.Service
+	operator *operator.Handler
 }
 
 // inheritedPoll is how often the server looks at the harnesses an earlier
@@ -360,7 +357,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	// Harnesses a killed server started still run; one that ends without
 	// a report must settle its worker as if this server had started it.
 	rt.WatchInherited(inheritedPoll)
-	h := withOperator(operator.New(operatorToken, svc, evlog, st, evbell, o.Logger),
+	s.operator = operator.New(operatorToken, svc, evlog, st, evbell, o.Logger)
+	h := withOperator(s.operator,
 		confined(o.Logger, rt.Confinement(), rt.Network(), api.New(api.WithService(svc), api.WithAuthenticator(api.StaticToken(token)), api.WithLogger(o.Logger))))
 	s.http = newHTTPServer(trustKitchn(h, token), o)
 	ln.Install(s.http)
@@ -369,9 +367,6 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 			o.Logger.Error("serve", "err", err)
 		}
 	}()
-	if o.AWSFaults != nil {
-		o.Logger.Warn("injecting AWS faults into the DynamoDB and SQS clients (testing only)", "faults", o.AWSFaults.Spec)
-	}
 	ok = true
 	return s, nil
 }
@@ -458,14 +453,16 @@ func (s *Server) ConnStats() connlimit.Stats { return s.listener.Stats() }
 // TokenFile is where the bearer token lives.
 func (s *Server) TokenFile() string { return s.opts.TokenFile }
 
-// Shutdown stops accepting calls, lets calls in progress finish within
-// ctx, and closes the store. Workers keep running: a restarted server on
-// the same data directory finds them.
+// Shutdown answers the held long polls at once (deliveries/await and the
+// workers' inbox polls as at their deadline, the operator's event polls
+// empty, its event streams ended), stops accepting calls, lets calls in
+// progress finish within ctx, and closes the store: what was written is
+// whole. Workers keep running: a restarted server on the same data
+// directory finds them.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.Service.Drain()
+	s.operator.Drain()
 	err := s.http.Shutdown(ctx)
-	if f := s.opts.AWSFaults; f != nil {
-		f.logCounts(s.opts.Logger, "AWS faults injected")
-	}
 	s.closeAll()
 	return err
 }

@@ -91,6 +91,9 @@ type Handler struct {
 	// Lambda buffers a response whole), so the stream route is refused and
 	// the console follows by long poll.
 	pollOnly bool
+	// drained ends when the server shuts down (Drain).
+	drained context.Context
+	drain   context.CancelFunc
 }
 
 // Option configures a Handler.
@@ -119,6 +122,10 @@ type SessionAnswer struct {
 	Live string `json:"live"`
 }
 
+// Drain answers every held event poll at once, as its deadline would
+// (empty), and ends every event stream: the process is shutting down.
+func (h *Handler) Drain() { h.drain() }
+
 // New returns the handler for one operator token. sessions keeps the
 // console's sessions and login tallies: the house's store, shared by every
 // process that serves the operator.
@@ -128,6 +135,7 @@ func New(token []byte, svc Service, events Events, sessions Sessions, bell servi
 	}
 	h := &Handler{token: token, fingerprint: tokenFingerprint(token), svc: svc, events: events, sessions: sessions, bell: bell,
 		log: log, now: time.Now, mux: http.NewServeMux(), heartbeat: 15 * time.Second}
+	h.drained, h.drain = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(h)
 	}
@@ -380,8 +388,9 @@ func (h *Handler) poll(w http.ResponseWriter, r *http.Request) {
 }
 
 // Wait answers the worker's events after the cursor (a reset event first
-// when some were dropped), holding up to wait for one. It listens before
-// it reads, so an append between the read and the wait rings.
+// when some were dropped), holding up to wait for one, or until Drain. It
+// listens before it reads, so an append between the read and the wait
+// rings.
 func (h *Handler) Wait(ctx context.Context, handle string, after int64, wait time.Duration) ([]store.Event, error) {
 	var l service.Listener
 	if wait > 0 && h.bell != nil {
@@ -400,16 +409,18 @@ func (h *Handler) Wait(ctx context.Context, handle string, after int64, wait tim
 			return es, err
 		}
 		left := deadline.Sub(h.now())
-		if left <= 0 {
+		if left <= 0 || h.drained.Err() != nil {
 			return nil, nil
 		}
 		wctx, cancel := context.WithTimeout(ctx, left)
+		undrain := context.AfterFunc(h.drained, cancel) // Drain ends the wait as the deadline would
 		if l != nil {
 			err = l.Wait(wctx)
 		} else {
 			<-wctx.Done()
 			err = wctx.Err()
 		}
+		undrain()
 		cancel()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -467,7 +478,9 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
 		if len(es) == 0 {
 			fmt.Fprint(w, ": keep-alive\n\n")
 		}
-		if err := rc.Flush(); err != nil {
+		if err := rc.Flush(); err != nil || h.drained.Err() != nil {
+			// A drained stream ends: the browser's EventSource reconnects
+			// to whatever serves next.
 			return
 		}
 	}

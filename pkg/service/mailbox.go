@@ -79,7 +79,8 @@ func (s *Service) Await(ctx context.Context, run, coordinator string, wait time.
 }
 
 // waitFor calls check until it reports done, listening on topic so that a
-// ring wakes it at once, and calls it a last time (last=true) at deadline.
+// ring wakes it at once, and calls it a last time (last=true) at deadline
+// or once the service is drained.
 // It listens before the first check, so a ring between a check and the wait
 // is not missed; a lost ring delays an answer until the deadline, never
 // loses one.
@@ -94,16 +95,18 @@ func (s *Service) waitFor(ctx context.Context, topic string, deadline time.Time,
 		defer l.Close()
 	}
 	for {
-		last := !s.clock.Now().Before(deadline)
+		last := !s.clock.Now().Before(deadline) || s.drained.Err() != nil
 		if done, err := check(last); err != nil || done {
 			return err
 		}
 		wctx, cancel := context.WithDeadline(ctx, deadline)
+		undrain := context.AfterFunc(s.drained, cancel) // Drain ends the wait as the deadline would
 		if l != nil {
 			_ = l.Wait(wctx)
 		} else {
 			<-wctx.Done()
 		}
+		undrain()
 		cancel()
 		if err := ctx.Err(); err != nil {
 			return galleyerr.E(galleyerr.Unavailable, "wait abandoned", err)

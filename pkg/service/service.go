@@ -122,6 +122,9 @@ type Service struct {
 	// incarnation names this Service in the leases it takes, so that with
 	// an exclusive store a lease of any other incarnation is known dead.
 	incarnation string
+	// drained ends when the server shuts down (Drain): no call waits on.
+	drained context.Context
+	drain   context.CancelFunc
 }
 
 // Option configures a Service.
@@ -152,6 +155,7 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 	s := &Service{cfg: cfg, clock: SystemClock, log: slog.Default(),
 		inboxes: newInboxCache(defaultInboxWorkers, defaultInboxBytes), incarnation: randomHex(8),
 		budgets: newBudgets(cfg.PostBudget)}
+	s.drained, s.drain = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)
 	}
@@ -174,6 +178,13 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 	}
 	return s, nil
 }
+
+// Drain answers every held wait at once, as its deadline would, and every
+// later one without holding: the process is shutting down, and a long
+// poll held to its deadline would hold the shutdown as long.
+// deliveries/await answers what next would (empty when nothing waits); a
+// worker's inbox poll answers what it has.
+func (s *Service) Drain() { s.drain() }
 
 // topicKeeper is a doorbell whose idle queues are swept (the SQS doorbell):
 // it asks the service whether a topic's owner still lives before it

@@ -218,8 +218,9 @@ const MaxEventsPerRequest = 32
 // (prepared; field took), confinement (field mode), agent-started, tool
 // (fields tool, args, resultBytes), push (fields ref, commit), egress
 // (the agent's egress proxy's decisions: egress.Decision's fields and a
-// count), model (the model proxy: usage, and a call refused at the
-// worker's cap), warning, error.
+// count), warning (among them the model budget reached: field budget),
+// error. The model proxy's usage goes to galley as usage reports, not
+// events.
 type HarnessEvent struct {
 	Event  string            `json:"event"`
 	At     time.Time         `json:"at,omitzero"`
@@ -235,7 +236,6 @@ const (
 	EventTool         = "tool"
 	EventPush         = "push"
 	EventEgress       = "egress"
-	EventModel        = "model"
 	EventWarning      = "warning"
 	EventError        = "error"
 )

@@ -8,8 +8,8 @@
 //	scripts/standins.sh run -- go run ./scripts/launchbench --launches 6 --label after
 //
 // For each shape it seeds a fresh data directory's house repository with a
-// copy of the large repository, starts `galley serve` (--stack aws-local
-// with the template for aws-local; stand-ins from the environment, as
+// copy of the large repository, starts `galley serve` (`galley-dev serve
+// --stack aws-local` with the template for aws-local; stand-ins from the environment, as
 // scripts/standins.sh sets them), and launches scripted workers one at a
 // time, committing one small change to the house's main before each (so
 // every worker has something new to fetch, as in a house at work). For each
@@ -18,7 +18,7 @@
 // started" (same machine, same clock). The first launch on a fresh data
 // directory is reported apart: it makes the git object cache's mirror.
 //
-// --bin names the directory holding galley and galley-worker: measuring
+// --bin names the directory holding galley, galley-dev and galley-worker: measuring
 // "before" means a galley-worker built from an earlier commit there.
 package main
 
@@ -65,7 +65,7 @@ func run(args []string) int {
 	var c config
 	var shapes string
 	fs.StringVar(&c.repo, "repo", ".bigrepo/repo-100000.git", "the large repository (go run ./scripts/bigrepo makes it)")
-	fs.StringVar(&c.bin, "bin", "bin", "directory holding galley and galley-worker (make build-aws-local)")
+	fs.StringVar(&c.bin, "bin", "bin", "directory holding galley, galley-dev and galley-worker (make build-aws-local)")
 	fs.StringVar(&c.template, "template", "cdk.out/galley-local.template.json", "aws-local's template (make synth-local)")
 	fs.StringVar(&shapes, "shapes", "local,aws-local", "shapes to measure, comma-separated: local, aws-local")
 	fs.IntVar(&c.launches, "launches", 6, "launches per shape (the first, which makes the cache, reported apart)")
@@ -202,10 +202,7 @@ func measureShape(ctx context.Context, c config, shape, repo string) (*shapeRes,
 	if out, err := exec.CommandContext(ctx, "git", "clone", "--quiet", "--bare", "--no-hardlinks", repo, house).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("seed the house: %v: %s", err, out)
 	}
-	galley, err := filepath.Abs(filepath.Join(c.bin, "galley"))
-	if err != nil {
-		return nil, err
-	}
+	program := "galley"
 	args := []string{"serve", "--data", data, "--listen", c.listen}
 	switch shape {
 	case "local":
@@ -215,9 +212,14 @@ func measureShape(ctx context.Context, c config, shape, repo string) (*shapeRes,
 		if err != nil {
 			return nil, err
 		}
+		program = "galley-dev" // aws-local is the development binary's
 		args = append(args, "--stack", "aws-local", "--template", tpl)
 	default:
 		return nil, fmt.Errorf("unknown shape %q (local or aws-local)", shape)
+	}
+	galley, err := filepath.Abs(filepath.Join(c.bin, program))
+	if err != nil {
+		return nil, err
 	}
 	srvCtx, stopSrv := context.WithCancel(ctx)
 	defer stopSrv()

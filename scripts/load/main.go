@@ -10,8 +10,8 @@
 //	go run ./scripts/load --mode takeover --galley bin/galley --data /tmp/tk --kills 10 --duration 150s
 //
 // The takeover mode starts galley serve itself and kills it with SIGKILL
-// under load (with --inject-aws-faults in --serve-args, its DynamoDB and
-// SQS calls fail too), then reports how every key it sent ended; it exits
+// under load (with --galley bin/galley-dev and --inject-aws-faults in
+// --serve-args, its DynamoDB and SQS calls fail too), then reports how every key it sent ended; it exits
 // 1 on a key still unknown two leases after the last fault or an applied
 // effect its worker never saw (docs/RELIABILITY.md).
 //
@@ -78,7 +78,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		jsonOut   = fs.String("json", "", "write the figures as JSON to this file")
 		histOut   = fs.String("history", "", "write the recorded history as JSON to this file (mixed)")
 		verbose   = fs.Bool("v", false, "log progress to stderr")
-		galleyBin = fs.String("galley", "bin/galley", "the galley binary the run starts, kills and restarts, galley-worker beside it (takeover)")
+		galleyBin = fs.String("galley", "bin/galley", "the galley binary the run starts, kills and restarts, galley-worker beside it; bin/galley-dev for --inject-aws-faults or --stack aws-local in --serve-args (takeover)")
 		listen    = fs.String("listen", "127.0.0.1:18399", "loopback address the started server listens on, the same across restarts (takeover)")
 		serveArgs = fs.String("serve-args", "--house local --default-agent script", "more flags of galley serve, space-separated, e.g. --store dynamodb --doorbell sqs --inject-aws-faults PLAN (takeover)")
 		kills     = fs.Int("kills", 4, "SIGKILLs of the server at random points of the main phase, each followed by a restart on the same data (takeover)")

@@ -48,7 +48,7 @@ func TestTakeoverShort(t *testing.T) {
 		t.Skip("starts galley serve and its workers")
 	}
 	bin := t.TempDir()
-	for _, pkg := range []string{"local/cmd/galley", "worker/cmd/galley-worker"} {
+	for _, pkg := range []string{"cmd/galley", "cmd/galley-worker"} {
 		cmd := exec.Command("go", "build", "-o", bin+"/", "github.com/galley-run/galley/"+pkg)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("build %s: %v\n%s", pkg, err, out)

@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	galleyWorker = filepath.Join(tmp, "galley-worker")
-	out, err = exec.Command("go", "build", "-o", galleyWorker, "../../../worker/cmd/galley-worker").CombinedOutput()
+	out, err = exec.Command("go", "build", "-o", galleyWorker, "../../../cmd/galley-worker").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building galley-worker: %v\n%s", err, out)
 		os.Exit(1)

@@ -1,13 +1,15 @@
 // The operator console in headless Chromium (Debian's package), driven by
-// playwright-core: run by TestConsoleBrowser (console_test.go), which
-// launched a scripted worker whose status and question carry markup and
-// script. It logs in, sees the worker in the list, follows its timeline
-// live through the reply it sends (as kitchn would), reloads and sees the
-// same timeline, cancels it from the console, takes screenshots at phone
-// and desktop width, times the list render of 1,000 workers, checks that
-// nothing an agent wrote ran or became markup, and logs out, replaying
-// the session's cookie afterwards. It prints one JSON object: what the Go
-// test checks.
+// playwright-core: run by shapetest.Console in each shape (galley serve,
+// where the console follows a worker by stream; the aws-local stack, where
+// it long polls), which launched a scripted worker whose status and
+// question carry markup and script. It opens /operator (the redirect to
+// the console), logs in, sees the worker in the list, follows its timeline
+// live through the reply it sends (as kitchn would), counting the stream
+// and long-poll requests, reloads and sees the same timeline, cancels it
+// from the console, takes screenshots at phone and desktop width, times
+// the list render of 1,000 workers, checks that nothing an agent wrote ran
+// or became markup, and logs out, replaying the session's cookie
+// afterwards. It prints one JSON object: what the Go test checks.
 import { chromium } from "playwright-core";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -23,11 +25,12 @@ const opToken = readFileSync(env("GALLEY_OPERATOR_TOKEN_FILE"), "utf8").trim();
 const kitchnToken = readFileSync(env("GALLEY_TOKEN_FILE"), "utf8").trim();
 const handle = env("GALLEY_WORKER");
 const run = env("GALLEY_RUN");
+const house = env("GALLEY_HOUSE");
 const question = env("GALLEY_QUESTION");
 const shots = env("GALLEY_SHOT_DIR");
-const T = 60000;
+const T = 90000;
 
-const result = { screenshots: [], alerts: [], errors: [] };
+const result = { screenshots: [], alerts: [], errors: [], streams: 0, polls: 0 };
 // A fresh profile (--user-data-dir, which playwright passes for a
 // persistent context) for every run.
 const context = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), "galley-chromium-")), {
@@ -47,8 +50,14 @@ try {
   page.on("response", (r) => {
     if (loggedIn && r.status() >= 400 && !r.url().endsWith("/favicon.ico")) result.errors.push(r.status() + " " + r.url());
   });
+  // How the page follows a worker: by stream, or by long poll.
+  page.on("request", (r) => {
+    if (r.url().includes("/stream")) result.streams++;
+    if (r.url().includes("/events?")) result.polls++;
+  });
 
-  await page.goto(endpoint + "/operator/");
+  await page.goto(endpoint + "/operator");
+  result.url = page.url();
   await page.waitForSelector("#login:not([hidden])", { timeout: T });
   await page.fill("#token", opToken);
   loggedIn = true;
@@ -69,7 +78,7 @@ try {
   const reply = await fetch(endpoint + "/v1/effects", {
     method: "POST",
     headers: { "Authorization": "Bearer " + kitchnToken, "Content-Type": "application/json", "Idempotency-Key": "k-console-reply" },
-    body: JSON.stringify({ run, request: { house: "origin89", backend: "galley", credential: "galley-token", task: "issue-1", attempt: 1,
+    body: JSON.stringify({ run, request: { house, backend: "galley", credential: "galley-token", task: "issue-1", attempt: 1,
       key: "k-console-reply", effect: { executor: "worker", effect: { type: "reply-to-worker",
         worker: { kind: "worker", backend: "galley", handle }, question, body: "go <i>left</i>" } } } }),
   });
@@ -88,6 +97,10 @@ try {
   await page.waitForFunction((n) => document.querySelectorAll("#timeline li").length >= n, before.length, { timeout: T });
   const after = await timeline();
   result.sameAfterReload = before.every((line, i) => after[i] === line);
+  result.seqs = await page.$$eval("#timeline li", (ls) => ls.map((l) => Number(l.dataset.seq)));
+  // The follow says "live" once the stream or a poll has answered.
+  await page.waitForFunction(() => document.getElementById("status").textContent === "live", null, { timeout: T });
+  result.live = "live";
 
   // Nothing an agent wrote ran or became an element.
   result.pwned = await page.evaluate(() => window.__pwned === 1);
@@ -106,8 +119,12 @@ try {
   await page.click("#confirm-yes");
   await page.waitForFunction(() => [...document.querySelectorAll("#timeline li.k-state")].some((li) => li.textContent.includes("state=settled")), null, { timeout: T });
   result.cancelled = true;
+  // The cancel's own "cancel done" and the event that brings the
+  // settlement race, so the status after the cancel may be either.
+  result.afterCancel = await page.evaluate(() => document.getElementById("status").textContent);
 
-  await page.goto(endpoint + "/operator/#");
+  // The list (the console's own path: on AWS /operator/ is no route).
+  await page.goto(endpoint + "/operator/console#");
   await page.waitForSelector(`#workers tr[data-handle="${handle}"]`, { timeout: T });
   await page.screenshot({ path: join(shots, "phone-list.png"), fullPage: true });
   result.screenshots.push("phone-list.png");

@@ -1,7 +1,6 @@
-package localserver
+package awsfault
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -9,35 +8,29 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-
-	"github.com/galley-run/galley/pkg/awsfault"
-	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
 	"github.com/galley-run/galley/pkg/galleyerr"
-	"github.com/galley-run/galley/pkg/store/dynamostore"
 )
 
-// AWSFaults is a plan of faults injected into the DynamoDB store's and the
-// SQS doorbell's clients, for fault runs under load (galley serve
+// Plan is a plan of faults injected into the DynamoDB store's and the SQS
+// doorbell's clients, for fault runs under load (galley-dev serve
 // --inject-aws-faults). It is a testing aid: a server running under it
 // answers slowly and often uncertainly, by design.
 //
-// Faults act at two layers. Above the SDK (awsfault's decorators): timeout,
-// lost-response, delayed, condition-failed. Below it, on the wire
-// (awsfault.Transport), where the SDK's own retryer sees them: throttle,
-// server-error and reset (both after the request was applied, so the SDK
-// resends an applied write), tx-conflict. The SQS client also goes through
-// awsfault.HarshSQS, with AWS's behaviours on: QueueDeletedRecently for
-// 60 s, expired receipt handles of visibility-0 receives, and short polls
-// that miss at short-poll-miss (default 0.5); queue-deleted deletes queues
-// under their senders.
-type AWSFaults struct {
+// Faults act at two layers. Above the SDK (the decorators DynamoDB and
+// SQS, given Injector): timeout, lost-response, delayed, condition-failed.
+// Below it, on the wire (Transport), where the SDK's own retryer sees
+// them: throttle, server-error and reset (both after the request was
+// applied, so the SDK resends an applied write), tx-conflict. The SQS
+// client also goes through HarshSQS (SQSTransport), with AWS's behaviours
+// on: QueueDeletedRecently for 60 s, expired receipt handles of
+// visibility-0 receives, and short polls that miss at short-poll-miss
+// (default 0.5); queue-deleted deletes queues under their senders.
+type Plan struct {
 	// Spec is the plan as given, e.g.
 	// "throttle=0.02,server-error=0.02,reset=0.01,tx-conflict=0.01,timeout=0.01,lost-response=0.02,seed=7".
 	Spec  string
 	Seed  uint64
-	Rates map[awsfault.Fault]float64
+	Rates map[Fault]float64
 	// Ops limits the faults to these operations (ops=ReceiveMessage+SendMessage);
 	// empty means every operation of both clients.
 	Ops []string
@@ -51,9 +44,9 @@ type AWSFaults struct {
 	// elsewhere would: the ring meets QueueDeletedRecently for a minute.
 	QueueDeleted float64
 
-	inj   *awsfault.Injector // the decorators'
-	wire  *awsfault.Injector // the Transport's
-	harsh *awsfault.HarshSQS // the SQS client's, once opened
+	inj   *Injector // the decorators'
+	wire  *Injector // the Transport's
+	harsh *HarshSQS // the SQS client's, once SQSTransport made it
 }
 
 // Operations the decorators count, by service: the ones a fault plan may
@@ -63,23 +56,23 @@ var (
 		"DescribeTable", "CreateTable", "DeleteTable", "DescribeTimeToLive", "UpdateTimeToLive"}
 	sqsOps = []string{"CreateQueue", "GetQueueUrl", "DeleteQueue", "ListQueues", "ListQueueTags", "TagQueue",
 		"SendMessage", "ReceiveMessage", "DeleteMessageBatch"}
-	faultKinds = []awsfault.Fault{awsfault.Throttle, awsfault.Timeout, awsfault.LostResponse, awsfault.Delayed, awsfault.ConditionFailed,
-		awsfault.ServerError, awsfault.Reset, awsfault.TxConflict}
+	faultKinds = []Fault{Throttle, Timeout, LostResponse, Delayed, ConditionFailed,
+		ServerError, Reset, TxConflict}
 	// wireKinds act below the SDK.
-	wireKinds = []awsfault.Fault{awsfault.Throttle, awsfault.ServerError, awsfault.Reset, awsfault.TxConflict}
+	wireKinds = []Fault{Throttle, ServerError, Reset, TxConflict}
 )
 
-// ParseAWSFaults reads a fault plan: comma-separated name=value pairs, one
+// ParsePlan reads a fault plan: comma-separated name=value pairs, one
 // rate (0 to 1, summing to at most 1) per fault kind (throttle, timeout,
 // lost-response, delayed, condition-failed, server-error, reset,
 // tx-conflict), seed=N, ops=Op1+Op2, delay=duration, short-poll-miss=p and
 // queue-deleted=p.
 // The plan's injectors are ready to use.
-func ParseAWSFaults(spec string) (*AWSFaults, error) {
+func ParsePlan(spec string) (*Plan, error) {
 	bad := func(format string, args ...any) error {
 		return galleyerr.Errorf(galleyerr.Invalid, "aws fault plan: "+format, args...)
 	}
-	f := &AWSFaults{Spec: spec, Seed: 1, Rates: map[awsfault.Fault]float64{}, ShortPollMiss: 0.5}
+	f := &Plan{Spec: spec, Seed: 1, Rates: map[Fault]float64{}, ShortPollMiss: 0.5}
 	sum := 0.0
 	for _, part := range strings.Split(spec, ",") {
 		part = strings.TrimSpace(part)
@@ -126,7 +119,7 @@ func ParseAWSFaults(spec string) (*AWSFaults, error) {
 			}
 			continue
 		}
-		kind, known := awsfault.None, false
+		kind, known := None, false
 		for _, k := range faultKinds {
 			if k.String() == name {
 				kind, known = k, true
@@ -148,7 +141,7 @@ func ParseAWSFaults(spec string) (*AWSFaults, error) {
 	if sum == 0 {
 		return nil, bad("%q injects nothing", spec)
 	}
-	above, below := map[awsfault.Fault]float64{}, map[awsfault.Fault]float64{}
+	above, below := map[Fault]float64{}, map[Fault]float64{}
 	for k, p := range f.Rates {
 		if slices.Contains(wireKinds, k) {
 			below[k] = p
@@ -156,7 +149,7 @@ func ParseAWSFaults(spec string) (*AWSFaults, error) {
 			above[k] = p
 		}
 	}
-	f.inj, f.wire = awsfault.New(), awsfault.New()
+	f.inj, f.wire = New(), New()
 	f.inj.SetRates(f.Seed, above, f.Ops...)
 	f.wire.SetRates(f.Seed+1, below, f.Ops...)
 	if f.Delay > 0 {
@@ -166,17 +159,17 @@ func ParseAWSFaults(spec string) (*AWSFaults, error) {
 }
 
 // Injector is the plan's injector above the SDK, shared by both clients.
-func (f *AWSFaults) Injector() *awsfault.Injector { return f.inj }
+func (f *Plan) Injector() *Injector { return f.inj }
 
 // Transport is the plan's wire layer on base (nil: the default transport),
 // shared by both clients.
-func (f *AWSFaults) Transport(base http.RoundTripper) http.RoundTripper {
-	return &awsfault.Transport{Base: base, Faults: f.wire}
+func (f *Plan) Transport(base http.RoundTripper) http.RoundTripper {
+	return &Transport{Base: base, Faults: f.wire}
 }
 
-// FaultCounts is what a plan injected so far and how many calls reached
+// PlanCounts is what a plan injected so far and how many calls reached
 // DynamoDB and SQS.
-type FaultCounts struct {
+type PlanCounts struct {
 	// Injected counts each fault kind, by its name (throttle, ...).
 	Injected map[string]int `json:"injected"`
 	// ByOperation counts each operation's faults: "UpdateItem" →
@@ -187,11 +180,11 @@ type FaultCounts struct {
 	Calls map[string]int `json:"calls"`
 	// SQS is what HarshSQS did: creations refused as deleted recently,
 	// short polls that missed, deletes with expired receipt handles.
-	SQS awsfault.HarshCounts `json:"sqs"`
+	SQS HarshCounts `json:"sqs"`
 }
 
 // Total is the number of faults injected.
-func (c FaultCounts) Total() int {
+func (c PlanCounts) Total() int {
 	n := 0
 	for _, v := range c.Injected {
 		n += v
@@ -200,8 +193,8 @@ func (c FaultCounts) Total() int {
 }
 
 // Counts reads the plan's counters.
-func (f *AWSFaults) Counts() FaultCounts {
-	c := FaultCounts{Injected: map[string]int{}, ByOperation: map[string]map[string]int{}, Calls: map[string]int{}}
+func (f *Plan) Counts() PlanCounts {
+	c := PlanCounts{Injected: map[string]int{}, ByOperation: map[string]map[string]int{}, Calls: map[string]int{}}
 	for _, kind := range faultKinds {
 		c.Injected[kind.String()] = f.inj.Injected("", kind) + f.wire.Injected("", kind)
 	}
@@ -226,49 +219,19 @@ func (f *AWSFaults) Counts() FaultCounts {
 	return c
 }
 
-// logCounts writes the counters as one log line (also at shutdown).
-func (f *AWSFaults) logCounts(log *slog.Logger, msg string) {
+// LogCounts writes the counters as one log line, the message msg.
+func (f *Plan) LogCounts(log *slog.Logger, msg string) {
 	c := f.Counts()
 	log.Warn(msg, "faults", f.Spec, "total", c.Total(), "injected", c.Injected, "byOperation", c.ByOperation, "calls", c.Calls, "sqs", c.SQS)
 }
 
-// OpenDynamoStore opens the DynamoDB store on table from the AWS SDK's
-// standard variables, creating the table when missing. With faults, the
-// store's client injects them; the table is made without.
-func OpenDynamoStore(ctx context.Context, table string, faults *AWSFaults) (*dynamostore.Store, error) {
-	if faults == nil {
-		return dynamostore.Open(ctx, table)
-	}
-	c, err := dynamostore.NewClientFromEnv(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := dynamostore.New(c, table).EnsureTable(ctx); err != nil {
-		return nil, err
-	}
-	wired, err := dynamostore.NewClientFromEnv(ctx, func(o *dynamodb.Options) {
-		o.HTTPClient = &http.Client{Transport: faults.Transport(nil)}
-	})
-	if err != nil {
-		return nil, err
-	}
-	return dynamostore.New(&awsfault.DynamoDB{Client: wired, Faults: faults.inj}, table), nil
-}
-
-// OpenSQSBell opens the SQS doorbell on queues named prefix-... from the
-// AWS SDK's standard variables. With faults, its client injects them.
-func OpenSQSBell(ctx context.Context, prefix string, faults *AWSFaults) (*sqsbell.Bell, error) {
-	if faults == nil {
-		return sqsbell.Open(ctx, prefix)
-	}
-	faults.harsh = awsfault.NewHarshSQS(nil, faults.Seed)
-	faults.harsh.MissRate = faults.ShortPollMiss
-	faults.harsh.DeleteRate = faults.QueueDeleted
-	c, err := sqsbell.NewClientFromEnv(ctx, func(o *sqs.Options) {
-		o.HTTPClient = &http.Client{Transport: faults.Transport(faults.harsh)}
-	})
-	if err != nil {
-		return nil, err
-	}
-	return sqsbell.New(&awsfault.SQS{Client: c, Faults: faults.inj}, prefix)
+// SQSTransport is the plan's wire layer over a HarshSQS (AWS's behaviours,
+// the plan's short-poll-miss and queue-deleted rates) on base (nil: the
+// default transport), for the SQS client. Counts reports the HarshSQS's
+// counters from then on.
+func (f *Plan) SQSTransport(base http.RoundTripper) http.RoundTripper {
+	f.harsh = NewHarshSQS(base, f.Seed)
+	f.harsh.MissRate = f.ShortPollMiss
+	f.harsh.DeleteRate = f.QueueDeleted
+	return f.Transport(f.harsh)
 }

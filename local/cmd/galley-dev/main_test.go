@@ -29,28 +29,38 @@ func TestInjectAWSFaultsRefused(t *testing.T) {
 	}
 }
 
-// The providers' base URLs are checked before anything starts, their
-// errors never quote them, and aws-local takes them from the template.
-func TestBaseURLFlagsChecked(t *testing.T) {
+// aws-local takes what the template sets from the template: such a flag
+// is refused before anything starts, and the refusal never quotes a
+// provider's base URL.
+func TestAWSLocalRefusesTemplateFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
-		code int
 		want string
 	}{
-		{[]string{"--anthropic-base-url", "http://gw.example"}, 1, "Anthropic base URL (--anthropic-base-url) must be https (http only to a loopback address)"},
-		{[]string{"--openai-base-url", "https://user:s3cret-pw@gw.example/v1"}, 1, "OpenAI base URL (--openai-base-url) must not carry a user or password"},
-		{[]string{"--openai-base-url", "https://gw.example/v1?key=s3cret-pw"}, 1, "must have no query"},
-		{[]string{"--stack", "aws-local", "--anthropic-base-url", "https://gw.example"}, 2, "--anthropic-base-url comes from the template"},
+		{[]string{"--anthropic-base-url", "https://user:s3cret-pw@gw.example"}, "--anthropic-base-url comes from the template"},
+		{[]string{"--openai-base-url", "https://gw.example/v1"}, "--openai-base-url comes from the template"},
+		{[]string{"--store", "dynamodb"}, "--store comes from the template"},
+		{[]string{"--default-agent", "claude"}, "--default-agent comes from the template"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			args := append([]string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0"}, tc.args...)
-			if code := run(args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.want) {
-				t.Fatalf("exit %d, stderr %q; want %d and %q", code, stderr.String(), tc.code, tc.want)
+			args := append([]string{"serve", "--stack", "aws-local", "--data", t.TempDir(), "--listen", "127.0.0.1:0"}, tc.args...)
+			if code := run(args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, stderr.String(), tc.want)
 			}
 			if strings.Contains(stderr.String()+stdout.String(), "s3cret-pw") {
 				t.Errorf("the output quotes the URL's secret: %s", stderr.String())
 			}
 		})
+	}
+}
+
+// galley serve's own flags are galley-dev serve's too, checked the same
+// way: a bad provider base URL is refused before anything starts.
+func TestServeFlagsAreGalleys(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--anthropic-base-url", "http://gw.example"}
+	if code := run(args, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "Anthropic base URL (--anthropic-base-url) must be https") {
+		t.Fatalf("exit %d, stderr %q; want 1 and the base URL's refusal", code, stderr.String())
 	}
 }

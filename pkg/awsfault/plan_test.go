@@ -1,4 +1,4 @@
-package localserver
+package awsfault_test
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ import (
 	"github.com/galley-run/galley/pkg/galleyerr"
 )
 
-func TestParseAWSFaults(t *testing.T) {
+func TestParsePlan(t *testing.T) {
 	for _, tc := range []struct {
 		spec  string
 		ok    bool
@@ -47,10 +47,10 @@ func TestParseAWSFaults(t *testing.T) {
 		{spec: "reset=0.1,short-poll-miss=2"},
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
-			f, err := ParseAWSFaults(tc.spec)
+			f, err := awsfault.ParsePlan(tc.spec)
 			if !tc.ok {
 				if err == nil || !galleyerr.Is(galleyerr.Invalid, err) {
-					t.Fatalf("ParseAWSFaults(%q) = %v, want an Invalid error", tc.spec, err)
+					t.Fatalf("ParsePlan(%q) = %v, want an Invalid error", tc.spec, err)
 				}
 				return
 			}
@@ -75,8 +75,8 @@ func TestParseAWSFaults(t *testing.T) {
 // The plan's injectors limit faults to its operations, the decorators'
 // above the SDK and the Transport's on the wire, and count them by kind and
 // operation; the requests that reached the service are counted by service.
-func TestAWSFaultsCounts(t *testing.T) {
-	f, err := ParseAWSFaults("timeout=0.4,throttle=0.4,ops=ReceiveMessage,seed=3")
+func TestPlanCounts(t *testing.T) {
+	f, err := awsfault.ParsePlan("timeout=0.4,throttle=0.4,ops=ReceiveMessage,seed=3")
 	if err != nil {
 		t.Fatal(err)
 	}
