@@ -54,14 +54,6 @@ var testSwitches = map[string]bool{
 	"GALLEY_PORCUPINE_HTML":   true, // pkg/history: where the checker writes its visualization
 }
 
-// pending lists product files another change moves or rewrites (the
-// binaries' move under cmd/): each may still spell these names until it
-// takes them from the contract. An entry whose file is gone fails the
-// test, so that the exemption does not outlive the move.
-var pending = map[string][]string{
-	"worker/cmd/galley-worker/main.go": {"remove-workspace", "GALLEY_WORKSPACE_ROOT", "/mnt/workspaces"},
-}
-
 // TestEachNameSpelledOnce checks that no product file spells a name of the
 // contract: every value of its string constants appears as a string
 // literal nowhere in product code (every .go file of the repository and
@@ -109,9 +101,9 @@ func TestEachNameSpelledOnce(t *testing.T) {
 			}
 			v, ok := restated(s, byValue)
 			switch {
-			case ok && notCounted[v] == "" && elsewhere[rel][v] == "" && !slices.Contains(pending[rel], v):
+			case ok && notCounted[v] == "" && elsewhere[rel][v] == "":
 				t.Errorf("%s: %q restates the contract's %s", fset.Position(lit.Pos()), s, strings.Join(byValue[v], ", "))
-			case !ok && strings.HasPrefix(s, "GALLEY_") && isEnvName(s) && !testSwitches[s] && !slices.Contains(pending[rel], s):
+			case !ok && strings.HasPrefix(s, "GALLEY_") && isEnvName(s) && !testSwitches[s]:
 				t.Errorf("%s: %q is a galley variable the contract does not hold", fset.Position(lit.Pos()), s)
 			}
 			return true
@@ -120,11 +112,6 @@ func TestEachNameSpelledOnce(t *testing.T) {
 	for rel := range elsewhere {
 		if !seen[rel] {
 			t.Errorf("elsewhere names %s, which is no product file", rel)
-		}
-	}
-	for rel := range pending {
-		if !seen[rel] {
-			t.Errorf("pending names %s, which is no product file: once it has moved, its new file takes these names from the contract and the entry goes", rel)
 		}
 	}
 }

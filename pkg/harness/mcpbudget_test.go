@@ -335,7 +335,7 @@ func TestMCPFloodWithinBudget(t *testing.T) {
 func TestMCPUnauthenticatedTakesNoPlace(t *testing.T) {
 	ctx := testCtx(t)
 	const requests = 2
-	_, _, c := mcpOf(t, ctx, harness.EnvMCPRequests+"="+strconv.Itoa(requests))
+	_, _, c := mcpOf(t, ctx, contract.EnvMCPRequests+"="+strconv.Itoa(requests))
 	var answers []<-chan string
 	for range 3 * requests {
 		_, answer := c.rawPostAs(t, "not-the-secret", 100_000, "{")

@@ -45,8 +45,8 @@ import (
 type Options struct {
 	Listen     string // default 127.0.0.1:8080
 	House      string // default "local"
-	Backend    string // default "galley"
-	Credential string // default "galley-token"
+	Backend    string // default contract.DefaultBackend
+	Credential string // default contract.DefaultCredential
 	TokenFile  string // default <data>/private/token
 	// OperatorTokenFile holds the operator token (the operator API and
 	// console, package operator); default <data>/private/operator-token.
