@@ -7,6 +7,7 @@ require (
 	github.com/aws/constructs-go/constructs/v10 v10.8.1
 	github.com/aws/jsii-runtime-go v1.142.0
 	github.com/cdklabs/cdk-nag-go/cdknag/v2 v2.38.2
+	github.com/galley-run/galley v0.0.0-00010101000000-000000000000
 )
 
 require (
@@ -27,3 +28,7 @@ require (
 	golang.org/x/tools/cmd/godoc v0.1.0-deprecated // indirect
 	golang.org/x/tools/godoc v0.1.0-deprecated // indirect
 )
+
+// The deployment's contract (package contract) is the service module's, in
+// the folder above: one copy of the names the stack sets and the code reads.
+replace github.com/galley-run/galley => ../

@@ -22,6 +22,7 @@ import (
 	"syscall"
 
 	"github.com/galley-run/galley/pkg/agents"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/egress"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/harness"
@@ -98,13 +99,13 @@ func run(ctx context.Context, args []string) int {
 			return 1
 		}
 		return 0
-	case len(args) == 2 && args[0] == removeWorkspaceCommand:
-		root := os.Getenv(envWorkspaceRoot)
+	case len(args) == 2 && args[0] == contract.CleanupCommand:
+		root := os.Getenv(contract.EnvWorkspaceRoot)
 		if root == "" {
-			root = defaultWorkspaceRoot
+			root = contract.WorkspaceMount
 		}
 		if err := removeWorkspace(root, args[1]); err != nil {
-			fmt.Fprintln(os.Stderr, "remove-workspace:", err)
+			fmt.Fprintln(os.Stderr, contract.CleanupCommand+":", err)
 			if galleyerr.Is(galleyerr.Invalid, err) {
 				return 2
 			}
@@ -113,18 +114,10 @@ func run(ctx context.Context, args []string) int {
 		return 0
 	default:
 		fmt.Fprintf(os.Stderr, "usage: galley-worker [%s | %s | %s | %s <path>]\n",
-			harness.ScriptAgentCommand, agents.SessionCommand, egress.ServiceCommand, removeWorkspaceCommand)
+			harness.ScriptAgentCommand, agents.SessionCommand, egress.ServiceCommand, contract.CleanupCommand)
 		return 2
 	}
 }
-
-// The cleanup subcommand (ecsrt.RemoveWorkspaceCommand) and where it may
-// delete: the shared file system's mount point.
-const (
-	removeWorkspaceCommand = "remove-workspace"
-	envWorkspaceRoot       = "GALLEY_WORKSPACE_ROOT"
-	defaultWorkspaceRoot   = "/mnt/workspaces"
-)
 
 // removeWorkspace deletes dir with workspace.Remove, only if it lies
 // strictly below root once links are followed: the command line comes from

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 )
 
@@ -86,13 +87,13 @@ func TestRemoveWorkspaceRefuses(t *testing.T) {
 
 func TestRemoveWorkspaceCommand(t *testing.T) {
 	root := t.TempDir()
-	t.Setenv(envWorkspaceRoot, root)
+	t.Setenv(contract.EnvWorkspaceRoot, root)
 	ws := filepath.Join(root, "wt-cmd")
 	mkClone(t, ws)
-	if code := run(context.Background(), []string{removeWorkspaceCommand, t.TempDir()}); code != 2 {
+	if code := run(context.Background(), []string{contract.CleanupCommand, t.TempDir()}); code != 2 {
 		t.Errorf("remove-workspace outside the root exited %d, want 2", code)
 	}
-	if code := run(context.Background(), []string{removeWorkspaceCommand, ws}); code != 0 {
+	if code := run(context.Background(), []string{contract.CleanupCommand, ws}); code != 0 {
 		t.Errorf("remove-workspace exited %d, want 0", code)
 	}
 	if _, err := os.Lstat(ws); !errors.Is(err, os.ErrNotExist) {

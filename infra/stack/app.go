@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+	"github.com/galley-run/galley/pkg/contract"
 )
 
 // Build reads the app's context into a Config, resolves the asset paths
@@ -47,7 +48,7 @@ func Build(app awscdk.App, root string) (*Galley, error) {
 	if !filepath.IsAbs(cfg.AssetDir) {
 		cfg.AssetDir = filepath.Join(root, cfg.AssetDir)
 	}
-	for _, name := range FunctionNames {
+	for _, name := range contract.FunctionNames {
 		if _, err := os.Stat(filepath.Join(cfg.AssetDir, name, "bootstrap")); err != nil {
 			missing = append(missing, fmt.Sprintf("galley: function %s: %s/%s/bootstrap is missing: build the functions first (make lambdas) or set -c assetDir=", name, cfg.AssetDir, name))
 		}

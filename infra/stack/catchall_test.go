@@ -9,6 +9,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/galley-run/galley/infra/stack"
+	"github.com/galley-run/galley/pkg/contract"
 )
 
 // TestCatchAllAuthenticatesFirst: every /v1/ request none of kitchn's routes
@@ -38,12 +39,12 @@ func TestCatchAllAuthenticatesFirst(t *testing.T) {
 			target[stack.CatchAllRouteKey], target["GET /v1/descriptor"])
 	}
 	if i := slices.IndexFunc(stack.Routes, func(r stack.Route) bool { return r.Key() == stack.CatchAllRouteKey }); i < 0 ||
-		stack.Routes[i].Function != stack.FnReads {
-		t.Errorf("stack.Routes has no catch-all served by %s", stack.FnReads)
+		stack.Routes[i].Function != contract.FnReads {
+		t.Errorf("stack.Routes has no catch-all served by %s", contract.FnReads)
 	}
 
 	// API Gateway may invoke the reads function for any method under /v1/.
-	reads := s.id(s.g.Functions[stack.FnReads])
+	reads := s.id(s.g.Functions[contract.FnReads])
 	check(t, "catch-all invoke permission", func() {
 		s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), map[string]any{
 			"Action":       "lambda:InvokeFunction",
@@ -59,7 +60,7 @@ func TestCatchAllAuthenticatesFirst(t *testing.T) {
 
 	// The reads role reads kitchn's token: the catch-all is authenticated
 	// like the function's own routes.
-	if !allows(s.statements(s.id(s.g.Roles[stack.FnReads])), "secretsmanager:GetSecretValue", ref(s.id(s.g.TokenSecret))) {
+	if !allows(s.statements(s.id(s.g.Roles[contract.FnReads])), "secretsmanager:GetSecretValue", ref(s.id(s.g.TokenSecret))) {
 		t.Error("the reads role cannot read the bearer token it authenticates the catch-all with")
 	}
 
@@ -78,7 +79,7 @@ func TestCatchAllAuthenticatesFirst(t *testing.T) {
 		case r.Path == "/operator" || strings.HasPrefix(r.Path, "/operator/"):
 			// The operator's routes: outside /v1/, so the catch-all never
 			// takes them, and served by the operator function alone.
-			if r.Function != stack.FnOperator {
+			if r.Function != contract.FnOperator {
 				t.Errorf("operator route %s is served by %s", r.Key(), r.Function)
 			}
 		default:
@@ -86,7 +87,7 @@ func TestCatchAllAuthenticatesFirst(t *testing.T) {
 		}
 	}
 	slices.Sort(workers)
-	want := []string{stack.CredentialRouteKey + " " + stack.FnWorkerAPI, stack.WorkerRouteKey + " " + stack.FnWorkerAPI}
+	want := []string{stack.CredentialRouteKey + " " + contract.FnWorkerAPI, stack.WorkerRouteKey + " " + contract.FnWorkerAPI}
 	if !slices.Equal(workers, want) {
 		t.Errorf("worker routes %v, want %v", workers, want)
 	}

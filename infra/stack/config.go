@@ -15,6 +15,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/galley-run/galley/pkg/contract"
 )
 
 // Config is the deployment's configuration, read from CDK context
@@ -112,20 +115,20 @@ type Config struct {
 func Defaults() Config {
 	return Config{
 		House:                      "main",
-		Backend:                    "galley",
-		Credential:                 "galley-token",
+		Backend:                    contract.DefaultBackend,
+		Credential:                 contract.DefaultCredential,
 		AgentFamilies:              []string{"claude", "codex"},
 		WorkerCPU:                  1024,
 		WorkerMemory:               4096,
 		MaxWorkers:                 10,
-		AwaitCapMs:                 25000,
+		AwaitCapMs:                 int(contract.AwaitCap / time.Millisecond),
 		QueueIdleHours:             24,
 		EffectsReservedConcurrency: 10,
 		LogRetentionDays:           30,
 		ThrottleRate:               50,
 		ThrottleBurst:              100,
 		AssetDir:                   "bin/lambda",
-		GitUsername:                DefaultGitUsername,
+		GitUsername:                contract.DefaultGitUsername,
 		LambdaArchitecture:         ArchARM64,
 		WorkerDockerfile:           "worker/Dockerfile",
 		RetainSecrets:              true,
@@ -290,10 +293,6 @@ func wholeNumber(v any) (int64, error) {
 }
 
 var identifier = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
-// DefaultGitUsername is the user name GitHub takes with an installation or
-// fine-grained token.
-const DefaultGitUsername = "x-access-token"
 
 // Lambda architectures (context lambdaArchitecture).
 const (
@@ -579,23 +578,21 @@ func baseURLProblem(s string) string {
 	return ""
 }
 
-// Prefix names the deployment's own resources: "galley-<house>".
-func (c Config) Prefix() string { return "galley-" + c.House }
+// Prefix names the deployment's own resources: "galley-<house>"
+// (contract.ResourcePrefix).
+func (c Config) Prefix() string { return contract.ResourcePrefix(c.House) }
 
 // QueuePrefix is the name prefix of every doorbell queue the functions make
 // ("<prefix>-<hash of the topic>", pkg/doorbell/sqsbell).
-func (c Config) QueuePrefix() string { return c.Prefix() + "-" }
+func (c Config) QueuePrefix() string { return contract.QueueNamePrefix(c.Prefix()) }
 
 // SecretPrefix is the name prefix of the deployment's secrets.
 func (c Config) SecretPrefix() string { return "galley/" + c.House + "/" }
 
 // StackName is the CloudFormation stack name (no underscores allowed there).
 func (c Config) StackName() string {
-	return "galley-" + strings.ReplaceAll(c.House, "_", "-")
+	return strings.ReplaceAll(c.Prefix(), "_", "-")
 }
-
-// EgressPort is the egress proxy's port (GALLEY_EGRESS_LISTEN).
-const EgressPort = 3128
 
 // EgressService is the proxy's name in the Cloud Map namespace.
 const EgressService = "egress"
@@ -615,7 +612,7 @@ func (c Config) EgressHost() string { return EgressService + "." + c.EgressNames
 
 // EgressUpstream is the worker's GALLEY_EGRESS_UPSTREAM: the proxy's URL.
 func (c Config) EgressUpstream() string {
-	return "http://" + c.EgressHost() + ":" + strconv.Itoa(EgressPort)
+	return "http://" + c.EgressHost() + ":" + strconv.Itoa(contract.EgressPort)
 }
 
 // ProviderHosts are the hosts the harness's model proxy calls for the

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/galley-run/galley/infra/stack"
+	"github.com/galley-run/galley/pkg/contract"
 )
 
 // dockerDefaults are the capabilities a container holds unless dropped
@@ -45,7 +46,7 @@ func TestWorkerKeepsOnlyTheHarnessCapabilities(t *testing.T) {
 	check(t, "capabilities", func() {
 		s.tmpl.HasResourceProperties(jsii.String("AWS::ECS::TaskDefinition"), map[string]any{
 			"ContainerDefinitions": []any{assertions.Match_ObjectLike(&map[string]any{
-				"Name": stack.WorkerContainerName,
+				"Name": contract.WorkerContainer,
 				"LinuxParameters": assertions.Match_ObjectEquals(&map[string]any{
 					"InitProcessEnabled": true,
 					"Capabilities":       assertions.Match_ObjectEquals(&map[string]any{"Drop": wantDrop}),
@@ -182,8 +183,8 @@ func TestOperatorLoginRouteOfItsOwn(t *testing.T) {
 			login, greedy, target[stack.OperatorRedirectRouteKey])
 	}
 	i := slices.IndexFunc(stack.Routes, func(r stack.Route) bool { return r.Key() == stack.OperatorLoginRouteKey })
-	if i < 0 || stack.Routes[i].Function != stack.FnOperator {
-		t.Fatalf("stack.Routes has no %s served by %s", stack.OperatorLoginRouteKey, stack.FnOperator)
+	if i < 0 || stack.Routes[i].Function != contract.FnOperator {
+		t.Fatalf("stack.Routes has no %s served by %s", stack.OperatorLoginRouteKey, contract.FnOperator)
 	}
 	// Its bucket is the tightest of all: a guesser gets fewer tries than
 	// any other caller.

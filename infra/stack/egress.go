@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsservicediscovery"
 	"github.com/aws/jsii-runtime-go"
+	"github.com/galley-run/galley/pkg/contract"
 )
 
 // EgressContainerName is the egress proxy task definition's only
@@ -18,7 +19,7 @@ const EgressContainerName = "egress-proxy"
 
 // EgressCommand is the proxy container's command: the worker image's
 // entrypoint (galley-worker) with this subcommand.
-var EgressCommand = []string{"egress-proxy"}
+var EgressCommand = []string{contract.EgressProxyCommand}
 
 // EgressUser is the user the proxy runs as: nobody. It needs no
 // privilege, no capability and no file.
@@ -89,7 +90,7 @@ func (g *Galley) addEgressProxy() {
 		ReadonlyRootFilesystem: jsii.Bool(true),
 		LinuxParameters:        linux,
 		PortMappings: &[]*awsecs.PortMapping{{
-			ContainerPort: jsii.Number(EgressPort),
+			ContainerPort: jsii.Number(contract.EgressPort),
 			Protocol:      awsecs.Protocol_TCP,
 		}},
 		Logging: awsecs.LogDriver_AwsLogs(&awsecs.AwsLogDriverProps{
@@ -97,12 +98,12 @@ func (g *Galley) addEgressProxy() {
 			LogGroup:     g.EgressLogs,
 		}),
 		Environment: &map[string]*string{
-			EnvEgressListen:       jsii.String(":" + strconv.Itoa(EgressPort)),
-			EnvEgressAllow:        jsii.String(strings.Join(cfg.EgressAllowlist, ",")),
-			EnvEgressHarnessAllow: g.harnessDestinations(),
+			contract.EnvEgressListen:       jsii.String(":" + strconv.Itoa(contract.EgressPort)),
+			contract.EnvEgressAllow:        jsii.String(strings.Join(cfg.EgressAllowlist, ",")),
+			contract.EnvEgressHarnessAllow: g.harnessDestinations(),
 		},
 		Secrets: &map[string]awsecs.Secret{
-			EnvEgressSecret: awsecs.Secret_FromSecretsManager(g.EgressSecret, nil),
+			contract.EnvEgressSecret: awsecs.Secret_FromSecretsManager(g.EgressSecret, nil),
 		},
 	})
 	g.EgressService = awsecs.NewFargateService(g.Stack, jsii.String("EgressService"), &awsecs.FargateServiceProps{

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/galley-run/galley/infra/stack"
+	"github.com/galley-run/galley/pkg/contract"
 )
 
 // render resolves the few intrinsics the containers' environment uses
@@ -146,22 +147,22 @@ func TestEgressProxyService(t *testing.T) {
 	if !jsonEq(logs, ref(s.id(s.g.EgressLogs))) || s.id(s.g.EgressLogs) == s.id(s.g.WorkerLogs) {
 		t.Errorf("proxy logs to %v, want a group of its own", logs)
 	}
-	if !jsonEq(secrets, map[string]any{stack.EnvEgressSecret: ref(s.id(s.g.EgressSecret))}) {
-		t.Errorf("proxy secrets %v, want only %s", secrets, stack.EnvEgressSecret)
+	if !jsonEq(secrets, map[string]any{contract.EnvEgressSecret: ref(s.id(s.g.EgressSecret))}) {
+		t.Errorf("proxy secrets %v, want only %s", secrets, contract.EnvEgressSecret)
 	}
 	names := slices.Sorted(maps.Keys(env))
-	if want := []string{stack.EnvEgressAllow, stack.EnvEgressHarnessAllow, stack.EnvEgressListen}; !slices.Equal(names, want) {
+	if want := []string{contract.EnvEgressAllow, contract.EnvEgressHarnessAllow, contract.EnvEgressListen}; !slices.Equal(names, want) {
 		t.Errorf("proxy environment %v, want %v", names, want)
 	}
-	if env[stack.EnvEgressListen] != ":3128" || env[stack.EnvEgressAllow] != "" {
-		t.Errorf("proxy listens on %v, allows %q, want :3128 and no host by default", env[stack.EnvEgressListen], env[stack.EnvEgressAllow])
+	if env[contract.EnvEgressListen] != ":3128" || env[contract.EnvEgressAllow] != "" {
+		t.Errorf("proxy listens on %v, allows %q, want :3128 and no host by default", env[contract.EnvEgressListen], env[contract.EnvEgressAllow])
 	}
-	harness := render(t, env[stack.EnvEgressHarnessAllow], map[string]string{
+	harness := render(t, env[contract.EnvEgressHarnessAllow], map[string]string{
 		s.id(s.g.API) + ".ApiEndpoint": "https://abc123.execute-api.eu-west-1.amazonaws.com",
 		"AWS::Region":                  "eu-west-1", "AWS::URLSuffix": "amazonaws.com",
 	})
 	if want := "abc123.execute-api.eu-west-1.amazonaws.com,git.example.com,api.anthropic.com,api.openai.com,sqs.eu-west-1.amazonaws.com"; harness != want {
-		t.Errorf("%s = %q, want %q", stack.EnvEgressHarnessAllow, harness, want)
+		t.Errorf("%s = %q, want %q", contract.EnvEgressHarnessAllow, harness, want)
 	}
 	// The proxy's task role holds nothing at all.
 	if sts := s.statements(s.id(s.g.EgressTaskRole)); len(sts) != 0 {
@@ -179,22 +180,22 @@ func TestWorkerEgressEnvironment(t *testing.T) {
 	d := deployment(t)
 	_, env, secrets := d.containerOf(t, d.id(d.g.TaskDefinition))
 	want := map[string]any{
-		stack.EnvEgressUpstream: "http://egress.galley-kitchen-1.internal:3128",
-		stack.EnvEgressAllow:    "",
-		stack.EnvAgentNetwork:   "task",
+		contract.EnvEgressUpstream: "http://egress.galley-kitchen-1.internal:3128",
+		contract.EnvEgressAllow:    "",
+		contract.EnvAgentNetwork:   "task",
 	}
 	for k, v := range want {
 		if got, ok := env[k]; !ok || got != v {
 			t.Errorf("worker %s = %v (set %v), want %q", k, got, ok, v)
 		}
 	}
-	for _, k := range []string{stack.EnvModelCapTokens, stack.EnvModelCapUSD} {
+	for _, k := range []string{contract.EnvModelCapTokens, contract.EnvModelCapUSD} {
 		if v, ok := env[k]; ok {
 			t.Errorf("worker %s = %v without a cap in context", k, v)
 		}
 	}
-	if !jsonEq(secrets[stack.EnvEgressSecret], ref(d.id(d.g.EgressSecret))) {
-		t.Errorf("worker secret %s = %v", stack.EnvEgressSecret, secrets[stack.EnvEgressSecret])
+	if !jsonEq(secrets[contract.EnvEgressSecret], ref(d.id(d.g.EgressSecret))) {
+		t.Errorf("worker secret %s = %v", contract.EnvEgressSecret, secrets[contract.EnvEgressSecret])
 	}
 
 	s, err := synth(map[string]any{"house": "caps", "repository": "https://git.example.com/house.git",
@@ -206,10 +207,10 @@ func TestWorkerEgressEnvironment(t *testing.T) {
 	}
 	_, env, _ = s.containerOf(t, s.id(s.g.TaskDefinition))
 	want = map[string]any{
-		stack.EnvEgressUpstream: "http://egress.galley-caps.internal:3128",
-		stack.EnvEgressAllow:    "pypi.org,*.pythonhosted.org",
-		stack.EnvModelCapTokens: "2500000",
-		stack.EnvModelCapUSD:    "12.50",
+		contract.EnvEgressUpstream: "http://egress.galley-caps.internal:3128",
+		contract.EnvEgressAllow:    "pypi.org,*.pythonhosted.org",
+		contract.EnvModelCapTokens: "2500000",
+		contract.EnvModelCapUSD:    "12.50",
 	}
 	for k, v := range want {
 		if env[k] != v {
@@ -217,12 +218,12 @@ func TestWorkerEgressEnvironment(t *testing.T) {
 		}
 	}
 	_, penv, _ := s.containerOf(t, s.id(s.g.EgressTaskDefinition))
-	if penv[stack.EnvEgressAllow] != "pypi.org,*.pythonhosted.org" {
-		t.Errorf("proxy %s = %v", stack.EnvEgressAllow, penv[stack.EnvEgressAllow])
+	if penv[contract.EnvEgressAllow] != "pypi.org,*.pythonhosted.org" {
+		t.Errorf("proxy %s = %v", contract.EnvEgressAllow, penv[contract.EnvEgressAllow])
 	}
-	harness := render(t, penv[stack.EnvEgressHarnessAllow], map[string]string{"AWS::Region": "us-east-1", "AWS::URLSuffix": "amazonaws.com"})
+	harness := render(t, penv[contract.EnvEgressHarnessAllow], map[string]string{"AWS::Region": "us-east-1", "AWS::URLSuffix": "amazonaws.com"})
 	if want := "galley.example.com,git.example.com,llm.example,sqs.us-east-1.amazonaws.com"; harness != want {
-		t.Errorf("proxy %s = %q, want %q (the custom domain, the git host, the codex gateway, SQS)", stack.EnvEgressHarnessAllow, harness, want)
+		t.Errorf("proxy %s = %q, want %q (the custom domain, the git host, the codex gateway, SQS)", contract.EnvEgressHarnessAllow, harness, want)
 	}
 	var names []string
 	for _, n := range s.g.DNSAllowList() {

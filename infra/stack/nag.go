@@ -4,6 +4,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+	"github.com/galley-run/galley/pkg/contract"
 )
 
 // suppress records one cdk-nag finding as accepted on a construct (and its
@@ -39,24 +40,24 @@ func (g *Galley) addNagSuppressions() {
 		whyTasks = "ECS assigns task IDs at RunTask, so tasks cannot be named at deploy; the pattern covers only this " +
 			"cluster's tasks and every statement also requires ecs:cluster to be this cluster."
 	)
-	for _, name := range FunctionNames {
+	for _, name := range contract.FunctionNames {
 		suppress(g.Roles[name], "AwsSolutions-IAM5", whyIndexes, regex(nagTableIndexes))
 	}
-	for _, name := range []string{FnEffects, FnMailbox, FnWorkerAPI, FnReconciler, FnOperator} {
+	for _, name := range []string{contract.FnEffects, contract.FnMailbox, contract.FnWorkerAPI, contract.FnReconciler, contract.FnOperator} {
 		suppress(g.Roles[name], "AwsSolutions-IAM5", whyQueues, queues)
 	}
 	suppress(g.WakeRole, "AwsSolutions-IAM5", whyQueues+" Each session of this role carries a session policy "+
 		"naming one worker's queue, so what a session may receive is that queue alone.", queues)
-	for _, name := range []string{FnEffects, FnReads, FnReconciler, FnOperator} {
+	for _, name := range []string{contract.FnEffects, contract.FnReads, contract.FnReconciler, contract.FnOperator} {
 		suppress(g.Roles[name], "AwsSolutions-IAM5", whyTasks, regex(nagClusterTasks))
 	}
 	const whyListTasks = "ecs:ListTasks names no task (it lists a cluster's tasks by startedBy), so AWS requires " +
 		"Resource *; the statement's ecs:cluster condition keeps it to the worker cluster."
-	for _, name := range []string{FnEffects, FnReads, FnOperator} {
+	for _, name := range []string{contract.FnEffects, contract.FnReads, contract.FnOperator} {
 		suppress(g.Roles[name], "AwsSolutions-IAM5", whyListTasks, "Resource::*")
 	}
 	// One finding covers every Resource * statement of a role.
-	suppress(g.Roles[FnReconciler], "AwsSolutions-IAM5", whyListTasks+" sqs:ListQueues (the hourly sweep of idle "+
+	suppress(g.Roles[contract.FnReconciler], "AwsSolutions-IAM5", whyListTasks+" sqs:ListQueues (the hourly sweep of idle "+
 		"doorbell queues) supports no resource-level permission either, so AWS requires Resource * too; it only "+
 		"lists queue names, and the sweep's sqs:ListQueueTags and sqs:DeleteQueue stay on this house's queue prefix.",
 		"Resource::*")

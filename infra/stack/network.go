@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsroute53resolver"
 	"github.com/aws/jsii-runtime-go"
+	"github.com/galley-run/galley/pkg/contract"
 )
 
 // Subnet group names of the VPC.
@@ -97,7 +98,7 @@ func (g *Galley) addNetwork() {
 	// CDK's placeholder, which matches no traffic, as its one inline rule.
 	g.WorkerSG.Node().DefaultChild().(awsec2.CfnSecurityGroup).AddPropertyOverride(jsii.String("SecurityGroupEgress"), []any{matchNoTraffic})
 
-	port := awsec2.Port_Tcp(jsii.Number(EgressPort))
+	port := awsec2.Port_Tcp(jsii.Number(contract.EgressPort))
 	g.WorkerSG.AddEgressRule(g.EgressSG, port, jsii.String("the egress proxy"), nil)
 	g.EgressSG.AddIngressRule(g.WorkerSG, port, jsii.String("galley workers"), nil)
 	https := awsec2.Port_Tcp(jsii.Number(443))

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/galley-run/galley/infra/stack"
+	"github.com/galley-run/galley/pkg/contract"
 )
 
 // groupID is how the template names a security group's ID.
@@ -181,19 +182,19 @@ func TestWorkerSubnetsHaveNoRouteOut(t *testing.T) {
 	for _, id := range workers {
 		refs = append(refs, fmt.Sprint(ref(id)))
 	}
-	for _, name := range stack.FunctionNames {
+	for _, name := range contract.FunctionNames {
 		env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[name])])["Environment"].(map[string]any)["Variables"].(map[string]any)
-		if env[stack.EnvAssignPublicIP] != "DISABLED" {
-			t.Errorf("%s: %s = %v, want DISABLED", name, stack.EnvAssignPublicIP, env[stack.EnvAssignPublicIP])
+		if env[contract.EnvAssignPublicIP] != "DISABLED" {
+			t.Errorf("%s: %s = %v, want DISABLED", name, contract.EnvAssignPublicIP, env[contract.EnvAssignPublicIP])
 		}
 		values := map[string]string{}
 		for _, id := range append(workers, egress...) {
 			values[id] = fmt.Sprint(ref(id))
 		}
-		got := strings.Split(render(t, env[stack.EnvSubnets], values), ",")
+		got := strings.Split(render(t, env[contract.EnvSubnets], values), ",")
 		sort.Strings(got)
 		if !slices.Equal(got, refs) {
-			t.Errorf("%s: %s names %v, want the worker subnets %v", name, stack.EnvSubnets, got, refs)
+			t.Errorf("%s: %s names %v, want the worker subnets %v", name, contract.EnvSubnets, got, refs)
 		}
 	}
 }
@@ -213,7 +214,7 @@ func TestWorkerSecurityGroupLetsOutOnlyWhatItNeeds(t *testing.T) {
 	all, inline := s.egressOf(worker)
 	want := []rule{
 		{"tcp", 2049, 2049, sgPeer("DestinationSecurityGroupId", workspaces)},
-		{"tcp", stack.EgressPort, stack.EgressPort, sgPeer("DestinationSecurityGroupId", proxy)},
+		{"tcp", contract.EgressPort, contract.EgressPort, sgPeer("DestinationSecurityGroupId", proxy)},
 		{"tcp", 443, 443, sgPeer("DestinationSecurityGroupId", endpoints)},
 		{"tcp", 443, 443, "DestinationPrefixListId=" + fmt.Sprint(map[string]any{"Fn::GetAtt": []any{s.id(s.g.S3PrefixList), "PrefixListId"}})},
 		noTraffic,
@@ -235,8 +236,8 @@ func TestWorkerSecurityGroupLetsOutOnlyWhatItNeeds(t *testing.T) {
 	}
 
 	// The proxy: in from the workers on its port, out HTTPS and HTTP.
-	if in := s.ingressOf(proxy); !slices.Equal(in, []rule{{"tcp", stack.EgressPort, stack.EgressPort, sgPeer("SourceSecurityGroupId", worker)}}) {
-		t.Errorf("proxy ingress %v, want only the workers on %d", in, stack.EgressPort)
+	if in := s.ingressOf(proxy); !slices.Equal(in, []rule{{"tcp", contract.EgressPort, contract.EgressPort, sgPeer("SourceSecurityGroupId", worker)}}) {
+		t.Errorf("proxy ingress %v, want only the workers on %d", in, contract.EgressPort)
 	}
 	out, _ := s.egressOf(proxy)
 	wantOut := []rule{{"tcp", 443, 443, "CidrIp=0.0.0.0/0"}, {"tcp", 80, 80, "CidrIp=0.0.0.0/0"}}

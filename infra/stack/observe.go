@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/interfaces/interfacesawscloudwatch"
 	"github.com/aws/jsii-runtime-go"
+	"github.com/galley-run/galley/pkg/contract"
 )
 
 // Alarm names (the suffix after "galley-<house>-"), which tests and
@@ -25,15 +26,20 @@ const (
 	alarmFnThrottlesSuff = "-throttles"
 )
 
+// MetricAwaitFailures counts the await calls the gateway answered 5xx: a
+// metric filter on the API's access log makes it, in galley's namespace
+// with the house dimension (contract.MetricNamespace, MetricDimHouse).
+const MetricAwaitFailures = "AwaitFailures"
+
 func fiveMinutes() awscdk.Duration { return awscdk.Duration_Minutes(jsii.Number(5)) }
 
 // awaitFailures counts await calls that the gateway answered with a 5xx:
 // a function error, a function timeout, or the gateway's own 30 s limit.
 func (g *Galley) awaitFailures() awscloudwatch.Metric {
 	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
-		Namespace:     jsii.String(MetricNamespace),
+		Namespace:     jsii.String(contract.MetricNamespace),
 		MetricName:    jsii.String(MetricAwaitFailures),
-		DimensionsMap: &map[string]*string{MetricDimHouse: jsii.String(g.Config.House)},
+		DimensionsMap: &map[string]*string{contract.MetricDimHouse: jsii.String(g.Config.House)},
 		Statistic:     jsii.String("Sum"),
 		Period:        fiveMinutes(),
 	})
@@ -43,21 +49,21 @@ func (g *Galley) awaitFailures() awscloudwatch.Metric {
 // tick (embedded metric format, docs/deploy.md), at its 5-minute maximum.
 func (g *Galley) gauge(name string) awscloudwatch.Metric {
 	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
-		Namespace:     jsii.String(MetricNamespace),
+		Namespace:     jsii.String(contract.MetricNamespace),
 		MetricName:    jsii.String(name),
-		DimensionsMap: &map[string]*string{MetricDimHouse: jsii.String(g.Config.House)},
+		DimensionsMap: &map[string]*string{contract.MetricDimHouse: jsii.String(g.Config.House)},
 		Statistic:     jsii.String("Maximum"),
 		Period:        fiveMinutes(),
 	})
 }
 
-func (g *Galley) stuckWorkers() awscloudwatch.Metric { return g.gauge(MetricStuckWorkers) }
+func (g *Galley) stuckWorkers() awscloudwatch.Metric { return g.gauge(contract.MetricStuckWorkers) }
 
 // liveWorkers counts the unsettled workers, which the launch cap counts.
 // (The worker cluster runs no ECS service, the egress proxy's being in a
 // cluster of its own, so Container Insights' per-service task counts never
 // exist for it.)
-func (g *Galley) liveWorkers() awscloudwatch.Metric { return g.gauge(MetricLiveWorkers) }
+func (g *Galley) liveWorkers() awscloudwatch.Metric { return g.gauge(contract.MetricLiveWorkers) }
 
 // addAlarms makes one alarm per failure an operator must hear about.
 func (g *Galley) addAlarms() {
@@ -85,7 +91,7 @@ func (g *Galley) addAlarms() {
 	ge := awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD
 	sum5 := &awscloudwatch.MetricOptions{Period: fiveMinutes(), Statistic: jsii.String("Sum")}
 
-	for _, name := range FunctionNames {
+	for _, name := range contract.FunctionNames {
 		fn := g.Functions[name]
 		alarm(titled(name)+"ErrorsAlarm", name+alarmFnErrorsSuffix,
 			fmt.Sprintf("galley %s function: invocations failed (errors or timeouts)", name),
@@ -102,10 +108,10 @@ func (g *Galley) addAlarms() {
 		LogGroup: g.AccessLogs,
 		FilterPattern: awslogs.FilterPattern_Literal(jsii.String(
 			fmt.Sprintf(`{ ($.routeKey = "%s") && ($.status >= 500) }`, AwaitRouteKey))),
-		MetricNamespace: jsii.String(MetricNamespace),
+		MetricNamespace: jsii.String(contract.MetricNamespace),
 		MetricName:      jsii.String(MetricAwaitFailures),
 		MetricValue:     jsii.String("1"),
-		Dimensions:      &map[string]*string{MetricDimHouse: jsii.String("$.house")},
+		Dimensions:      &map[string]*string{contract.MetricDimHouse: jsii.String("$.house")},
 		Unit:            awscloudwatch.Unit_COUNT,
 	})
 	alarm("AwaitFailuresAlarm", AlarmAwaitFailures,
@@ -147,7 +153,7 @@ func (g *Galley) addDashboard() {
 		return awscloudwatch.NewGraphWidget(p)
 	}
 	var invocations, errors, throttles, durations []awscloudwatch.IMetric
-	for _, name := range FunctionNames {
+	for _, name := range contract.FunctionNames {
 		fn := g.Functions[name]
 		invocations = append(invocations, sum(fn.MetricInvocations(nil), name))
 		errors = append(errors, sum(fn.MetricErrors(nil), name+" errors"))

@@ -29,23 +29,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+	"github.com/galley-run/galley/pkg/contract"
 )
-
-// Function names: each is a folder functions/<name> built to
-// <assetDir>/<name>/bootstrap, and a role of its own.
-const (
-	FnEffects    = "effects"
-	FnReads      = "reads"
-	FnMailbox    = "mailbox"
-	FnWorkerAPI  = "workerapi"
-	FnReconciler = "reconciler"
-	// FnOperator serves the operator API and console under /operator/
-	// (docs/operations.md), with the operator token.
-	FnOperator = "operator"
-)
-
-// FunctionNames lists every function, in deployment order.
-var FunctionNames = []string{FnEffects, FnReads, FnMailbox, FnWorkerAPI, FnReconciler, FnOperator}
 
 // Route is one API route and the function that serves it.
 type Route struct {
@@ -57,65 +42,68 @@ type Route struct {
 // Key is the route key as API Gateway writes it ("POST /v1/effects").
 func (r Route) Key() string { return r.Method + " " + r.Path }
 
-// Routes are the HTTP API's routes. Every /v1/ request that none of
-// kitchn's routes takes (an unknown path, or a known path with another
-// method) takes the catch-all ANY /v1/{proxy+} to the reads function,
-// which authenticates it before anything else, as the protocol asks: 401
-// without kitchn's token, 404 with it. API Gateway prefers a full match to
-// the greedy route, so the catch-all shadows none of them. Paths outside
-// /v1/ that no route takes answer 404 from the gateway without invoking
-// anything. The worker-facing API (package workerapi) all goes to one
-// function, by two routes: the one call made without a worker token, the
-// bootstrap-code exchange, has a route of its own so that it has a
-// throttle of its own (API Gateway prefers it to the greedy route), and
-// every other worker call takes the greedy route.
-var Routes = []Route{
-	{"POST", "/v1/effects", FnEffects},
-	{"POST", "/v1/effects/lookup", FnEffects},
-	{"GET", "/v1/descriptor", FnReads},
-	{"GET", "/v1/inventory", FnReads},
-	{"POST", "/v1/workers/observe", FnReads},
-	{"POST", "/v1/workers/usage", FnReads},
-	{"POST", "/v1/deliveries/next", FnMailbox},
-	{"POST", "/v1/deliveries/acknowledge", FnMailbox},
-	{"POST", "/v1/deliveries/await", FnMailbox},
-	{"POST", "/v1/runs/adopt", FnMailbox},
-	{"POST", "/worker/v1/{proxy+}", FnWorkerAPI},
+// Routes are the HTTP API's routes: kitchn's (contract.KitchnRoutes),
+// then the others. Every /v1/ request that none of kitchn's routes takes
+// (an unknown path, or a known path with another method) takes the
+// catch-all ANY /v1/{proxy+} to the reads function, which authenticates it
+// before anything else, as the protocol asks: 401 without kitchn's token,
+// 404 with it. API Gateway prefers a full match to the greedy route, so the
+// catch-all shadows none of them. Paths outside /v1/ that no route takes
+// answer 404 from the gateway without invoking anything. The worker-facing
+// API (package workerapi) all goes to one function, by two routes: the one
+// call made without a worker token, the bootstrap-code exchange, has a
+// route of its own so that it has a throttle of its own (API Gateway
+// prefers it to the greedy route), and every other worker call takes the
+// greedy route.
+var Routes = slices.Concat(kitchnRoutes(), []Route{
+	{"POST", contract.WorkerAPIPrefix + greedy, contract.FnWorkerAPI},
 	// After the greedy route, so that the integration they share keeps
 	// the logical ID it had before this route (order decides nothing in
 	// API Gateway, which prefers the exact route).
-	{"POST", "/worker/v1/credential", FnWorkerAPI},
+	{"POST", contract.PathWorkerCredential, contract.FnWorkerAPI},
 	// Last, so that every other route keeps its logical ID; the reads
 	// function reads the bearer token already, and serves it through its
 	// one integration.
-	{"ANY", "/v1/{proxy+}", FnReads},
+	{"ANY", contract.KitchnPrefix + greedy, contract.FnReads},
 	// The operator's routes (package operator): the API, the console's
 	// files, and /operator, which redirects to the console (a greedy
 	// route takes no empty path). kitchn's token opens none of them.
-	{"ANY", "/operator/{proxy+}", FnOperator},
-	{"GET", "/operator", FnOperator},
+	{"ANY", contract.OperatorPrefix + greedy, contract.FnOperator},
+	{"GET", contract.PathOperator, contract.FnOperator},
 	// The console's login, exact so that it has a throttle of its own
 	// (API Gateway prefers it to the greedy route; same function and
 	// integration). Last, so that every other route keeps its logical ID.
-	{"POST", "/operator/v1/login", FnOperator},
+	{"POST", contract.PathOperatorLogin, contract.FnOperator},
+})
+
+// greedy is API Gateway's greedy path variable: every path below.
+const greedy = "{proxy+}"
+
+// kitchnRoutes are kitchn's routes as the stack's.
+func kitchnRoutes() []Route {
+	rs := make([]Route, len(contract.KitchnRoutes))
+	for i, r := range contract.KitchnRoutes {
+		rs[i] = Route(r)
+	}
+	return rs
 }
 
 // Route keys throttled apart from the stage's default (Config's
 // RouteThrottles).
 const (
 	// CredentialRouteKey is the one route a caller takes without a token.
-	CredentialRouteKey = "POST /worker/v1/credential"
+	CredentialRouteKey = "POST " + contract.PathWorkerCredential
 	// WorkerRouteKey is every other call of the workers.
-	WorkerRouteKey = "POST /worker/v1/{proxy+}"
+	WorkerRouteKey = "POST " + contract.WorkerAPIPrefix + greedy
 	// CatchAllRouteKey is every /v1/ request no route of kitchn's takes.
-	CatchAllRouteKey = "ANY /v1/{proxy+}"
+	CatchAllRouteKey = "ANY " + contract.KitchnPrefix + greedy
 	// OperatorRouteKey is every call of the operator API and console,
 	// and OperatorRedirectRouteKey the redirect to the console.
-	OperatorRouteKey         = "ANY /operator/{proxy+}"
-	OperatorRedirectRouteKey = "GET /operator"
+	OperatorRouteKey         = "ANY " + contract.OperatorPrefix + greedy
+	OperatorRedirectRouteKey = "GET " + contract.PathOperator
 	// OperatorLoginRouteKey is the console's login, the one operator call
 	// made without a session: a guessed token costs a request.
-	OperatorLoginRouteKey = "POST /operator/v1/login"
+	OperatorLoginRouteKey = "POST " + contract.PathOperatorLogin
 )
 
 // OperatorLoginThrottle is the login route's throttle: a person logs in a
@@ -159,7 +147,7 @@ func (c Config) RouteThrottles() map[string]Throttle {
 }
 
 // AwaitRouteKey is the long-poll route whose failures have their own alarm.
-const AwaitRouteKey = "POST /v1/deliveries/await"
+var AwaitRouteKey = contract.RouteAwait.Pattern()
 
 // Provider secret short names: galley/<house>/<name>.
 const (
@@ -187,14 +175,14 @@ type fnSpec struct {
 }
 
 var fnSpecs = map[string]fnSpec{
-	FnEffects:    {256, 20, "galley effects: launch, message, reply, cancel, release; lookup"},
-	FnReads:      {256, 10, "galley reads: descriptor, inventory, observe, usage"},
-	FnMailbox:    {256, 29, "galley mailbox: deliveries next/acknowledge/await, runs/adopt"},
-	FnWorkerAPI:  {256, 29, "galley worker API for the harness (per-worker tokens)"},
-	FnReconciler: {256, 30, "galley reconciler: ECS task state changes settle workers; every 5 minutes, gauges and (hourly) idle doorbell queues"},
+	contract.FnEffects:    {256, 20, "galley effects: launch, message, reply, cancel, release; lookup"},
+	contract.FnReads:      {256, 10, "galley reads: descriptor, inventory, observe, usage"},
+	contract.FnMailbox:    {256, 29, "galley mailbox: deliveries next/acknowledge/await, runs/adopt"},
+	contract.FnWorkerAPI:  {256, 29, "galley worker API for the harness (per-worker tokens)"},
+	contract.FnReconciler: {256, 30, "galley reconciler: ECS task state changes settle workers; every 5 minutes, gauges and (hourly) idle doorbell queues"},
 	// A long poll on a worker's events holds up to 25 s, below the
 	// gateway's 30 s.
-	FnOperator: {256, 29, "galley operator API and console: workers, events (long poll), cancel, revoke (operator token)"},
+	contract.FnOperator: {256, 29, "galley operator API and console: workers, events (long poll), cancel, revoke (operator token)"},
 }
 
 // Galley is the synthesized deployment, with the constructs tests inspect.
@@ -254,8 +242,8 @@ type Galley struct {
 	// dnsFirewall=false).
 	DNSFirewall awsroute53resolver.CfnFirewallRuleGroup
 	// Workspaces is the file system every worktree lives on (mounted at
-	// WorkspaceMount in the worker container, through WorkspacesAccessPoint
-	// only), so a worktree outlives its task.
+	// contract.WorkspaceMount in the worker container, through
+	// WorkspacesAccessPoint only), so a worktree outlives its task.
 	Workspaces            awsefs.FileSystem
 	WorkspacesAccessPoint awsefs.AccessPoint
 	WorkspacesSG          awsec2.SecurityGroup
@@ -321,7 +309,7 @@ func NewGalleyStack(scope constructs.Construct, id string, cfg Config, props *aw
 	// property CloudFormation does not know fails the deploy, and the
 	// dashboard's name (galley-<house>) already says whose it is.
 	untagged := &awscdk.TagProps{ExcludeResourceTypes: jsii.Strings(UntaggedTypes...)}
-	awscdk.Tags_Of(s).Add(jsii.String("galley:house"), jsii.String(cfg.House), untagged)
+	awscdk.Tags_Of(s).Add(jsii.String(contract.TagHouse), jsii.String(cfg.House), untagged)
 	awscdk.Tags_Of(s).Add(jsii.String("galley:backend"), jsii.String(cfg.Backend), untagged)
 	if cfg.ScriptAgent {
 		awscdk.Annotations_Of(s).AddWarningV2(jsii.String("galley:scriptAgent"), jsii.String(
@@ -608,31 +596,31 @@ func (g *Galley) addWorkers() error {
 	// what it needs by dropping every other one of Docker's defaults.
 	linux.DropCapabilities(WorkerDroppedCapabilities()...)
 	workerEnv := map[string]*string{
-		EnvHouse:          jsii.String(cfg.House),
-		EnvRepository:     jsii.String(cfg.Repository),
-		EnvWorkerEndpoint: g.Endpoint,
-		EnvWorkspace:      jsii.String("/workspace"),
-		EnvWorkspaceRoot:  jsii.String(WorkspaceMount),
-		EnvGitUsername:    jsii.String(cfg.GitUsername),
+		contract.EnvHouse:          jsii.String(cfg.House),
+		contract.EnvRepository:     jsii.String(cfg.Repository),
+		contract.EnvWorkerEndpoint: g.Endpoint,
+		contract.EnvWorkspace:      jsii.String(contract.DefaultWorkspace),
+		contract.EnvWorkspaceRoot:  jsii.String(contract.WorkspaceMount),
+		contract.EnvGitUsername:    jsii.String(cfg.GitUsername),
 		// The task's only way out, and what the agent may reach by it.
-		EnvEgressUpstream: jsii.String(cfg.EgressUpstream()),
-		EnvEgressAllow:    jsii.String(strings.Join(cfg.EgressAllowlist, ",")),
-		EnvAgentNetwork:   jsii.String(AgentNetworkTask),
+		contract.EnvEgressUpstream: jsii.String(cfg.EgressUpstream()),
+		contract.EnvEgressAllow:    jsii.String(strings.Join(cfg.EgressAllowlist, ",")),
+		contract.EnvAgentNetwork:   jsii.String(contract.AgentNetworkTask),
 	}
 	if cfg.ModelCapTokens > 0 {
-		workerEnv[EnvModelCapTokens] = jsii.String(strconv.FormatInt(cfg.ModelCapTokens, 10))
+		workerEnv[contract.EnvModelCapTokens] = jsii.String(strconv.FormatInt(cfg.ModelCapTokens, 10))
 	}
 	if cfg.ModelCapUSD != "" {
-		workerEnv[EnvModelCapUSD] = jsii.String(cfg.ModelCapUSD)
+		workerEnv[contract.EnvModelCapUSD] = jsii.String(cfg.ModelCapUSD)
 	}
 	if cfg.AnthropicBaseURL != "" {
-		workerEnv[EnvAnthropicBaseURL] = jsii.String(cfg.AnthropicBaseURL)
+		workerEnv[contract.EnvAnthropicBaseURL] = jsii.String(cfg.AnthropicBaseURL)
 	}
 	if cfg.OpenAIBaseURL != "" {
-		workerEnv[EnvOpenAIBaseURL] = jsii.String(cfg.OpenAIBaseURL)
+		workerEnv[contract.EnvOpenAIBaseURL] = jsii.String(cfg.OpenAIBaseURL)
 	}
-	worker := g.TaskDefinition.AddContainer(jsii.String(WorkerContainerName), &awsecs.ContainerDefinitionOptions{
-		ContainerName:   jsii.String(WorkerContainerName),
+	worker := g.TaskDefinition.AddContainer(jsii.String(contract.WorkerContainer), &awsecs.ContainerDefinitionOptions{
+		ContainerName:   jsii.String(contract.WorkerContainer),
 		Image:           awsecs.ContainerImage_FromDockerImageAsset(g.WorkerImage),
 		Essential:       jsii.Bool(true),
 		LinuxParameters: linux,
@@ -649,29 +637,20 @@ func (g *Galley) addWorkers() error {
 		// agent might reach, needs no secret; a value put later reaches
 		// only tasks started later.
 		Secrets: &map[string]awsecs.Secret{
-			EnvAnthropicAPIKey: awsecs.Secret_FromSecretsManager(g.ProviderSecrets[SecretAnthropic], nil),
-			EnvOpenAIAPIKey:    awsecs.Secret_FromSecretsManager(g.ProviderSecrets[SecretOpenAI], nil),
-			EnvGitCredential:   awsecs.Secret_FromSecretsManager(g.ProviderSecrets[SecretGit], nil),
+			contract.EnvAnthropicAPIKey: awsecs.Secret_FromSecretsManager(g.ProviderSecrets[SecretAnthropic], nil),
+			contract.EnvOpenAIAPIKey:    awsecs.Secret_FromSecretsManager(g.ProviderSecrets[SecretOpenAI], nil),
+			contract.EnvGitCredential:   awsecs.Secret_FromSecretsManager(g.ProviderSecrets[SecretGit], nil),
 			// The harness proves itself to the egress proxy with it.
-			EnvEgressSecret: awsecs.Secret_FromSecretsManager(g.EgressSecret, nil),
+			contract.EnvEgressSecret: awsecs.Secret_FromSecretsManager(g.EgressSecret, nil),
 		},
 	})
 	worker.AddMountPoints(&awsecs.MountPoint{
-		ContainerPath: jsii.String(WorkspaceMount),
+		ContainerPath: jsii.String(contract.WorkspaceMount),
 		SourceVolume:  jsii.String(workspacesVolume),
 		ReadOnly:      jsii.Bool(false),
 	})
 	return nil
 }
-
-// AgentNetworkTask is GALLEY_AGENT_NETWORK on Fargate: the platform
-// confines the task's network, so the harness makes no namespace.
-const AgentNetworkTask = "task"
-
-// WorkspaceMount is where the workspaces file system is mounted in the
-// worker container; the effects function makes every worktree below it
-// (GALLEY_WORKSPACE_ROOT).
-const WorkspaceMount = "/mnt/workspaces"
 
 // workspacesVolume names the task definition's EFS volume.
 const workspacesVolume = "workspaces"
@@ -844,30 +823,31 @@ func (g *Galley) subnetIDs() *string {
 	return jsii.String(strings.Join(ids, ","))
 }
 
-// addFunctions makes the five functions, each with its own role.
+// addFunctions makes the six functions (contract.FunctionNames), each with
+// its own role.
 func (g *Galley) addFunctions() {
 	cfg := g.Config
 	env := map[string]*string{
-		EnvTable:           g.Table.TableName(),
-		EnvHouse:           jsii.String(cfg.House),
-		EnvBackend:         jsii.String(cfg.Backend),
-		EnvCredential:      jsii.String(cfg.Credential),
-		EnvQueuePrefix:     jsii.String(cfg.Prefix()),
-		EnvCluster:         g.Cluster.ClusterArn(),
-		EnvTaskDefinition:  g.TaskDefinition.TaskDefinitionArn(),
-		EnvSubnets:         g.subnetIDs(),
-		EnvSecurityGroup:   g.WorkerSG.SecurityGroupId(),
-		EnvAwaitCapMs:      jsii.String(strconv.Itoa(cfg.AwaitCapMs)),
-		EnvMaxWorkers:      jsii.String(strconv.Itoa(cfg.MaxWorkers)),
-		EnvAgentFamilies:   jsii.String(strings.Join(cfg.AgentFamilies, ",")),
-		EnvRepository:      jsii.String(cfg.Repository),
-		EnvWorkerEndpoint:  g.Endpoint,
-		EnvWorkerContainer: jsii.String(WorkerContainerName),
+		contract.EnvTable:           g.Table.TableName(),
+		contract.EnvHouse:           jsii.String(cfg.House),
+		contract.EnvBackend:         jsii.String(cfg.Backend),
+		contract.EnvCredential:      jsii.String(cfg.Credential),
+		contract.EnvQueuePrefix:     jsii.String(cfg.Prefix()),
+		contract.EnvCluster:         g.Cluster.ClusterArn(),
+		contract.EnvTaskDefinition:  g.TaskDefinition.TaskDefinitionArn(),
+		contract.EnvSubnets:         g.subnetIDs(),
+		contract.EnvSecurityGroup:   g.WorkerSG.SecurityGroupId(),
+		contract.EnvAwaitCapMs:      jsii.String(strconv.Itoa(cfg.AwaitCapMs)),
+		contract.EnvMaxWorkers:      jsii.String(strconv.Itoa(cfg.MaxWorkers)),
+		contract.EnvAgentFamilies:   jsii.String(strings.Join(cfg.AgentFamilies, ",")),
+		contract.EnvRepository:      jsii.String(cfg.Repository),
+		contract.EnvWorkerEndpoint:  g.Endpoint,
+		contract.EnvWorkerContainer: jsii.String(contract.WorkerContainer),
 		// The workers' subnets have no route out: a public IP would reach
 		// nothing.
-		EnvAssignPublicIP: jsii.String("DISABLED"),
+		contract.EnvAssignPublicIP: jsii.String("DISABLED"),
 	}
-	for _, name := range FunctionNames {
+	for _, name := range contract.FunctionNames {
 		spec := fnSpecs[name]
 		id := titled(name)
 		role := awsiam.NewRole(g.Stack, jsii.String(id+"Role"), &awsiam.RoleProps{
@@ -881,39 +861,39 @@ func (g *Galley) addFunctions() {
 			fenv[k] = v
 		}
 		// kitchn's token is checked only by the functions kitchn calls.
-		if name != FnWorkerAPI && name != FnReconciler && name != FnOperator {
-			fenv[EnvTokenSecretArn] = g.TokenSecret.SecretArn()
+		if name != contract.FnWorkerAPI && name != contract.FnReconciler && name != contract.FnOperator {
+			fenv[contract.EnvTokenSecretArn] = g.TokenSecret.SecretArn()
 		}
 		// The operator token is read by the operator function alone.
-		if name == FnOperator {
-			fenv[EnvOperatorTokenSecretArn] = g.OperatorTokenSecret.SecretArn()
+		if name == contract.FnOperator {
+			fenv[contract.EnvOperatorTokenSecretArn] = g.OperatorTokenSecret.SecretArn()
 		}
-		if name == FnEffects || name == FnReads {
+		if name == contract.FnEffects || name == contract.FnReads {
 			// Launch creates the worker's branch in the house repository;
 			// reads checks that branches are still there (liveness), which
 			// a private repository answers only with the credential.
-			fenv[EnvSecretGit] = g.ProviderSecrets[SecretGit].SecretArn()
-			fenv[EnvGitUsername] = jsii.String(cfg.GitUsername)
+			fenv[contract.EnvSecretGit] = g.ProviderSecrets[SecretGit].SecretArn()
+			fenv[contract.EnvGitUsername] = jsii.String(cfg.GitUsername)
 		}
-		if name == FnEffects || name == FnReconciler {
+		if name == contract.FnEffects || name == contract.FnReconciler {
 			// Launch makes the worker's worktree on the workspaces file
 			// system; release removes it with a cleanup task, which
 			// housekeeping starts again when one failed to start.
-			fenv[EnvWorkspaceRoot] = jsii.String(WorkspaceMount)
+			fenv[contract.EnvWorkspaceRoot] = jsii.String(contract.WorkspaceMount)
 		}
-		if name == FnEffects {
+		if name == contract.FnEffects {
 			if cfg.ScriptAgent {
-				fenv[EnvDefaultAgent] = jsii.String("script")
+				fenv[contract.EnvDefaultAgent] = jsii.String("script")
 			}
 		}
-		if name == FnEffects || name == FnWorkerAPI {
-			fenv[EnvWorkerSecretArn] = g.WorkerSecret.SecretArn()
+		if name == contract.FnEffects || name == contract.FnWorkerAPI {
+			fenv[contract.EnvWorkerSecretArn] = g.WorkerSecret.SecretArn()
 		}
-		if name == FnReconciler {
-			fenv[EnvQueueIdleHours] = jsii.String(strconv.Itoa(cfg.QueueIdleHours))
+		if name == contract.FnReconciler {
+			fenv[contract.EnvQueueIdleHours] = jsii.String(strconv.Itoa(cfg.QueueIdleHours))
 		}
 		var reserved *float64
-		if name == FnEffects && cfg.EffectsReservedConcurrency > 0 {
+		if name == contract.FnEffects && cfg.EffectsReservedConcurrency > 0 {
 			// Launches and cancels never queue behind awaits or anything
 			// else for the account's concurrency (docs/deploy.md, Quotas).
 			reserved = jsii.Number(float64(cfg.EffectsReservedConcurrency))
@@ -938,7 +918,7 @@ func (g *Galley) addFunctions() {
 		g.Roles[name] = role
 	}
 	g.addWakeRole()
-	g.Functions[FnWorkerAPI].AddEnvironment(jsii.String(EnvWakeRoleArn), g.WakeRole.RoleArn(), nil)
+	g.Functions[contract.FnWorkerAPI].AddEnvironment(jsii.String(contract.EnvWakeRoleArn), g.WakeRole.RoleArn(), nil)
 	g.grantFunctions()
 }
 
@@ -950,7 +930,7 @@ func (g *Galley) addFunctions() {
 // chaining), and the harness asks again before it ends.
 func (g *Galley) addWakeRole() {
 	g.WakeRole = awsiam.NewRole(g.Stack, jsii.String("WorkerWakeRole"), &awsiam.RoleProps{
-		AssumedBy:          awsiam.NewArnPrincipal(g.Roles[FnWorkerAPI].RoleArn()),
+		AssumedBy:          awsiam.NewArnPrincipal(g.Roles[contract.FnWorkerAPI].RoleArn()),
 		Description:        jsii.String("galley: one worker's harness waits on its own doorbell queue (session policy names it)"),
 		MaxSessionDuration: awscdk.Duration_Hours(jsii.Number(1)),
 	})
@@ -994,7 +974,7 @@ func (g *Galley) grantFunctions() {
 		stmt(role, "ListWorkerTasks", []string{"ecs:ListTasks"}, []*string{jsii.String("*")}, inCluster)
 	}
 
-	effects := g.Roles[FnEffects]
+	effects := g.Roles[contract.FnEffects]
 	g.Table.GrantReadWriteData(effects)
 	stmt(effects, "RunWorkerTasks", []string{"ecs:RunTask"}, []*string{g.TaskDefinition.TaskDefinitionArn()}, inCluster)
 	stmt(effects, "StopAndDescribeWorkerTasks", []string{"ecs:StopTask", "ecs:DescribeTasks"}, tasks, inCluster)
@@ -1011,7 +991,7 @@ func (g *Galley) grantFunctions() {
 		[]*string{g.ProviderSecrets[SecretGit].SecretArn()}, nil)
 	stmt(effects, "ReadWorkerSigningKey", []string{"secretsmanager:GetSecretValue"}, workerKey, nil)
 
-	reads := g.Roles[FnReads]
+	reads := g.Roles[contract.FnReads]
 	g.Table.GrantReadData(reads)
 	stmt(reads, "DescribeWorkerTasks", []string{"ecs:DescribeTasks"}, tasks, inCluster)
 	listTasks(reads)
@@ -1019,7 +999,7 @@ func (g *Galley) grantFunctions() {
 	stmt(reads, "ReadGitCredential", []string{"secretsmanager:GetSecretValue"},
 		[]*string{g.ProviderSecrets[SecretGit].SecretArn()}, nil)
 
-	mailbox := g.Roles[FnMailbox]
+	mailbox := g.Roles[contract.FnMailbox]
 	g.Table.GrantReadWriteData(mailbox)
 	stmt(mailbox, "ListenOnDoorbells", listen, queues, tls)
 	stmt(mailbox, "ReadBearerToken", []string{"secretsmanager:GetSecretValue"}, token, nil)
@@ -1029,7 +1009,7 @@ func (g *Galley) grantFunctions() {
 	// harness its wait; it never listens (an idle worker holds no
 	// invocation). It never reads kitchn's token: workers authenticate
 	// with their own.
-	worker := g.Roles[FnWorkerAPI]
+	worker := g.Roles[contract.FnWorkerAPI]
 	g.Table.GrantReadWriteData(worker)
 	stmt(worker, "RingAndMakeDoorbells", ring, queues, tls)
 	stmt(worker, "ReadWorkerSigningKey", []string{"secretsmanager:GetSecretValue"}, workerKey, nil)
@@ -1047,7 +1027,7 @@ func (g *Galley) grantFunctions() {
 	// queueIdleHours (sqsbell's Sweep). ListQueues names no queue, so AWS
 	// requires Resource "*" (it only lists names); reading tags and
 	// deleting stay on this house's queues.
-	reconciler := g.Roles[FnReconciler]
+	reconciler := g.Roles[contract.FnReconciler]
 	g.Table.GrantReadWriteData(reconciler)
 	stmt(reconciler, "RingDoorbells", ring, queues, tls)
 	stmt(reconciler, "ListDoorbellQueues", []string{"sqs:ListQueues"}, []*string{jsii.String("*")}, tls)
@@ -1072,7 +1052,7 @@ func (g *Galley) grantFunctions() {
 	// (ringing its coordinator's doorbell) and stops its task, a revoke
 	// writes the worker record. It reads the operator token only: neither
 	// kitchn's token nor the signing key, and it starts no task.
-	operator := g.Roles[FnOperator]
+	operator := g.Roles[contract.FnOperator]
 	g.Table.GrantReadWriteData(operator)
 	stmt(operator, "ListenAndRingDoorbells", []string{"sqs:CreateQueue", "sqs:TagQueue", "sqs:SendMessage",
 		"sqs:ReceiveMessage", "sqs:DeleteMessage"}, queues, tls)
@@ -1084,7 +1064,7 @@ func (g *Galley) grantFunctions() {
 
 func titled(name string) string {
 	switch name {
-	case FnWorkerAPI:
+	case contract.FnWorkerAPI:
 		return "WorkerApi"
 	}
 	return strings.ToUpper(name[:1]) + name[1:]
@@ -1148,7 +1128,7 @@ func (g *Galley) addReconcilerRule() {
 	}
 	g.ReconcilerDLQ = queue("ReconcilerDeadLetters")
 	g.ReconcilerFailures = queue("ReconcilerFailures")
-	reconciler := g.Functions[FnReconciler]
+	reconciler := g.Functions[contract.FnReconciler]
 	// The destination grants the reconciler's role sqs:SendMessage on the
 	// queue; it applies to every asynchronous invocation, so to both rules.
 	reconciler.ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{
@@ -1187,7 +1167,7 @@ func (g *Galley) addHousekeepingRule() {
 			"hourly it deletes doorbell queues idle for %d hours", g.Config.QueueIdleHours)),
 		Schedule: awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(5))),
 	})
-	g.HousekeepingRule.AddTarget(awseventstargets.NewLambdaFunction(g.Functions[FnReconciler], &awseventstargets.LambdaFunctionProps{
+	g.HousekeepingRule.AddTarget(awseventstargets.NewLambdaFunction(g.Functions[contract.FnReconciler], &awseventstargets.LambdaFunctionProps{
 		MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(4)),
 		RetryAttempts: jsii.Number(2),
 	}))

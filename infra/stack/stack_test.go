@@ -20,6 +20,7 @@ import (
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
 	"github.com/galley-run/galley/infra/stack"
+	"github.com/galley-run/galley/pkg/contract"
 )
 
 // tempRoots are the synth folders to remove when the tests end.
@@ -85,7 +86,7 @@ func synth(extra map[string]any) (s *synthed, err error) {
 	tempMu.Lock()
 	tempRoots = append(tempRoots, root)
 	tempMu.Unlock()
-	for _, name := range stack.FunctionNames {
+	for _, name := range contract.FunctionNames {
 		dir := filepath.Join(root, "bin", "lambda", name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
@@ -323,7 +324,7 @@ func TestEachRouteReachesItsFunction(t *testing.T) {
 
 func TestFunctionsRunGoOnArm(t *testing.T) {
 	s := deployment(t)
-	for _, name := range stack.FunctionNames {
+	for _, name := range contract.FunctionNames {
 		p := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[name])])
 		if p["Runtime"] != "provided.al2023" || !jsonEq(p["Architectures"], []any{"arm64"}) || p["Handler"] != "bootstrap" {
 			t.Errorf("%s: runtime %v arch %v handler %v, want provided.al2023 arm64 bootstrap", name, p["Runtime"], p["Architectures"], p["Handler"])
@@ -333,7 +334,7 @@ func TestFunctionsRunGoOnArm(t *testing.T) {
 		}
 		timeout := p["Timeout"].(float64)
 		switch name {
-		case stack.FnMailbox:
+		case contract.FnMailbox:
 			// Long enough for the await cap, short of the gateway's 30 s.
 			if timeout < 29 || timeout >= 30 {
 				t.Errorf("mailbox timeout %v s, want 29 <= t < 30", timeout)
@@ -349,7 +350,7 @@ func TestFunctionsRunGoOnArm(t *testing.T) {
 	}
 	// Roles are not shared.
 	seen := map[string]string{}
-	for _, name := range stack.FunctionNames {
+	for _, name := range contract.FunctionNames {
 		id := s.id(s.g.Roles[name])
 		if other, ok := seen[id]; ok {
 			t.Errorf("%s and %s share role %s", name, other, id)
@@ -360,20 +361,20 @@ func TestFunctionsRunGoOnArm(t *testing.T) {
 
 func TestFunctionEnvironment(t *testing.T) {
 	s := deployment(t)
-	common := []string{stack.EnvTable, stack.EnvHouse, stack.EnvBackend, stack.EnvCredential, stack.EnvQueuePrefix,
-		stack.EnvCluster, stack.EnvTaskDefinition, stack.EnvSubnets, stack.EnvSecurityGroup, stack.EnvAwaitCapMs,
-		stack.EnvMaxWorkers, stack.EnvAgentFamilies, stack.EnvRepository, stack.EnvWorkerEndpoint}
+	common := []string{contract.EnvTable, contract.EnvHouse, contract.EnvBackend, contract.EnvCredential, contract.EnvQueuePrefix,
+		contract.EnvCluster, contract.EnvTaskDefinition, contract.EnvSubnets, contract.EnvSecurityGroup, contract.EnvAwaitCapMs,
+		contract.EnvMaxWorkers, contract.EnvAgentFamilies, contract.EnvRepository, contract.EnvWorkerEndpoint}
 	tests := []struct {
 		fn                           string
 		token, worker, git, operator bool
 	}{
-		{stack.FnEffects, true, true, true, false},
-		{stack.FnReads, true, false, true, false},
-		{stack.FnMailbox, true, false, false, false},
-		{stack.FnWorkerAPI, false, true, false, false},
-		{stack.FnReconciler, false, false, false, false},
+		{contract.FnEffects, true, true, true, false},
+		{contract.FnReads, true, false, true, false},
+		{contract.FnMailbox, true, false, false, false},
+		{contract.FnWorkerAPI, false, true, false, false},
+		{contract.FnReconciler, false, false, false, false},
 		// The operator function reads the operator token, and no other.
-		{stack.FnOperator, false, false, false, true},
+		{contract.FnOperator, false, false, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fn, func(t *testing.T) {
@@ -384,18 +385,18 @@ func TestFunctionEnvironment(t *testing.T) {
 					t.Errorf("missing %s", k)
 				}
 			}
-			if env[stack.EnvHouse] != "kitchen_1" || env[stack.EnvQueuePrefix] != "galley-kitchen_1" || env[stack.EnvAwaitCapMs] != "25000" {
-				t.Errorf("house %v prefix %v cap %v", env[stack.EnvHouse], env[stack.EnvQueuePrefix], env[stack.EnvAwaitCapMs])
+			if env[contract.EnvHouse] != "kitchen_1" || env[contract.EnvQueuePrefix] != "galley-kitchen_1" || env[contract.EnvAwaitCapMs] != "25000" {
+				t.Errorf("house %v prefix %v cap %v", env[contract.EnvHouse], env[contract.EnvQueuePrefix], env[contract.EnvAwaitCapMs])
 			}
 			for _, c := range []struct {
 				name  string
 				want  bool
 				value any
 			}{
-				{stack.EnvTokenSecretArn, tt.token, ref(s.id(s.g.TokenSecret))},
-				{stack.EnvWorkerSecretArn, tt.worker, ref(s.id(s.g.WorkerSecret))},
-				{stack.EnvSecretGit, tt.git, ref(s.id(s.g.ProviderSecrets[stack.SecretGit]))},
-				{stack.EnvOperatorTokenSecretArn, tt.operator, ref(s.id(s.g.OperatorTokenSecret))},
+				{contract.EnvTokenSecretArn, tt.token, ref(s.id(s.g.TokenSecret))},
+				{contract.EnvWorkerSecretArn, tt.worker, ref(s.id(s.g.WorkerSecret))},
+				{contract.EnvSecretGit, tt.git, ref(s.id(s.g.ProviderSecrets[stack.SecretGit]))},
+				{contract.EnvOperatorTokenSecretArn, tt.operator, ref(s.id(s.g.OperatorTokenSecret))},
 			} {
 				v, ok := env[c.name]
 				if ok != c.want || (ok && !jsonEq(v, c.value)) {
@@ -403,16 +404,16 @@ func TestFunctionEnvironment(t *testing.T) {
 				}
 			}
 			// Only the reconciler sweeps doorbell queues.
-			if _, ok := env[stack.EnvQueueIdleHours]; ok != (tt.fn == stack.FnReconciler) {
-				t.Errorf("%s set: %v", stack.EnvQueueIdleHours, ok)
+			if _, ok := env[contract.EnvQueueIdleHours]; ok != (tt.fn == contract.FnReconciler) {
+				t.Errorf("%s set: %v", contract.EnvQueueIdleHours, ok)
 			}
 			// The git user name goes with the git credential.
-			if v, ok := env[stack.EnvGitUsername]; ok != tt.git || (ok && v != "x-access-token") {
-				t.Errorf("%s = %v (set %v), want x-access-token where the credential is", stack.EnvGitUsername, v, ok)
+			if v, ok := env[contract.EnvGitUsername]; ok != tt.git || (ok && v != "x-access-token") {
+				t.Errorf("%s = %v (set %v), want x-access-token where the credential is", contract.EnvGitUsername, v, ok)
 			}
 			// The scripted agent is off by default: no default agent set.
-			if v, ok := env[stack.EnvDefaultAgent]; ok {
-				t.Errorf("%s = %v without scriptAgent", stack.EnvDefaultAgent, v)
+			if v, ok := env[contract.EnvDefaultAgent]; ok {
+				t.Errorf("%s = %v without scriptAgent", contract.EnvDefaultAgent, v)
 			}
 			// Only references to secrets, never a resolved value.
 			raw, _ := json.Marshal(env)
@@ -446,22 +447,22 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 		fn      string
 		actions []string
 	}{
-		{stack.FnEffects, join(logs, dynamoWrite, ring, secret, []string{
+		{contract.FnEffects, join(logs, dynamoWrite, ring, secret, []string{
 			"ecs:RunTask", "ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks", "ecs:TagResource", "iam:PassRole"})},
-		{stack.FnReads, join(logs, dynamoRead, secret, []string{"ecs:DescribeTasks", "ecs:ListTasks"})},
-		{stack.FnMailbox, join(logs, dynamoWrite, listen, secret)},
+		{contract.FnReads, join(logs, dynamoRead, secret, []string{"ecs:DescribeTasks", "ecs:ListTasks"})},
+		{contract.FnMailbox, join(logs, dynamoWrite, listen, secret)},
 		// It makes a worker's queue and grants its harness the wait; it
 		// never listens itself.
-		{stack.FnWorkerAPI, join(logs, dynamoWrite, ring, secret, []string{"sts:AssumeRole"})},
+		{contract.FnWorkerAPI, join(logs, dynamoWrite, ring, secret, []string{"sts:AssumeRole"})},
 		// The sweep of idle doorbell queues: exactly these three; and
 		// what the on-failure destination needs of its queue.
 		// And it starts a worktree's cleanup task again (RunTask, its
 		// tags, the roles it passes).
-		{stack.FnReconciler, join(logs, dynamoWrite, ring, failures, []string{"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks",
+		{contract.FnReconciler, join(logs, dynamoWrite, ring, failures, []string{"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks",
 			"sqs:ListQueues", "sqs:ListQueueTags", "sqs:DeleteQueue", "ecs:RunTask", "ecs:TagResource", "iam:PassRole"})},
 		// It long polls a worker's event doorbell, and a cancel rings the
 		// coordinator's and stops the worker's task; it starts none.
-		{stack.FnOperator, join(logs, dynamoWrite, listen, ring, secret, []string{"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks"})},
+		{contract.FnOperator, join(logs, dynamoWrite, listen, ring, secret, []string{"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks"})},
 	}
 	table := s.id(s.g.Table)
 	cluster := getArn(s.id(s.g.Cluster))
@@ -488,7 +489,7 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 					// TLS) for its sweep.
 					listTasks := slices.Equal(st.Actions, []string{"ecs:ListTasks"}) &&
 						jsonEq(st.Conditions, map[string]any{"ArnEquals": map[string]any{"ecs:cluster": cluster}})
-					listQueues := tt.fn == stack.FnReconciler && slices.Equal(st.Actions, []string{"sqs:ListQueues"}) &&
+					listQueues := tt.fn == contract.FnReconciler && slices.Equal(st.Actions, []string{"sqs:ListQueues"}) &&
 						jsonEq(st.Conditions, map[string]any{"Bool": map[string]any{"aws:SecureTransport": "true"}})
 					if len(st.Resources) != 1 || (!listTasks && !listQueues) {
 						t.Errorf("Resource %v for %v with %v", st.Resources, st.Actions, st.Conditions)
@@ -497,7 +498,7 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 					if !jsonEq(st.Resources, []any{getArn(table), map[string]any{"Fn::Join": []any{"", []any{getArn(table), "/index/*"}}}}) {
 						t.Errorf("dynamodb on %s, want the table and its indexes", raw)
 					}
-				case tt.fn == stack.FnReconciler && jsonEq(st.Resources, []any{getArn(s.id(s.g.ReconcilerFailures))}):
+				case tt.fn == contract.FnReconciler && jsonEq(st.Resources, []any{getArn(s.id(s.g.ReconcilerFailures))}):
 					// The on-failure destination: sending, on that queue only.
 					if !slices.Equal(st.Actions, failures) {
 						t.Errorf("on the failures queue: %v, want %v", st.Actions, failures)
@@ -525,7 +526,7 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 						t.Errorf("PassRole condition %v", st.Conditions)
 					}
 				case st.Actions[0] == "sts:AssumeRole":
-					if tt.fn != stack.FnWorkerAPI || !jsonEq(st.Resources, []any{getArn(s.id(s.g.WakeRole))}) {
+					if tt.fn != contract.FnWorkerAPI || !jsonEq(st.Resources, []any{getArn(s.id(s.g.WakeRole))}) {
 						t.Errorf("%s assumes %s, want only the worker API the wake role", tt.fn, raw)
 					}
 				case strings.HasPrefix(st.Actions[0], "logs:"):
@@ -542,7 +543,7 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 					t.Errorf("unexpected statement %+v", st)
 				}
 			}
-			if tt.fn == stack.FnEffects {
+			if tt.fn == contract.FnEffects {
 				if !allows(sts, "ecs:RunTask", ref(s.id(s.g.TaskDefinition))) {
 					t.Error("effects cannot run the worker task definition")
 				}
@@ -561,7 +562,7 @@ func TestWakeRoleWaitsOnlyOnDoorbells(t *testing.T) {
 	p := props(s.resources("AWS::IAM::Role")[id])
 	trust, _ := json.Marshal(p["AssumeRolePolicyDocument"])
 	want, _ := json.Marshal(map[string]any{"Statement": []any{map[string]any{"Action": "sts:AssumeRole", "Effect": "Allow",
-		"Principal": map[string]any{"AWS": getArn(s.id(s.g.Roles[stack.FnWorkerAPI]))}}}, "Version": "2012-10-17"})
+		"Principal": map[string]any{"AWS": getArn(s.id(s.g.Roles[contract.FnWorkerAPI]))}}}, "Version": "2012-10-17"})
 	if string(trust) != string(want) {
 		t.Errorf("trust %s\nwant %s", trust, want)
 	}
@@ -578,9 +579,9 @@ func TestWakeRoleWaitsOnlyOnDoorbells(t *testing.T) {
 			t.Errorf("on %s with %v, want this house's queues over TLS", raw, st.Conditions)
 		}
 	}
-	env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[stack.FnWorkerAPI])])["Environment"].(map[string]any)["Variables"].(map[string]any)
-	if !jsonEq(env[stack.EnvWakeRoleArn], getArn(id)) {
-		t.Errorf("the worker API's %s = %v", stack.EnvWakeRoleArn, env[stack.EnvWakeRoleArn])
+	env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[contract.FnWorkerAPI])])["Environment"].(map[string]any)["Variables"].(map[string]any)
+	if !jsonEq(env[contract.EnvWakeRoleArn], getArn(id)) {
+		t.Errorf("the worker API's %s = %v", contract.EnvWakeRoleArn, env[contract.EnvWakeRoleArn])
 	}
 }
 
@@ -589,10 +590,10 @@ func TestWakeRoleWaitsOnlyOnDoorbells(t *testing.T) {
 // reserves any.
 func TestEffectsHaveReservedConcurrency(t *testing.T) {
 	s := deployment(t)
-	for _, name := range stack.FunctionNames {
+	for _, name := range contract.FunctionNames {
 		got := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[name])])["ReservedConcurrentExecutions"]
 		want := any(nil)
-		if name == stack.FnEffects {
+		if name == contract.FnEffects {
 			want = float64(stack.Defaults().EffectsReservedConcurrency)
 		}
 		if got != want {
@@ -629,14 +630,14 @@ func TestSecretsReadOnlyByTheirUsers(t *testing.T) {
 		// the one secret ECS injects into it.
 		{"egress proxy task role", g.EgressTaskRole, nil},
 		{"egress proxy execution role", g.EgressExecutionRole, []string{"egress"}},
-		{"effects", g.Roles[stack.FnEffects], []string{"git", "token", "workerKey"}},
-		{"reads", g.Roles[stack.FnReads], []string{"git", "token"}},
-		{"mailbox", g.Roles[stack.FnMailbox], []string{"token"}},
-		{"workerapi", g.Roles[stack.FnWorkerAPI], []string{"workerKey"}},
-		{"reconciler", g.Roles[stack.FnReconciler], nil},
+		{"effects", g.Roles[contract.FnEffects], []string{"git", "token", "workerKey"}},
+		{"reads", g.Roles[contract.FnReads], []string{"git", "token"}},
+		{"mailbox", g.Roles[contract.FnMailbox], []string{"token"}},
+		{"workerapi", g.Roles[contract.FnWorkerAPI], []string{"workerKey"}},
+		{"reconciler", g.Roles[contract.FnReconciler], nil},
 		// kitchn's token does not open the operator routes: the operator
 		// function cannot even read it.
-		{"operator", g.Roles[stack.FnOperator], []string{"operator"}},
+		{"operator", g.Roles[contract.FnOperator], []string{"operator"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.who, func(t *testing.T) {
@@ -767,7 +768,7 @@ func TestTableHasPITRTTLAndProtection(t *testing.T) {
 
 // notCredentials are the container variables whose names only look like
 // a credential's: a cap counted in model tokens.
-var notCredentials = map[string]bool{stack.EnvModelCapTokens: true}
+var notCredentials = map[string]bool{contract.EnvModelCapTokens: true}
 
 func TestTaskDefinitionHoldsNoSecretValue(t *testing.T) {
 	s := deployment(t)
@@ -786,17 +787,17 @@ func TestTaskDefinitionHoldsNoSecretValue(t *testing.T) {
 		t.Fatalf("%d containers, want 1", len(containers))
 	}
 	c := containers[0].(map[string]any)
-	if c["Name"] != stack.WorkerContainerName {
-		t.Errorf("container %v, want %s", c["Name"], stack.WorkerContainerName)
+	if c["Name"] != contract.WorkerContainer {
+		t.Errorf("container %v, want %s", c["Name"], contract.WorkerContainer)
 	}
 	// The provider keys, the git credential and the egress secret are
 	// container secrets: ECS reads each by its ARN (the secret's Ref) at
 	// task start.
 	wantSecrets := []any{
-		map[string]any{"Name": stack.EnvAnthropicAPIKey, "ValueFrom": ref(s.id(s.g.ProviderSecrets[stack.SecretAnthropic]))},
-		map[string]any{"Name": stack.EnvEgressSecret, "ValueFrom": ref(s.id(s.g.EgressSecret))},
-		map[string]any{"Name": stack.EnvGitCredential, "ValueFrom": ref(s.id(s.g.ProviderSecrets[stack.SecretGit]))},
-		map[string]any{"Name": stack.EnvOpenAIAPIKey, "ValueFrom": ref(s.id(s.g.ProviderSecrets[stack.SecretOpenAI]))},
+		map[string]any{"Name": contract.EnvAnthropicAPIKey, "ValueFrom": ref(s.id(s.g.ProviderSecrets[stack.SecretAnthropic]))},
+		map[string]any{"Name": contract.EnvEgressSecret, "ValueFrom": ref(s.id(s.g.EgressSecret))},
+		map[string]any{"Name": contract.EnvGitCredential, "ValueFrom": ref(s.id(s.g.ProviderSecrets[stack.SecretGit]))},
+		map[string]any{"Name": contract.EnvOpenAIAPIKey, "ValueFrom": ref(s.id(s.g.ProviderSecrets[stack.SecretOpenAI]))},
 	}
 	gotSecrets := slices.Clone(list(c["Secrets"]))
 	slices.SortFunc(gotSecrets, func(a, b any) int {
@@ -808,7 +809,7 @@ func TestTaskDefinitionHoldsNoSecretValue(t *testing.T) {
 	check(t, "container secrets", func() {
 		s.tmpl.HasResourceProperties(jsii.String("AWS::ECS::TaskDefinition"), map[string]any{
 			"ContainerDefinitions": []any{assertions.Match_ObjectLike(&map[string]any{
-				"Name":    stack.WorkerContainerName,
+				"Name":    contract.WorkerContainer,
 				"Secrets": assertions.Match_ArrayWith(&[]any{wantSecrets[0], wantSecrets[1], wantSecrets[2], wantSecrets[3]}),
 			})},
 		})
@@ -838,15 +839,15 @@ func TestTaskDefinitionHoldsNoSecretValue(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{stack.EnvWorkerEndpoint, stack.EnvWorkspace, stack.EnvHouse, stack.EnvRepository, stack.EnvGitUsername} {
+	for _, want := range []string{contract.EnvWorkerEndpoint, contract.EnvWorkspace, contract.EnvHouse, contract.EnvRepository, contract.EnvGitUsername} {
 		if _, ok := names[want]; !ok {
 			t.Errorf("missing %s", want)
 		}
 	}
-	if names[stack.EnvGitUsername] != "x-access-token" {
-		t.Errorf("%s = %v, want x-access-token", stack.EnvGitUsername, names[stack.EnvGitUsername])
+	if names[contract.EnvGitUsername] != "x-access-token" {
+		t.Errorf("%s = %v, want x-access-token", contract.EnvGitUsername, names[contract.EnvGitUsername])
 	}
-	for _, gone := range []string{"GALLEY_SECRET_ANTHROPIC", "GALLEY_SECRET_OPENAI", stack.EnvSecretGit} {
+	for _, gone := range []string{"GALLEY_SECRET_ANTHROPIC", "GALLEY_SECRET_OPENAI", contract.EnvSecretGit} {
 		if _, ok := names[gone]; ok {
 			t.Errorf("container still has %s", gone)
 		}
@@ -895,7 +896,7 @@ func TestEventRuleTargetsReconciler(t *testing.T) {
 		t.Fatalf("%d targets", len(targets))
 	}
 	target := targets[0].(map[string]any)
-	if !jsonEq(target["Arn"], getArn(s.id(s.g.Functions[stack.FnReconciler]))) {
+	if !jsonEq(target["Arn"], getArn(s.id(s.g.Functions[contract.FnReconciler]))) {
 		t.Errorf("target %v, want the reconciler", target["Arn"])
 	}
 	if !jsonEq(target["DeadLetterConfig"], map[string]any{"Arn": getArn(s.id(s.g.ReconcilerDLQ))}) {
@@ -908,7 +909,7 @@ func TestEventRuleTargetsReconciler(t *testing.T) {
 	check(t, "events may invoke the reconciler", func() {
 		s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), map[string]any{
 			"Action":       "lambda:InvokeFunction",
-			"FunctionName": getArn(s.id(s.g.Functions[stack.FnReconciler])),
+			"FunctionName": getArn(s.id(s.g.Functions[contract.FnReconciler])),
 			"Principal":    "events.amazonaws.com",
 			"SourceArn":    getArn(s.id(s.g.TaskStateRule)),
 		})
@@ -946,7 +947,7 @@ func TestHousekeepingScheduleTargetsReconciler(t *testing.T) {
 	if len(targets) != 1 {
 		t.Fatalf("%d targets, want the reconciler only", len(targets))
 	}
-	reconciler := getArn(s.id(s.g.Functions[stack.FnReconciler]))
+	reconciler := getArn(s.id(s.g.Functions[contract.FnReconciler]))
 	if target := targets[0].(map[string]any); !jsonEq(target["Arn"], reconciler) {
 		t.Errorf("target %v, want the reconciler", target["Arn"])
 	} else if _, ok := target["Input"]; ok {
@@ -970,17 +971,17 @@ func TestHousekeepingScheduleTargetsReconciler(t *testing.T) {
 			"SourceArn":    getArn(s.id(s.g.HousekeepingRule)),
 		})
 	})
-	env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[stack.FnReconciler])])["Environment"].(map[string]any)["Variables"].(map[string]any)
-	if env[stack.EnvQueueIdleHours] != "24" {
-		t.Errorf("%s = %v, want 24", stack.EnvQueueIdleHours, env[stack.EnvQueueIdleHours])
+	env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[contract.FnReconciler])])["Environment"].(map[string]any)["Variables"].(map[string]any)
+	if env[contract.EnvQueueIdleHours] != "24" {
+		t.Errorf("%s = %v, want 24", contract.EnvQueueIdleHours, env[contract.EnvQueueIdleHours])
 	}
 
 	queues := map[string]any{"Fn::Join": []any{"", []any{"arn:", ref("AWS::Partition"), ":sqs:", ref("AWS::Region"), ":",
 		ref("AWS::AccountId"), ":galley-kitchen_1-*"}}}
-	for _, fn := range stack.FunctionNames {
+	for _, fn := range contract.FunctionNames {
 		sts := s.statements(s.id(s.g.Roles[fn]))
 		for _, action := range []string{"sqs:ListQueues", "sqs:ListQueueTags", "sqs:DeleteQueue"} {
-			want := fn == stack.FnReconciler
+			want := fn == contract.FnReconciler
 			if got := allows(sts, action, queues); got != want {
 				t.Errorf("%s may %s on the house's queues: %v, want %v", fn, action, got, want)
 			}
@@ -1063,7 +1064,7 @@ func TestAlarmsAndDashboardExist(t *testing.T) {
 	}
 	want := []string{stack.AlarmAPI5xx, stack.AlarmAwaitFailures, stack.AlarmStuckWorkers, stack.AlarmWorkersOverCap,
 		stack.AlarmReconcilerDLQ, stack.AlarmReconcilerFails}
-	for _, fn := range stack.FunctionNames {
+	for _, fn := range contract.FunctionNames {
 		want = append(want, fn+"-errors", fn+"-throttles")
 	}
 	for _, name := range want {
@@ -1096,8 +1097,8 @@ func TestAlarmsAndDashboardExist(t *testing.T) {
 				a["ComparisonOperator"], a["Threshold"], a["EvaluationPeriods"], c.op, c.threshold, c.periods)
 		}
 	}
-	if stack.MetricLiveWorkers != "LiveWorkers" || stack.MetricStuckWorkers != "StuckWorkers" {
-		t.Errorf("metric names %s %s", stack.MetricLiveWorkers, stack.MetricStuckWorkers)
+	if contract.MetricLiveWorkers != "LiveWorkers" || contract.MetricStuckWorkers != "StuckWorkers" {
+		t.Errorf("metric names %s %s", contract.MetricLiveWorkers, contract.MetricStuckWorkers)
 	}
 	// No alarm watches a metric nothing emits: Container Insights' per-
 	// service counts never exist for a cluster without services.
@@ -1107,7 +1108,7 @@ func TestAlarmsAndDashboardExist(t *testing.T) {
 		}
 	}
 	mailboxErrors := byName["galley-kitchen_1-mailbox-errors"]
-	if mailboxErrors["MetricName"] != "Errors" || !jsonEq(mailboxErrors["Dimensions"], []any{map[string]any{"Name": "FunctionName", "Value": ref(s.id(s.g.Functions[stack.FnMailbox]))}}) {
+	if mailboxErrors["MetricName"] != "Errors" || !jsonEq(mailboxErrors["Dimensions"], []any{map[string]any{"Name": "FunctionName", "Value": ref(s.id(s.g.Functions[contract.FnMailbox]))}}) {
 		t.Errorf("mailbox errors alarm %v", mailboxErrors)
 	}
 	check(t, "await failures filter", func() {
@@ -1198,9 +1199,9 @@ func TestCustomDomain(t *testing.T) {
 	if v := outs["Endpoint"].(map[string]any)["Value"]; v != "https://galley.example.com" {
 		t.Errorf("Endpoint = %v", v)
 	}
-	env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[stack.FnEffects])])["Environment"].(map[string]any)["Variables"].(map[string]any)
-	if env[stack.EnvWorkerEndpoint] != "https://galley.example.com" || env[stack.EnvAwaitCapMs] != "20000" || env[stack.EnvMaxWorkers] != "3" {
-		t.Errorf("env %v %v %v", env[stack.EnvWorkerEndpoint], env[stack.EnvAwaitCapMs], env[stack.EnvMaxWorkers])
+	env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[contract.FnEffects])])["Environment"].(map[string]any)["Variables"].(map[string]any)
+	if env[contract.EnvWorkerEndpoint] != "https://galley.example.com" || env[contract.EnvAwaitCapMs] != "20000" || env[contract.EnvMaxWorkers] != "3" {
+		t.Errorf("env %v %v %v", env[contract.EnvWorkerEndpoint], env[contract.EnvAwaitCapMs], env[contract.EnvMaxWorkers])
 	}
 	if _, ok := outs["CustomDomainTarget"]; !ok {
 		t.Error("no CustomDomainTarget output")
@@ -1256,7 +1257,7 @@ func TestNagHasNoUnsuppressedErrors(t *testing.T) {
 // EventBridge dead-letter queue stays beside it.
 func TestReconcilerFailuresKeptAndAlarmed(t *testing.T) {
 	s := deployment(t)
-	fn := s.id(s.g.Functions[stack.FnReconciler])
+	fn := s.id(s.g.Functions[contract.FnReconciler])
 	failures := s.id(s.g.ReconcilerFailures)
 	if failures == s.id(s.g.ReconcilerDLQ) {
 		t.Fatal("the failures queue is the dead-letter queue")
@@ -1293,9 +1294,9 @@ func TestReconcilerFailuresKeptAndAlarmed(t *testing.T) {
 	})
 	// The reconciler's role may send to it (Lambda sends with the
 	// function's role); no other function's may.
-	for _, name := range stack.FunctionNames {
+	for _, name := range contract.FunctionNames {
 		got := allows(s.statements(s.id(s.g.Roles[name])), "sqs:SendMessage", getArn(failures))
-		if got != (name == stack.FnReconciler) {
+		if got != (name == contract.FnReconciler) {
 			t.Errorf("%s may send to the failures queue: %v", name, got)
 		}
 	}
@@ -1359,7 +1360,7 @@ func TestDeploymentOptions(t *testing.T) {
 		}
 	}
 	fns := s.resources("AWS::Lambda::Function")
-	for _, name := range stack.FunctionNames {
+	for _, name := range contract.FunctionNames {
 		env := func(g *synthed) map[string]any {
 			return props(g.resources("AWS::Lambda::Function")[g.id(g.g.Functions[name])])["Environment"].(map[string]any)["Variables"].(map[string]any)
 		}
@@ -1368,24 +1369,24 @@ func TestDeploymentOptions(t *testing.T) {
 			t.Errorf("%s: architectures %v, want x86_64", name, p["Architectures"])
 		}
 		e := env(s)
-		if v, ok := e[stack.EnvGitUsername]; ok != (name == stack.FnEffects || name == stack.FnReads) || (ok && v != "oauth2") {
-			t.Errorf("%s: %s = %v (set %v)", name, stack.EnvGitUsername, v, ok)
+		if v, ok := e[contract.EnvGitUsername]; ok != (name == contract.FnEffects || name == contract.FnReads) || (ok && v != "oauth2") {
+			t.Errorf("%s: %s = %v (set %v)", name, contract.EnvGitUsername, v, ok)
 		}
 		// The scripted agent is the default for launches (effects) only;
 		// the families the descriptor declares are unchanged.
-		if v, ok := e[stack.EnvDefaultAgent]; ok != (name == stack.FnEffects) || (ok && v != "script") {
-			t.Errorf("%s: %s = %v (set %v), want script on effects only", name, stack.EnvDefaultAgent, v, ok)
+		if v, ok := e[contract.EnvDefaultAgent]; ok != (name == contract.FnEffects) || (ok && v != "script") {
+			t.Errorf("%s: %s = %v (set %v), want script on effects only", name, contract.EnvDefaultAgent, v, ok)
 		}
-		if e[stack.EnvAgentFamilies] != "claude,codex" {
-			t.Errorf("%s: %s = %v, want claude,codex", name, stack.EnvAgentFamilies, e[stack.EnvAgentFamilies])
+		if e[contract.EnvAgentFamilies] != "claude,codex" {
+			t.Errorf("%s: %s = %v, want claude,codex", name, contract.EnvAgentFamilies, e[contract.EnvAgentFamilies])
 		}
 		// The default deployment: arm64, and no default agent anywhere.
 		d := deployment(t)
 		if p := props(d.resources("AWS::Lambda::Function")[d.id(d.g.Functions[name])]); !jsonEq(p["Architectures"], []any{"arm64"}) {
 			t.Errorf("default %s: architectures %v, want arm64", name, p["Architectures"])
 		}
-		if v, ok := env(d)[stack.EnvDefaultAgent]; ok {
-			t.Errorf("default %s: %s = %v", name, stack.EnvDefaultAgent, v)
+		if v, ok := env(d)[contract.EnvDefaultAgent]; ok {
+			t.Errorf("default %s: %s = %v", name, contract.EnvDefaultAgent, v)
 		}
 	}
 	// The worker task stays ARM64 whatever the functions run on.
@@ -1396,7 +1397,7 @@ func TestDeploymentOptions(t *testing.T) {
 	check(t, "container git user name", func() {
 		s.tmpl.HasResourceProperties(jsii.String("AWS::ECS::TaskDefinition"), map[string]any{
 			"ContainerDefinitions": []any{assertions.Match_ObjectLike(&map[string]any{
-				"Environment": assertions.Match_ArrayWith(&[]any{map[string]any{"Name": stack.EnvGitUsername, "Value": "oauth2"}}),
+				"Environment": assertions.Match_ArrayWith(&[]any{map[string]any{"Name": contract.EnvGitUsername, "Value": "oauth2"}}),
 			})},
 		})
 	})
@@ -1419,10 +1420,10 @@ func TestDeploymentOptions(t *testing.T) {
 		}
 		return out
 	}
-	if e := containerEnv(s); e[stack.EnvAnthropicBaseURL] != "https://llm-gateway.example/anthropic" || e[stack.EnvOpenAIBaseURL] != "https://llm-gateway.example/openai/v1" {
-		t.Errorf("worker container base URLs %v and %v, want the context's", e[stack.EnvAnthropicBaseURL], e[stack.EnvOpenAIBaseURL])
+	if e := containerEnv(s); e[contract.EnvAnthropicBaseURL] != "https://llm-gateway.example/anthropic" || e[contract.EnvOpenAIBaseURL] != "https://llm-gateway.example/openai/v1" {
+		t.Errorf("worker container base URLs %v and %v, want the context's", e[contract.EnvAnthropicBaseURL], e[contract.EnvOpenAIBaseURL])
 	}
-	for _, k := range []string{stack.EnvAnthropicBaseURL, stack.EnvOpenAIBaseURL} {
+	for _, k := range []string{contract.EnvAnthropicBaseURL, contract.EnvOpenAIBaseURL} {
 		if v, ok := containerEnv(deployment(t))[k]; ok {
 			t.Errorf("default deployment: worker container sets %s = %v", k, v)
 		}

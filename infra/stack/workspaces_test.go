@@ -7,8 +7,7 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
-
-	"github.com/galley-run/galley/infra/stack"
+	"github.com/galley-run/galley/pkg/contract"
 )
 
 // resolved is how the template writes a token (an ARN, an ID).
@@ -179,25 +178,25 @@ func TestWorkspacesVolumeAndMount(t *testing.T) {
 		t.Errorf("volume %v, want EFS %v", vol["EFSVolumeConfiguration"], want)
 	}
 	c := td["ContainerDefinitions"].([]any)[0].(map[string]any)
-	wantMount := []any{map[string]any{"ContainerPath": stack.WorkspaceMount, "ReadOnly": false, "SourceVolume": vol["Name"]}}
+	wantMount := []any{map[string]any{"ContainerPath": contract.WorkspaceMount, "ReadOnly": false, "SourceVolume": vol["Name"]}}
 	if !jsonEq(c["MountPoints"], wantMount) {
 		t.Errorf("mount points %v, want %v", c["MountPoints"], wantMount)
 	}
 	var root any
 	for _, e := range c["Environment"].([]any) {
-		if e := e.(map[string]any); e["Name"] == stack.EnvWorkspaceRoot {
+		if e := e.(map[string]any); e["Name"] == contract.EnvWorkspaceRoot {
 			root = e["Value"]
 		}
 	}
-	if root != stack.WorkspaceMount {
-		t.Errorf("container %s = %v, want %s", stack.EnvWorkspaceRoot, root, stack.WorkspaceMount)
+	if root != contract.WorkspaceMount {
+		t.Errorf("container %s = %v, want %s", contract.EnvWorkspaceRoot, root, contract.WorkspaceMount)
 	}
 	// The effects function makes and removes worktrees there; the
 	// reconciler starts a removal again that failed to start.
-	for _, fn := range []string{stack.FnEffects, stack.FnReconciler} {
+	for _, fn := range []string{contract.FnEffects, contract.FnReconciler} {
 		env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[fn])])["Environment"].(map[string]any)["Variables"].(map[string]any)
-		if env[stack.EnvWorkspaceRoot] != stack.WorkspaceMount {
-			t.Errorf("%s %s = %v, want %s", fn, stack.EnvWorkspaceRoot, env[stack.EnvWorkspaceRoot], stack.WorkspaceMount)
+		if env[contract.EnvWorkspaceRoot] != contract.WorkspaceMount {
+			t.Errorf("%s %s = %v, want %s", fn, contract.EnvWorkspaceRoot, env[contract.EnvWorkspaceRoot], contract.WorkspaceMount)
 		}
 	}
 }

@@ -20,9 +20,11 @@ import (
 
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/pkg/conformance"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/localserver"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/protocol/client"
 	"github.com/galley-run/galley/pkg/standins"
 )
 
@@ -189,24 +191,30 @@ func TestConformanceAWSLocal(t *testing.T) {
 	t.Logf("instances per function: %v", inst)
 }
 
-// call makes one kitchn call through the stack and decodes a 200 answer.
-func call(t *testing.T, s *awslocal.Stack, token, method, path, body string, out any) {
+// kitchnCall makes one call of route through the stack, as kitchn's client
+// does (package client), and decodes a 200 answer.
+func kitchnCall(t *testing.T, s *awslocal.Stack, token string, route contract.Route, body string, out any) {
 	t.Helper()
-	req, _ := http.NewRequest(method, s.Endpoint()+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	var b []byte
+	if body != "" || route.Method != http.MethodGet {
+		b = []byte(body)
+	}
+	a, err := client.New(s.Endpoint(), token, client.WithTimeout(0)).Call(context.Background(), route, b, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+	if a.Status != http.StatusOK {
+		t.Fatalf("%s: %d %s", route.Pattern(), a.Status, a.Body)
 	}
-	if err := json.Unmarshal(b, out); err != nil {
-		t.Fatalf("%s %s: %v: %s", method, path, err, b)
+	if err := json.Unmarshal(a.Body, out); err != nil {
+		t.Fatalf("%s: %v: %s", route.Pattern(), err, a.Body)
 	}
+}
+
+// call is kitchnCall of a method and path.
+func call(t *testing.T, s *awslocal.Stack, token, method, path, body string, out any) {
+	t.Helper()
+	kitchnCall(t, s, token, contract.Route{Method: method, Path: path}, body, out)
 }
 
 // A worker whose task ends without any report (here the container's
@@ -222,7 +230,7 @@ func TestTaskStoppedWithoutReportAWSLocal(t *testing.T) {
 		Status  string
 		Receipt protocol.Receipt
 	}
-	call(t, s, token, "POST", "/v1/effects", launch, &applied)
+	kitchnCall(t, s, token, contract.RouteEffects, launch, &applied)
 	if applied.Status != "applied" {
 		t.Fatalf("launch: %+v", applied)
 	}
@@ -231,7 +239,7 @@ func TestTaskStoppedWithoutReportAWSLocal(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	var obs protocol.Observation
 	for {
-		call(t, s, token, "POST", "/v1/workers/observe", observe, &obs)
+		kitchnCall(t, s, token, contract.RouteObserve, observe, &obs)
 		if obs.State == protocol.StateSettled || time.Now().After(deadline) {
 			break
 		}
@@ -241,7 +249,7 @@ func TestTaskStoppedWithoutReportAWSLocal(t *testing.T) {
 		t.Fatalf("observe: %+v", obs)
 	}
 	var mail protocol.MailboxAnswer
-	call(t, s, token, "POST", "/v1/deliveries/next", `{"run":"run-crash","coordinator":"c-1"}`, &mail)
+	kitchnCall(t, s, token, contract.RouteNext, `{"run":"run-crash","coordinator":"c-1"}`, &mail)
 	if mail.Delivery == nil || len(mail.Delivery.Messages) != 1 {
 		t.Fatalf("mailbox: %+v", mail)
 	}
@@ -315,7 +323,7 @@ func TestServeAWSLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest("GET", endpoint+"/v1/descriptor", nil)
+	req, _ := http.NewRequest("GET", endpoint+contract.PathDescriptor, nil)
 	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -340,7 +348,7 @@ func TestServeAWSLocal(t *testing.T) {
 	if !strings.Contains(stdout.String(), "galley: shutting down") {
 		t.Errorf("output:\n%s", stdout.String())
 	}
-	if _, err := http.Get(endpoint + "/v1/descriptor"); err == nil {
+	if _, err := http.Get(endpoint + contract.PathDescriptor); err == nil {
 		t.Error("the gateway still answers after shutdown")
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/local/gateway"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 )
 
@@ -35,15 +36,15 @@ type probe struct {
 
 // descriptor is a request that touches nothing behind the function: the
 // cost of the gateway and the emulator alone.
-var descriptor = probe{"GET", "/v1/descriptor", ""}
+var descriptor = probe{contract.RouteDescriptor.Method, contract.PathDescriptor, ""}
 
 var probes = map[lambdaapp.Function]probe{
-	lambdaapp.Effects: {"POST", "/v1/effects/lookup", `{"run":"bench","request":{"house":"local","backend":"galley",` +
+	lambdaapp.Effects: {contract.RouteLookup.Method, contract.PathLookup, `{"run":"bench","request":{"house":"local","backend":"galley",` +
 		`"credential":"galley-token","task":"t","attempt":1,"key":"KEY","effect":{"executor":"worker","effect":` +
 		`{"type":"cancel-worker","worker":{"kind":"worker","backend":"galley","handle":"w-none"}}}}}`},
-	lambdaapp.Reads:     {"POST", "/v1/workers/observe", `{"worker":{"kind":"worker","backend":"galley","handle":"w-KEY"}}`},
-	lambdaapp.Mailbox:   {"POST", "/v1/deliveries/next", `{"run":"bench-KEY","coordinator":"c-1"}`},
-	lambdaapp.WorkerAPI: {"POST", "/worker/v1/credential", `{"handle":"w-KEY","code":"gb1.AAAA","claim":"bench"}`},
+	lambdaapp.Reads:     {contract.RouteObserve.Method, contract.PathObserve, `{"worker":{"kind":"worker","backend":"galley","handle":"w-KEY"}}`},
+	lambdaapp.Mailbox:   {contract.RouteNext.Method, contract.PathNext, `{"run":"bench-KEY","coordinator":"c-1"}`},
+	lambdaapp.WorkerAPI: {"POST", contract.PathWorkerCredential, `{"handle":"w-KEY","code":"gb1.AAAA","claim":"bench"}`},
 	lambdaapp.Reconciler: {body: `{"version":"0","id":"KEY","detail-type":"ECS Task State Change","source":"aws.ecs",` +
 		`"region":"us-east-1","time":"2026-01-01T00:00:00Z","detail":{"taskArn":"arn:aws:ecs:us-east-1:000000000000:task/galley/KEY",` +
 		`"startedBy":"galley/w-KEY","lastStatus":"STOPPED","desiredStatus":"STOPPED","version":3}}`},

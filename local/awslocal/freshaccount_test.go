@@ -6,6 +6,7 @@ import (
 
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/local/ecsstandin"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
 )
@@ -32,7 +33,7 @@ func TestFreshAccountVCPUQuotaZeroAWSLocal(t *testing.T) {
 			Reason            string
 			RetryAfterSeconds int
 		}
-		call(t, s, token, "POST", "/v1/effects", launch, &out)
+		kitchnCall(t, s, token, contract.RouteEffects, launch, &out)
 		if out.Status != "not-applied" || out.Reason != "rate-limited" || out.RetryAfterSeconds < 60 {
 			t.Fatalf("launch %d: %+v, want not-applied rate-limited with the quota's long retry hint", i, out)
 		}
@@ -50,7 +51,7 @@ func TestFreshAccountVCPUQuotaZeroAWSLocal(t *testing.T) {
 		t.Errorf("%d RunTask calls met the quota, want every launch's (%d): the cap refused some", quota, maxWorkers+2)
 	}
 	var inv protocol.Inventory
-	call(t, s, token, "GET", "/v1/inventory", "", &inv)
+	kitchnCall(t, s, token, contract.RouteInventory, "", &inv)
 	for _, r := range inv.Resources {
 		if r.Resource.Kind == protocol.KindWorker {
 			t.Errorf("the inventory lists worker %s (%s)", r.Resource.Handle, r.Liveness)

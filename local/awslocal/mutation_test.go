@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,9 +13,11 @@ import (
 
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/protocol/client"
 )
 
 // smoke drives the deployment's main paths as kitchn and a worker would —
@@ -45,20 +46,20 @@ func smoke(s *awslocal.Stack, token string, logs *syncBuffer) error {
 		}
 		return fmt.Errorf("%w\n  %s", err, strings.Join(why, "\n  "))
 	}
-	do := func(method, path, body string, out any) error {
-		req, _ := http.NewRequest(method, s.Endpoint()+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+	kc := client.New(s.Endpoint(), token, client.WithTimeout(0))
+	do := func(route contract.Route, body string, out any) error {
+		var b []byte
+		if body != "" {
+			b = []byte(body)
+		}
+		a, err := kc.Call(context.Background(), route, b, "", 0)
 		if err != nil {
 			return err
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, strings.TrimSpace(string(b)))
+		if a.Status != http.StatusOK {
+			return fmt.Errorf("%s: %d %s", route.Pattern(), a.Status, strings.TrimSpace(string(a.Body)))
 		}
-		return json.Unmarshal(b, out)
+		return json.Unmarshal(a.Body, out)
 	}
 	house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
 	launch := func(run, key, brief, branch, agent string) (string, error) {
@@ -74,7 +75,7 @@ func smoke(s *awslocal.Stack, token string, logs *syncBuffer) error {
 			Status, Reason string
 			Receipt        protocol.Receipt
 		}
-		if err := do("POST", "/v1/effects", body, &out); err != nil {
+		if err := do(contract.RouteEffects, body, &out); err != nil {
 			return "", err
 		}
 		if out.Status != "applied" || len(out.Receipt.Created) == 0 {
@@ -86,7 +87,7 @@ func smoke(s *awslocal.Stack, token string, logs *syncBuffer) error {
 		var obs protocol.Observation
 		for deadline := time.Now().Add(45 * time.Second); time.Now().Before(deadline); {
 			var a protocol.MailboxAnswer
-			if err := do("POST", "/v1/deliveries/await", fmt.Sprintf(`{"run":%q,"coordinator":"c","waitMs":5000}`, run), &a); err != nil {
+			if err := do(contract.RouteAwait, fmt.Sprintf(`{"run":%q,"coordinator":"c","waitMs":5000}`, run), &a); err != nil {
 				return err
 			}
 			if a.Delivery != nil {
@@ -95,7 +96,7 @@ func smoke(s *awslocal.Stack, token string, logs *syncBuffer) error {
 						if m.Outcome != protocol.OutcomeSucceeded {
 							return fmt.Errorf("worker %s settled %s: %s", handle, m.Outcome, m.Body)
 						}
-						if err := do("POST", "/v1/workers/observe", `{"worker":{"kind":"worker","backend":"galley","handle":"`+handle+`"}}`, &obs); err != nil {
+						if err := do(contract.RouteObserve, `{"worker":{"kind":"worker","backend":"galley","handle":"`+handle+`"}}`, &obs); err != nil {
 							return err
 						}
 						if obs.State != protocol.StateSettled {
@@ -105,7 +106,7 @@ func smoke(s *awslocal.Stack, token string, logs *syncBuffer) error {
 					}
 				}
 				var ack protocol.MailboxAnswer
-				if err := do("POST", "/v1/deliveries/acknowledge", fmt.Sprintf(`{"run":%q,"coordinator":"c","delivery":%q}`, run, a.Delivery.ID), &ack); err != nil {
+				if err := do(contract.RouteAcknowledge, fmt.Sprintf(`{"run":%q,"coordinator":"c","delivery":%q}`, run, a.Delivery.ID), &ack); err != nil {
 					return err
 				}
 			}
@@ -113,7 +114,7 @@ func smoke(s *awslocal.Stack, token string, logs *syncBuffer) error {
 		return fmt.Errorf("worker %s never reported", handle)
 	}
 	var d map[string]any
-	if err := do("GET", "/v1/descriptor", "", &d); err != nil {
+	if err := do(contract.RouteDescriptor, "", &d); err != nil {
 		return explain(err)
 	}
 	w, err := launch("smoke-script", "k-smoke-script", "#!galley-script\nstatus hello\ncommit smoke.txt smoke\ndone succeeded ok", "smoke/script", "")
@@ -222,9 +223,9 @@ func TestTemplateMutations(t *testing.T) {
 		want   []string // every one must appear in the smoke failure
 	}{
 		{name: "unchanged", mutate: func(map[string]any) error { return nil }},
-		{name: "route removed", want: []string{"POST /v1/effects", "404"}, mutate: func(res map[string]any) error {
+		{name: "route removed", want: []string{contract.RouteEffects.Pattern(), "404"}, mutate: func(res map[string]any) error {
 			for id, p := range resourcesOf(res, "AWS::ApiGatewayV2::Route") {
-				if p["RouteKey"] == "POST /v1/effects" {
+				if p["RouteKey"] == contract.RouteEffects.Pattern() {
 					delete(res, id)
 					return nil
 				}

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/galley-run/galley/local/awslocal"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 )
 
@@ -214,7 +215,7 @@ func TestStageThrottleAWSLocal(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for len(codes) < cap(codes) {
-				req, _ := http.NewRequest("GET", s.Endpoint()+"/v1/descriptor", nil)
+				req, _ := http.NewRequest("GET", s.Endpoint()+contract.PathDescriptor, nil)
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					return
@@ -238,7 +239,7 @@ func TestStageThrottleAWSLocal(t *testing.T) {
 		t.Fatalf("%d calls beyond a burst of %v: %v (want some 401 from the function and some 429 from the gateway)", n, burst, count)
 	}
 	var inv map[string]any
-	call(t, s, token, "GET", "/v1/inventory", "", &inv)
+	kitchnCall(t, s, token, contract.RouteInventory, "", &inv)
 	t.Logf("answers: %v", count)
 }
 

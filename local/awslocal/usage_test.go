@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/local/awslocal"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
 )
@@ -44,7 +45,7 @@ func TestUsageAWSLocal(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	if d.Routes["POST /v1/effects"] != 1 || d.Routes["POST /v1/deliveries/await"] < 1 {
+	if d.Routes[contract.RouteEffects.Pattern()] != 1 || d.Routes[contract.RouteAwait.Pattern()] < 1 {
 		t.Errorf("routes %v: want the launch and at least one await", d.Routes)
 	}
 	for _, fn := range []lambdaapp.Function{lambdaapp.Effects, lambdaapp.Mailbox, lambdaapp.WorkerAPI, lambdaapp.Reconciler} {

@@ -22,6 +22,7 @@ import (
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/local/providerstandin"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/egress"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/lambdaapp"
@@ -56,7 +57,7 @@ func (k *kitchn) effect(key, effect string) (status string, receipt protocol.Rec
 		Reason  string
 		Receipt protocol.Receipt
 	}
-	call(k.t, k.s, k.token, "POST", "/v1/effects", body, &out)
+	kitchnCall(k.t, k.s, k.token, contract.RouteEffects, body, &out)
 	return out.Status + out.Reason, out.Receipt
 }
 
@@ -66,7 +67,7 @@ func (k *kitchn) worker(handle string) string {
 
 func (k *kitchn) observe(handle string) protocol.Observation {
 	var obs protocol.Observation
-	call(k.t, k.s, k.token, "POST", "/v1/workers/observe", `{"worker":`+k.worker(handle)+`}`, &obs)
+	kitchnCall(k.t, k.s, k.token, contract.RouteObserve, `{"worker":`+k.worker(handle)+`}`, &obs)
 	return obs
 }
 
@@ -90,12 +91,12 @@ func (k *kitchn) next(what string, match func(protocol.MailMessage) bool) protoc
 			}
 		}
 		var a protocol.MailboxAnswer
-		call(k.t, k.s, k.token, "POST", "/v1/deliveries/await", fmt.Sprintf(`{"run":%q,"coordinator":"c1","waitMs":10000}`, k.run), &a)
+		kitchnCall(k.t, k.s, k.token, contract.RouteAwait, fmt.Sprintf(`{"run":%q,"coordinator":"c1","waitMs":10000}`, k.run), &a)
 		if a.Delivery == nil {
 			continue
 		}
 		var ack protocol.MailboxAnswer
-		call(k.t, k.s, k.token, "POST", "/v1/deliveries/acknowledge", fmt.Sprintf(`{"run":%q,"coordinator":"c1","delivery":%q}`, k.run, a.Delivery.ID), &ack)
+		kitchnCall(k.t, k.s, k.token, contract.RouteAcknowledge, fmt.Sprintf(`{"run":%q,"coordinator":"c1","delivery":%q}`, k.run, a.Delivery.ID), &ack)
 		k.pending = append(k.pending, a.Delivery.Messages...)
 	}
 	k.t.Fatalf("no %s in the mailbox", what)
@@ -259,7 +260,7 @@ func TestWorkerFromTemplateAWSLocal(t *testing.T) {
 					Liveness string
 				}
 			}
-			call(t, s, token, "GET", "/v1/inventory", "", &inv)
+			kitchnCall(t, s, token, contract.RouteInventory, "", &inv)
 			liveness := ""
 			for _, r := range inv.Resources {
 				if r.Resource.Kind == "branch" && r.Resource.Handle == branch {
@@ -274,7 +275,7 @@ func TestWorkerFromTemplateAWSLocal(t *testing.T) {
 				Report protocol.UsageReport
 			}
 			for deadline := time.Now().Add(30 * time.Second); usage.Status != "reported" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-				call(t, s, token, "POST", "/v1/workers/usage", `{"worker":`+k.worker(w)+`}`, &usage)
+				kitchnCall(t, s, token, contract.RouteUsage, `{"worker":`+k.worker(w)+`}`, &usage)
 			}
 			// The stand-in CLI's model call went through its harness's model
 			// proxy and the egress service to the provider, with the key
@@ -515,7 +516,7 @@ func TestImageCLIsWorkerAWSLocal(t *testing.T) {
 				Report protocol.UsageReport
 			}
 			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-				call(t, s, token, "POST", "/v1/workers/usage", `{"worker":`+k.worker(w)+`}`, &usage)
+				kitchnCall(t, s, token, contract.RouteUsage, `{"worker":`+k.worker(w)+`}`, &usage)
 				if tok := usage.Report.Tokens; usage.Status == "reported" && tok != nil && tok.Input != nil && *tok.Input == calls*u.Input {
 					break
 				}

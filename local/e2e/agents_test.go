@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/local/providerstandin"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/prices"
 	"github.com/galley-run/galley/pkg/protocol"
 )
@@ -96,7 +97,7 @@ func agentLaunch(t *testing.T, s *server, run, key, brief, branch string, sel ma
 	b, _ := json.Marshal(brief)
 	a, _ := json.Marshal(sel)
 	eff := fmt.Sprintf(`{"type":"launch-worker","role":"station-cook","workspace":{"type":"isolated"},"brief":%s,"branch":%q,"agent":%s}`, b, branch, a)
-	st, ans := s.call(t, "POST", "/v1/effects", effectBody(run, key, eff), "Idempotency-Key", key)
+	st, ans := s.kitchn(t, contract.RouteEffects, effectBody(run, key, eff), "Idempotency-Key", key)
 	if st != 200 {
 		t.Fatalf("launch: %d %s", st, ans)
 	}
@@ -121,7 +122,7 @@ func agentLaunch(t *testing.T, s *server, run, key, brief, branch string, sel ma
 
 func workerEffect(t *testing.T, s *server, run, key, eff string) {
 	t.Helper()
-	st, ans := s.call(t, "POST", "/v1/effects", effectBody(run, key, eff), "Idempotency-Key", key)
+	st, ans := s.kitchn(t, contract.RouteEffects, effectBody(run, key, eff), "Idempotency-Key", key)
 	if st != 200 || !strings.Contains(string(ans), `"applied"`) {
 		t.Fatalf("effect %s: %d %s", eff, st, ans)
 	}
@@ -155,7 +156,7 @@ func (m *mailbox) next(t *testing.T, what string, match func(mailRow) bool) mail
 				t.Fatalf("waiting for %s, the worker ended: %+v", what, r)
 			}
 		}
-		_, ans := m.s.call(t, "POST", "/v1/deliveries/await", fmt.Sprintf(`{"run":%q,"coordinator":"c1","waitMs":10000}`, m.run))
+		_, ans := m.s.kitchn(t, contract.RouteAwait, fmt.Sprintf(`{"run":%q,"coordinator":"c1","waitMs":10000}`, m.run))
 		var a protocol.MailboxAnswer
 		if err := json.Unmarshal(ans, &a); err != nil {
 			t.Fatalf("await: %v: %s", err, ans)
@@ -163,7 +164,7 @@ func (m *mailbox) next(t *testing.T, what string, match func(mailRow) bool) mail
 		if a.Delivery == nil {
 			continue
 		}
-		m.s.call(t, "POST", "/v1/deliveries/acknowledge", fmt.Sprintf(`{"run":%q,"coordinator":"c1","delivery":%q}`, m.run, a.Delivery.ID))
+		m.s.kitchn(t, contract.RouteAcknowledge, fmt.Sprintf(`{"run":%q,"coordinator":"c1","delivery":%q}`, m.run, a.Delivery.ID))
 		m.pending = append(m.pending, a.Delivery.Messages...)
 	}
 	t.Fatalf("no %s in the mailbox", what)
@@ -176,7 +177,7 @@ func kindBody(kind, prefix string) func(mailRow) bool {
 
 func observe(t *testing.T, s *server, handle string) (state, outcome string) {
 	t.Helper()
-	_, ans := s.call(t, "POST", "/v1/workers/observe", `{"worker":`+workerRes(handle)+`}`)
+	_, ans := s.kitchn(t, contract.RouteObserve, `{"worker":`+workerRes(handle)+`}`)
 	var o struct{ State, Outcome string }
 	_ = json.Unmarshal(ans, &o)
 	return o.State, o.Outcome
@@ -184,7 +185,7 @@ func observe(t *testing.T, s *server, handle string) (state, outcome string) {
 
 func usageOf(t *testing.T, s *server, handle string) (string, protocol.UsageReport) {
 	t.Helper()
-	_, ans := s.call(t, "POST", "/v1/workers/usage", `{"worker":`+workerRes(handle)+`}`)
+	_, ans := s.kitchn(t, contract.RouteUsage, `{"worker":`+workerRes(handle)+`}`)
 	var u struct {
 		Status string
 		Report protocol.UsageReport

@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/galley-run/galley/pkg/contract"
+	"github.com/galley-run/galley/pkg/protocol/client"
 )
 
 func effectBody(run, key, effect string) string {
@@ -38,7 +41,7 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 	brief := "#!galley-script\nstatus one\nstatus two\nstatus three\nescalate sealed :: all rows are in\nsleep 1h"
 	key := "k-restart-launch"
 	body := effectBody("run-r", key, launchEffect(brief, "restart/branch"))
-	st, launch := a.call(t, "POST", "/v1/effects", body, "Idempotency-Key", key)
+	st, launch := a.kitchn(t, contract.RouteEffects, body, "Idempotency-Key", key)
 	if st != 200 || !strings.Contains(string(launch), `"applied"`) {
 		t.Fatalf("launch: %d %s", st, launch)
 	}
@@ -56,7 +59,7 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 	// slowly on a busy machine): wait again.
 	var sealed []byte
 	for end := time.Now().Add(3 * time.Minute); ; {
-		_, sealed = a.call(t, "POST", "/v1/deliveries/await", `{"run":"run-r","coordinator":"c1","waitMs":20000}`)
+		_, sealed = a.kitchn(t, contract.RouteAwait, `{"run":"run-r","coordinator":"c1","waitMs":20000}`)
 		if !strings.Contains(string(sealed), `"status":"empty"`) || time.Now().After(end) {
 			break
 		}
@@ -86,7 +89,7 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 					eff = launchEffect("idle", fmt.Sprintf("restart/%d-%d", g, i))
 				}
 				b := effectBody("run-r", k, eff)
-				st, ans, err := tryCall(a, "/v1/effects", b, k)
+				st, ans, err := tryCall(a, b, k)
 				if err != nil {
 					return
 				}
@@ -110,38 +113,25 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 	for _, e := range append(applied, appliedEffect{body, string(launch)}) {
 		var env struct{ Request struct{ Key string } }
 		_ = json.Unmarshal([]byte(e.body), &env)
-		st, ans := b.call(t, "POST", "/v1/effects/lookup", e.body)
+		st, ans := b.kitchn(t, contract.RouteLookup, e.body)
 		if st != 200 || string(ans) != e.answer {
 			t.Fatalf("lookup of %s after restart:\n got %d %s\nwant %s", env.Request.Key, st, ans, e.answer)
 		}
-		st, ans = b.call(t, "POST", "/v1/effects", e.body, "Idempotency-Key", env.Request.Key)
+		st, ans = b.kitchn(t, contract.RouteEffects, e.body, "Idempotency-Key", env.Request.Key)
 		if st != 200 || string(ans) != e.answer {
 			t.Fatalf("resubmission of %s after restart changed: %s", env.Request.Key, ans)
 		}
 	}
-	_, again := b.call(t, "POST", "/v1/deliveries/next", `{"run":"run-r","coordinator":"c1"}`)
+	_, again := b.kitchn(t, contract.RouteNext, `{"run":"run-r","coordinator":"c1"}`)
 	if string(again) != string(sealed) {
 		t.Fatalf("unacknowledged batch changed across the restart:\n%s\n%s", sealed, again)
 	}
 	t.Logf("%d effects answered applied before SIGKILL; all intact", len(applied))
 }
 
-// tryCall is call without failing the test on a transport error (the
-// server is being killed).
-func tryCall(s *server, path, body, key string) (int, string, error) {
-	req, err := newRequest(s, path, body)
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, "", err
-	}
-	return resp.StatusCode, string(b), nil
+// tryCall is a kitchn effect call without failing the test on a transport
+// error (the server is being killed).
+func tryCall(s *server, body, key string) (int, string, error) {
+	a, err := client.New(s.Endpoint, s.Token).Call(context.Background(), contract.RouteEffects, []byte(body), key, 0)
+	return a.Status, string(a.Body), err
 }

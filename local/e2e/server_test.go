@@ -4,10 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/galley-run/galley/pkg/contract"
+	"github.com/galley-run/galley/pkg/protocol/client"
 )
 
 var binDir string
@@ -216,60 +216,44 @@ func (s *server) kill() {
 	_ = s.cmd.Wait()
 }
 
-// call makes one kitchn-style call and returns the status and body.
+// call makes one call of method and path as kitchn's client does and
+// returns the status and body (kitchn).
 func (s *server) call(t *testing.T, method, path string, body any, header ...string) (int, []byte) {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		switch b := body.(type) {
-		case string:
-			rd = strings.NewReader(b)
-		case []byte:
-			rd = bytes.NewReader(b)
-		default:
-			j, err := json.Marshal(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rd = bytes.NewReader(j)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, s.Endpoint+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+s.Token)
-	req.Header.Set("Accept", "application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, b
+	return s.kitchn(t, contract.Route{Method: method, Path: path}, body, header...)
 }
 
-var httpClient = &http.Client{Timeout: 10 * time.Second}
-
-func newRequest(s *server, path, body string) (*http.Request, error) {
-	req, err := http.NewRequest("POST", s.Endpoint+path, strings.NewReader(body))
-	if err != nil {
-		return nil, err
+// kitchn makes one call of route as kitchn's client does (package client)
+// and returns the status and body. body is a string, bytes, or a value to
+// encode; header may name the Idempotency-Key.
+func (s *server) kitchn(t *testing.T, route contract.Route, body any, header ...string) (int, []byte) {
+	t.Helper()
+	var raw []byte
+	switch b := body.(type) {
+	case nil:
+	case string:
+		raw = []byte(b)
+	case []byte:
+		raw = b
+	default:
+		j, err := client.Encode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw = j
 	}
-	req.Header.Set("Authorization", "Bearer "+s.Token)
-	req.Header.Set("Content-Type", "application/json")
-	return req, nil
+	var key string
+	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] != "Idempotency-Key" {
+			t.Fatalf("kitchn sends no header %s", header[i])
+		}
+		key = header[i+1]
+	}
+	a, err := client.New(s.Endpoint, s.Token, client.WithTimeout(30*time.Second)).Call(context.Background(), route, raw, key, 0)
+	if err != nil {
+		t.Fatalf("%s: %v", route.Pattern(), err)
+	}
+	return a.Status, a.Body
 }
 
 // killWorkers ends every worker process group a test's server started

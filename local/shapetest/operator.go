@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/operator"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -101,11 +102,11 @@ func Operator(t *testing.T, o Operated) {
 		{token, "GET", operator.PathSession, "", http.StatusUnauthorized},
 		{token, "POST", operator.PathWorkers + "/w-x/cancel", "", http.StatusUnauthorized},
 		{"", "GET", operator.PathWorkers, "", http.StatusUnauthorized},
-		{opToken, "GET", "/v1/descriptor", "", http.StatusUnauthorized},
-		{opToken, "POST", "/v1/deliveries/next", `{"run":"r","coordinator":"c-1"}`, http.StatusUnauthorized},
-		{opToken, "GET", "/v1/inventory", "", http.StatusUnauthorized},
-		{opToken, "POST", "/v1/effects/lookup", `{}`, http.StatusUnauthorized},
-		{token, "GET", "/v1/descriptor", "", http.StatusOK},
+		{opToken, contract.RouteDescriptor.Method, contract.PathDescriptor, "", http.StatusUnauthorized},
+		{opToken, contract.RouteNext.Method, contract.PathNext, `{"run":"r","coordinator":"c-1"}`, http.StatusUnauthorized},
+		{opToken, contract.RouteInventory.Method, contract.PathInventory, "", http.StatusUnauthorized},
+		{opToken, contract.RouteLookup.Method, contract.PathLookup, `{}`, http.StatusUnauthorized},
+		{token, contract.RouteDescriptor.Method, contract.PathDescriptor, "", http.StatusOK},
 	} {
 		if got, body := call(t, h, c.method, c.path, c.token, c.body); got != c.want {
 			who := "kitchn's token"

@@ -41,8 +41,10 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/local/testnet"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/operator"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/protocol/client"
 	"github.com/galley-run/galley/pkg/store"
 )
 
@@ -315,22 +317,18 @@ func HostBeyond(t *testing.T, required bool) *testnet.Host {
 // many it made and how many failed.
 func kitchnCallsDuringFlood(t *testing.T, k Kitchn, n int) (calls, failures int) {
 	t.Helper()
-	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
+	kc := client.New(k.Endpoint(), k.Token(), client.WithTimeout(30*time.Second))
 	for range n {
 		calls++
-		req, _ := http.NewRequest("GET", k.Endpoint()+"/v1/descriptor", nil)
-		req.Header.Set("Authorization", "Bearer "+k.Token())
-		resp, err := hc.Do(req)
+		a, err := kc.Call(context.Background(), contract.RouteDescriptor, nil, "", 0)
 		if err != nil {
 			failures++
 			t.Logf("kitchn's call %d during the flood: %v", calls, err)
 			continue
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
+		if a.Status != 200 {
 			failures++
-			t.Logf("kitchn's call %d during the flood: status %d", calls, resp.StatusCode)
+			t.Logf("kitchn's call %d during the flood: status %d", calls, a.Status)
 		}
 	}
 	return calls, failures

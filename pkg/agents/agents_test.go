@@ -12,6 +12,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/workerapi"
@@ -246,7 +247,7 @@ func TestArgs(t *testing.T) {
 		t.Errorf("codex with a base URL: %s", got)
 	}
 	if c, _ := SessionConfigFromEnv(func(k string) string {
-		return map[string]string{EnvFamily: FamilyCodex, EnvCLI: "/x/codex", "GALLEY_WORKSPACE": "/w", "GALLEY_MCP_URL": "u",
+		return map[string]string{contract.EnvAgentFamily: FamilyCodex, contract.EnvAgentCLI: "/x/codex", "GALLEY_WORKSPACE": "/w", "GALLEY_MCP_URL": "u",
 			"GALLEY_MCP_SECRET": "s", "GALLEY_BRIEF": "b", "OPENAI_BASE_URL": "http://gw/v1"}[k]
 	}); c.OpenAIBaseURL != "http://gw/v1" {
 		t.Errorf("session config base URL = %q", c.OpenAIBaseURL)

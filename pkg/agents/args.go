@@ -4,13 +4,14 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/harness"
 )
 
 // codexBearerEnv names the variable codex reads galley's MCP bearer token
-// from (mcp_servers.galley.bearer_token_env_var): the secret stays off the
-// command line.
-const codexBearerEnv = "GALLEY_MCP_SECRET"
+// from (mcp_servers.galley.bearer_token_env_var): the harness's own, so
+// that the secret stays off the command line.
+const codexBearerEnv = contract.EnvMCPSecret
 
 // codexProvider is the model provider galley configures codex with. codex
 // reads its key (the model proxy's token) from harness.EnvCodexCLIKey, the

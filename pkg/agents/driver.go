@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/galley-run/galley/pkg/agents/effort"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/workerapi"
@@ -17,19 +18,6 @@ import (
 // SessionCommand is the galley-worker subcommand that runs the session
 // supervisor (RunSession).
 const SessionCommand = "agent-session"
-
-// Environment variables the driver gives the session supervisor, beside the
-// harness's GALLEY_MCP_URL, GALLEY_MCP_SECRET, GALLEY_WORKSPACE and
-// GALLEY_BRIEF. The supervisor passes no GALLEY_ variable on to the CLI but
-// the MCP secret, and that only to codex, which reads its bearer token from
-// a named variable.
-const (
-	EnvFamily       = "GALLEY_AGENT_FAMILY"
-	EnvCLI          = "GALLEY_AGENT_CLI"
-	EnvModel        = "GALLEY_AGENT_MODEL"
-	EnvEffort       = "GALLEY_AGENT_EFFORT"
-	EnvInstructions = "GALLEY_AGENT_INSTRUCTIONS"
-)
 
 // Driver drives one CLI family through the session supervisor.
 type Driver struct {
@@ -104,15 +92,15 @@ func (d Driver) Command(self workerapi.Self, mcpURL, mcpSecret, workspace string
 	cmd := exec.Command(exe, SessionCommand)
 	cmd.Dir = workspace
 	cmd.Env = []string{
-		harness.EnvMCPURL + "=" + mcpURL,
-		harness.EnvMCPSecret + "=" + mcpSecret,
-		harness.EnvWorkspace + "=" + workspace,
-		harness.EnvBrief + "=" + self.Brief,
-		EnvFamily + "=" + d.Family,
-		EnvCLI + "=" + cli,
-		EnvModel + "=" + sel.Model,
-		EnvEffort + "=" + sel.Effort,
-		EnvInstructions + "=" + Instructions(self.Branch),
+		contract.EnvMCPURL + "=" + mcpURL,
+		contract.EnvMCPSecret + "=" + mcpSecret,
+		contract.EnvWorkspace + "=" + workspace,
+		contract.EnvBrief + "=" + self.Brief,
+		contract.EnvAgentFamily + "=" + d.Family,
+		contract.EnvAgentCLI + "=" + cli,
+		contract.EnvAgentModel + "=" + sel.Model,
+		contract.EnvAgentEffort + "=" + sel.Effort,
+		contract.EnvAgentInstructions + "=" + Instructions(self.Branch),
 	}
 	return cmd, nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/harness"
 )
 
@@ -45,26 +46,26 @@ type SessionConfig struct {
 // SessionConfigFromEnv reads the variables the driver sets.
 func SessionConfigFromEnv(getenv func(string) string) (SessionConfig, error) {
 	c := SessionConfig{
-		Family:       getenv(EnvFamily),
-		CLI:          getenv(EnvCLI),
-		Model:        getenv(EnvModel),
-		Effort:       getenv(EnvEffort),
-		Instructions: getenv(EnvInstructions),
-		Brief:        getenv(harness.EnvBrief),
-		Workspace:    getenv(harness.EnvWorkspace),
-		MCPURL:       getenv(harness.EnvMCPURL),
-		MCPSecret:    getenv(harness.EnvMCPSecret),
+		Family:       getenv(contract.EnvAgentFamily),
+		CLI:          getenv(contract.EnvAgentCLI),
+		Model:        getenv(contract.EnvAgentModel),
+		Effort:       getenv(contract.EnvAgentEffort),
+		Instructions: getenv(contract.EnvAgentInstructions),
+		Brief:        getenv(contract.EnvBrief),
+		Workspace:    getenv(contract.EnvWorkspace),
+		MCPURL:       getenv(contract.EnvMCPURL),
+		MCPSecret:    getenv(contract.EnvMCPSecret),
 	}
 	if c.Family == FamilyCodex {
 		c.OpenAIBaseURL = getenv(EnvOpenAIBaseURL)
 	}
 	switch {
 	case c.Family != FamilyClaude && c.Family != FamilyCodex:
-		return c, fmt.Errorf("agent-session: %s must be claude or codex", EnvFamily)
+		return c, fmt.Errorf("agent-session: %s must be claude or codex", contract.EnvAgentFamily)
 	case c.CLI == "" || c.Workspace == "" || c.MCPURL == "" || c.MCPSecret == "":
-		return c, fmt.Errorf("agent-session: %s, %s, %s and %s are required", EnvCLI, harness.EnvWorkspace, harness.EnvMCPURL, harness.EnvMCPSecret)
+		return c, fmt.Errorf("agent-session: %s, %s, %s and %s are required", contract.EnvAgentCLI, contract.EnvWorkspace, contract.EnvMCPURL, contract.EnvMCPSecret)
 	case c.Brief == "":
-		return c, fmt.Errorf("agent-session: %s is empty", harness.EnvBrief)
+		return c, fmt.Errorf("agent-session: %s is empty", contract.EnvBrief)
 	}
 	return c, nil
 }
@@ -281,7 +282,7 @@ func (s *session) env() []string {
 	has := map[string]bool{}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "GALLEY_") {
+		if strings.HasPrefix(k, contract.EnvPrefix) {
 			continue
 		}
 		has[k] = true

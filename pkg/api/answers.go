@@ -16,27 +16,22 @@ import (
 // than 401, 403 and 429 as uncertain); a failure that leaves the outcome
 // open is a 5xx or 409, so the client reconciles by lookup.
 func effectAnswer(err error) (int, any) {
-	e := galleyerr.As(err)
-	kind := galleyerr.KindOf(err)
-	switch kind {
+	var capability string
+	var retryAfter int
+	if e := galleyerr.As(err); e != nil {
+		capability, retryAfter = e.Capability, e.RetryAfterSeconds
+	}
+	switch galleyerr.KindOf(err) {
 	case galleyerr.Invalid:
-		return http.StatusOK, protocol.EffectOutcome{Status: protocol.StatusNotApplied, Reason: protocol.ReasonRejected}
+		return http.StatusOK, protocol.NotApplied(protocol.ReasonRejected)
 	case galleyerr.Unsupported:
-		out := protocol.EffectOutcome{Status: protocol.StatusNotApplied, Reason: protocol.ReasonUnsupported}
-		if e != nil && protocol.IsCapability(e.Capability) {
-			out.Capability = e.Capability
-		}
-		return http.StatusOK, out
+		return http.StatusOK, protocol.UnsupportedOutcome(capability)
 	case galleyerr.CrossHouse:
-		return http.StatusOK, protocol.EffectOutcome{Status: protocol.StatusNotApplied, Reason: protocol.ReasonCrossHouse}
+		return http.StatusOK, protocol.NotApplied(protocol.ReasonCrossHouse)
 	case galleyerr.ForeignBackend:
-		return http.StatusOK, protocol.EffectOutcome{Status: protocol.StatusNotApplied, Reason: protocol.ReasonForeignBackend}
+		return http.StatusOK, protocol.NotApplied(protocol.ReasonForeignBackend)
 	case galleyerr.RateLimited:
-		out := protocol.EffectOutcome{Status: protocol.StatusNotApplied, Reason: protocol.ReasonRateLimited}
-		if e != nil && e.RetryAfterSeconds > 0 {
-			out.RetryAfterSeconds = e.RetryAfterSeconds
-		}
-		return http.StatusOK, out
+		return http.StatusOK, protocol.RateLimited(retryAfter)
 	}
 	return readAnswer(err)
 }
@@ -81,9 +76,38 @@ func errorBody(status int, err error) errorJSON {
 	return errorJSON{Error: http.StatusText(status)}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+// encodeAnswer encodes one of the protocol's answers with its encoder in
+// package protocol, the one encoding of every answer galley sends: compact,
+// in a fixed field order, arrays never null, and a value the client would
+// not read refused (with an error of kind Other). Any other body (an
+// error's, the worker API's) is encoding/json's.
+func encodeAnswer(v any) ([]byte, error) {
+	switch a := v.(type) {
+	case protocol.EffectOutcome:
+		return protocol.EncodeEffectOutcome(a)
+	case protocol.LookupAnswer:
+		return protocol.EncodeLookupAnswer(a)
+	case protocol.Observation:
+		return protocol.EncodeObservation(a)
+	case protocol.Inventory:
+		return protocol.EncodeInventory(a)
+	case protocol.UsageAnswer:
+		return protocol.EncodeUsageAnswer(a)
+	case protocol.MailboxAnswer:
+		return protocol.EncodeMailboxAnswer(a)
+	case protocol.Descriptor:
+		return protocol.EncodeDescriptor(a)
+	}
+	return json.Marshal(v)
+}
+
+// writeJSON sends v with status. A value that does not encode (an answer
+// the client would not read: galley's own bug) is answered 500, which
+// leaves the client uncertain, and logged as the request's error.
+func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+	b, err := encodeAnswer(v)
 	if err != nil {
+		requestLogFrom(r.Context()).err = err
 		status, b = http.StatusInternalServerError, []byte(`{"error":"Internal Server Error"}`)
 	}
 	writeRaw(w, status, b)

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/dpop"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -119,28 +120,28 @@ func WithRequestID(f func(*http.Request) string) Option { return func(h *Handler
 // WithEffects serves POST /v1/effects and /v1/effects/lookup.
 func WithEffects(e Effects) Option {
 	return func(h *Handler) {
-		h.kitchnRoute("POST /v1/effects", h.effects(e))
-		h.kitchnRoute("POST /v1/effects/lookup", h.lookup(e))
+		h.kitchnRoute(contract.RouteEffects, h.effects(e))
+		h.kitchnRoute(contract.RouteLookup, h.lookup(e))
 	}
 }
 
 // WithReads serves the descriptor, observe, inventory and usage.
 func WithReads(r Reads) Option {
 	return func(h *Handler) {
-		h.kitchnRoute("GET /v1/descriptor", h.descriptor(r))
-		h.kitchnRoute("POST /v1/workers/observe", h.observe(r))
-		h.kitchnRoute("GET /v1/inventory", h.inventory(r))
-		h.kitchnRoute("POST /v1/workers/usage", h.usage(r))
+		h.kitchnRoute(contract.RouteDescriptor, h.descriptor(r))
+		h.kitchnRoute(contract.RouteObserve, h.observe(r))
+		h.kitchnRoute(contract.RouteInventory, h.inventory(r))
+		h.kitchnRoute(contract.RouteUsage, h.usage(r))
 	}
 }
 
 // WithMailbox serves the deliveries and adopt routes.
 func WithMailbox(m Mailbox) Option {
 	return func(h *Handler) {
-		for _, op := range []string{"next", "acknowledge", "await"} {
-			h.kitchnRoute("POST /v1/deliveries/"+op, h.mailbox(m, op))
-		}
-		h.kitchnRoute("POST /v1/runs/adopt", h.adopt(m))
+		h.kitchnRoute(contract.RouteNext, h.mailbox(m, "next"))
+		h.kitchnRoute(contract.RouteAcknowledge, h.mailbox(m, "acknowledge"))
+		h.kitchnRoute(contract.RouteAwait, h.mailbox(m, "await"))
+		h.kitchnRoute(contract.RouteAdopt, h.adopt(m))
 	}
 }
 
@@ -166,8 +167,8 @@ func New(opts ...Option) *Handler {
 	// catch-all route answers through a function that serves other routes,
 	// so that the shapes agree. "/v1" has its own pattern, or the mux
 	// would redirect it to "/v1/".
-	h.mux.HandleFunc("/v1/", noRoute)
-	h.mux.HandleFunc("/v1", noRoute)
+	h.mux.HandleFunc(contract.KitchnPrefix, noRoute)
+	h.mux.HandleFunc(kitchnRoot, noRoute)
 	for _, o := range opts {
 		o(h)
 	}
@@ -218,19 +219,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // kitchnRoute serves one of kitchn's routes. ServeHTTP has authenticated
 // the request by the time it is routed here, which holds only for paths
 // under /v1/: a route elsewhere would be served without kitchn's token.
-func (h *Handler) kitchnRoute(pattern string, fn http.HandlerFunc) {
-	_, p, _ := strings.Cut(pattern, " ")
-	if !strings.HasPrefix(p, "/v1/") {
-		panic("api: kitchn's route " + pattern + " is not under /v1/, where requests are authenticated")
+func (h *Handler) kitchnRoute(r contract.Route, fn http.HandlerFunc) {
+	if !strings.HasPrefix(r.Path, contract.KitchnPrefix) {
+		panic("api: kitchn's route " + r.Pattern() + " is not under " + contract.KitchnPrefix + ", where requests are authenticated")
 	}
-	h.mux.HandleFunc(pattern, fn)
+	h.mux.HandleFunc(r.Pattern(), fn)
 }
+
+// kitchnRoot is the prefix of kitchn's routes without its slash.
+var kitchnRoot = strings.TrimSuffix(contract.KitchnPrefix, "/")
 
 // isKitchnPath reports whether p is a /v1/ path, or one that cleans to it
 // ("//v1/descriptor", "/worker/../v1/descriptor"): the mux would answer
 // those with a redirect, which is an answer too.
 func isKitchnPath(p string) bool {
-	under := func(p string) bool { return p == "/v1" || strings.HasPrefix(p, "/v1/") }
+	under := func(p string) bool { return p == kitchnRoot || strings.HasPrefix(p, contract.KitchnPrefix) }
 	return under(p) || under(path.Clean("/"+p))
 }
 
@@ -248,13 +251,13 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) bool {
 		msg = "missing bearer token"
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="galley"`)
-	writeJSON(w, http.StatusUnauthorized, errorJSON{Error: msg})
+	writeJSON(w, r, http.StatusUnauthorized, errorJSON{Error: msg})
 	return false
 }
 
 // noRoute answers an authenticated request no route serves.
-func noRoute(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusNotFound, errorJSON{Error: "no such route"})
+func noRoute(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, r, http.StatusNotFound, errorJSON{Error: "no such route"})
 }
 
 func bearer(r *http.Request) (string, bool) {
@@ -328,7 +331,7 @@ func (h *Handler) lookup(e Effects) http.HandlerFunc {
 			// galley never applies a request it refuses on its face, so
 			// its key was not applied by it and never will be.
 			rl.answer = protocol.StatusAbsent
-			writeJSON(w, http.StatusOK, protocol.LookupAnswer{Status: protocol.StatusAbsent})
+			writeJSON(w, r, http.StatusOK, protocol.LookupAnswer{Status: protocol.StatusAbsent})
 			return
 		}
 		rl.key = call.Request.Key
@@ -342,13 +345,13 @@ func (h *Handler) lookup(e Effects) http.HandlerFunc {
 			writeRaw(w, http.StatusOK, appliedBody(receipt))
 			return
 		}
-		writeJSON(w, http.StatusOK, ans)
+		writeJSON(w, r, http.StatusOK, ans)
 	}
 }
 
 func (h *Handler) descriptor(rd Reads) http.HandlerFunc {
 	// The descriptor never changes while the process runs: encode it once.
-	body := sync.OnceValues(func() ([]byte, error) { return json.Marshal(rd.Descriptor()) })
+	body := sync.OnceValues(func() ([]byte, error) { return protocol.EncodeDescriptor(rd.Descriptor()) })
 	return func(w http.ResponseWriter, r *http.Request) {
 		b, err := body()
 		if err != nil {
@@ -384,7 +387,7 @@ func workerRead(h *Handler, read func(context.Context, protocol.Resource) (any, 
 			h.fail(w, r, err, readAnswer)
 			return
 		}
-		writeJSON(w, http.StatusOK, ans)
+		writeJSON(w, r, http.StatusOK, ans)
 	}
 }
 
@@ -395,7 +398,7 @@ func (h *Handler) inventory(rd Reads) http.HandlerFunc {
 			h.fail(w, r, err, readAnswer)
 			return
 		}
-		writeJSON(w, http.StatusOK, inv)
+		writeJSON(w, r, http.StatusOK, inv)
 	}
 }
 
@@ -425,14 +428,9 @@ func (h *Handler) mailbox(m Mailbox, op string) http.HandlerFunc {
 			return
 		}
 		requestLogFrom(r.Context()).answer = ans.Status
-		writeJSON(w, http.StatusOK, ans)
+		writeJSON(w, r, http.StatusOK, ans)
 	}
 }
-
-var (
-	adoptedBody = []byte(`{}`)
-	fencedBody  = []byte(`{"status":"fenced"}`)
-)
 
 func (h *Handler) adopt(m Mailbox) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -453,10 +451,8 @@ func (h *Handler) adopt(m Mailbox) http.HandlerFunc {
 		}
 		if fenced {
 			requestLogFrom(r.Context()).answer = protocol.MailFenced
-			writeRaw(w, http.StatusOK, fencedBody)
-			return
 		}
-		writeRaw(w, http.StatusOK, adoptedBody)
+		writeRaw(w, http.StatusOK, protocol.EncodeAdoptAnswer(fenced))
 	}
 }
 
@@ -471,7 +467,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error, answer
 	if e := galleyerr.As(err); status == http.StatusTooManyRequests && e != nil && e.RetryAfterSeconds > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfterSeconds))
 	}
-	writeJSON(w, status, body)
+	writeJSON(w, r, status, body)
 }
 
 type statusRecorder struct {

@@ -98,7 +98,7 @@ func (h *Handler) credential(ws Workers) http.HandlerFunc {
 			h.failWorker(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, workerapi.CredentialAnswer{Token: token})
+		writeJSON(w, r, http.StatusOK, workerapi.CredentialAnswer{Token: token})
 	}
 }
 
@@ -124,7 +124,7 @@ func (h *Handler) worker(ws Workers, call func(ctx context.Context, handle strin
 			h.fail(w, r, err, readAnswer)
 			return
 		}
-		writeJSON(w, http.StatusOK, ans)
+		writeJSON(w, r, http.StatusOK, ans)
 	}
 }
 

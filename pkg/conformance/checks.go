@@ -11,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/protocol/client"
 )
 
 // allChecks is every check, in run order: kitchn's effect and worker checks,
@@ -90,7 +92,7 @@ func (s *suite) unknownKeyNotApplied(ctx context.Context) error {
 	call := s.call(s.name("unknown"), s.name("never-sent"), protocol.WorkerEffect{
 		Type: protocol.OpLaunch, Role: "station-cook", Workspace: &protocol.Workspace{Type: "isolated"}, Brief: &brief,
 	})
-	a, _, err := s.c.lookup(ctx, call)
+	a, _, err := s.c.Lookup(ctx, call)
 	if err != nil {
 		return err
 	}
@@ -115,7 +117,7 @@ func (s *suite) lookupMatchesReceipt(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a, raw, err := s.c.lookup(ctx, l.call)
+	a, raw, err := s.c.Lookup(ctx, l.call)
 	if err != nil {
 		return err
 	}
@@ -148,7 +150,7 @@ func (s *suite) idempotentResubmission(ctx context.Context) error {
 	if err := sameReceipt("resubmission", a, l.applied); err != nil {
 		return err
 	}
-	inv, err := s.c.inventory(ctx)
+	inv, err := s.c.Inventory(ctx)
 	if err != nil {
 		return err
 	}
@@ -197,7 +199,7 @@ func (s *suite) launchObservable(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	o, err := s.c.observe(ctx, l.worker)
+	o, err := s.c.Observe(ctx, l.worker)
 	if err != nil {
 		return err
 	}
@@ -219,7 +221,7 @@ func (s *suite) inventoryListsLaunch(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	inv, err := s.c.inventory(ctx)
+	inv, err := s.c.Inventory(ctx)
 	if err != nil {
 		return err
 	}
@@ -252,7 +254,7 @@ func (s *suite) messageRecovery(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("message: %w", err)
 	}
-	lk, raw, err := s.c.lookup(ctx, call)
+	lk, raw, err := s.c.Lookup(ctx, call)
 	if err != nil {
 		return err
 	}
@@ -277,7 +279,7 @@ func (s *suite) cancelObserved(ctx context.Context) error {
 				return err
 			}
 		}
-		o, err := s.c.observe(ctx, l.worker)
+		o, err := s.c.Observe(ctx, l.worker)
 		if err != nil {
 			return err
 		}
@@ -305,7 +307,7 @@ func (s *suite) releaseKeepsBranch(ctx context.Context) error {
 		}
 	}
 	branch := protocol.Resource{Kind: protocol.KindBranch, Backend: s.cfg.Backend, Handle: l.branch}
-	before, err := s.c.inventory(ctx)
+	before, err := s.c.Inventory(ctx)
 	if err != nil {
 		return fmt.Errorf("inventory before the release: %w", err)
 	}
@@ -319,7 +321,7 @@ func (s *suite) releaseKeepsBranch(ctx context.Context) error {
 			return fmt.Errorf("the release's receipt names branch %q: %s", r.Handle, a.raw)
 		}
 	}
-	after, err := s.c.inventory(ctx)
+	after, err := s.c.Inventory(ctx)
 	if err != nil {
 		return fmt.Errorf("inventory after the release: %w", err)
 	}
@@ -339,33 +341,35 @@ func lists(inv protocol.Inventory, r protocol.Resource) bool {
 }
 
 func (s *suite) badToken(ctx context.Context) error {
-	refused := func(r reply) bool { return r.status == http.StatusUnauthorized || r.status == http.StatusForbidden }
+	refused := func(r client.Answer) bool {
+		return r.Status == http.StatusUnauthorized || r.Status == http.StatusForbidden
+	}
 	// A made-up token, never the real one, so no failure line can hold it.
-	wrong := s.c.withToken("galley-conformance-wrong-token-" + s.id)
+	wrong := s.c.WithToken("galley-conformance-wrong-token-" + s.id)
 	for _, tc := range []struct {
 		what string
-		c    *client
-	}{{"a wrong token", wrong}, {"no token", s.c.withToken("")}} {
-		r, err := tc.c.do(ctx, http.MethodGet, routeDescriptor, nil, "", 0)
+		c    *client.Client
+	}{{"a wrong token", wrong}, {"no token", s.c.WithToken("")}} {
+		r, err := tc.c.Call(ctx, contract.RouteDescriptor, nil, "", 0)
 		if err != nil {
 			return fmt.Errorf("descriptor with %s: %w", tc.what, err)
 		}
 		if !refused(r) {
-			return fmt.Errorf("descriptor with %s answers status %d, want 401 or 403", tc.what, r.status)
+			return fmt.Errorf("descriptor with %s answers status %d, want 401 or 403", tc.what, r.Status)
 		}
 	}
 	// The effect names a worker that does not exist: should a service act
 	// on it despite the token, it still cancels nothing.
 	w := protocol.Resource{Kind: protocol.KindWorker, Backend: s.cfg.Backend, Handle: "galley-conformance-no-such-worker-" + s.id}
 	call := s.call(s.name("bad-token"), s.name("bad-token"), protocol.WorkerEffect{Type: protocol.OpCancel, Worker: &w})
-	r, err := wrong.effect(ctx, call)
+	r, err := wrong.Effect(ctx, call)
 	if err != nil {
 		return fmt.Errorf("effect with a wrong token: %w", err)
 	}
 	if !refused(r) {
-		return fmt.Errorf("effect with a wrong token answers status %d, want 401 or 403", r.status)
+		return fmt.Errorf("effect with a wrong token answers status %d, want 401 or 403", r.Status)
 	}
-	a, _, err := s.c.lookup(ctx, call)
+	a, _, err := s.c.Lookup(ctx, call)
 	if err != nil {
 		return fmt.Errorf("lookup of the refused effect: %w", err)
 	}

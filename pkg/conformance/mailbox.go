@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/protocol/client"
 )
 
 // The mailbox checks seed a run of their own: they launch a scripted worker
@@ -71,20 +72,20 @@ func rowsOK(d *protocol.Delivery, worker protocol.Resource) error {
 // wait waits for the oldest unacknowledged batch, as a coordinator does:
 // await, and next after an empty await (await need not wake for status
 // rows), until the reader's deadline.
-func (r *reader) wait(ctx context.Context) (mailbox, error) {
+func (r *reader) wait(ctx context.Context) (client.Mailbox, error) {
 	for {
 		remaining := time.Until(r.deadline)
 		if remaining <= 0 {
-			return mailbox{}, fmt.Errorf("run %s: no delivery within %s", r.run, r.s.cfg.Wait)
+			return client.Mailbox{}, fmt.Errorf("run %s: no delivery within %s", r.run, r.s.cfg.Wait)
 		}
 		w := min(remaining, 2*time.Second)
 		start := time.Now()
-		m, err := r.s.c.await(ctx, r.run, r.coord, w)
+		m, err := r.s.c.Await(ctx, r.run, r.coord, w)
 		if err != nil {
 			return m, err
 		}
 		if m.Status == protocol.MailEmpty {
-			if m, err = r.s.c.next(ctx, r.run, r.coord); err != nil {
+			if m, err = r.s.c.Next(ctx, r.run, r.coord); err != nil {
 				return m, err
 			}
 		}
@@ -107,11 +108,11 @@ func (r *reader) wait(ctx context.Context) (mailbox, error) {
 // poll waits for the oldest unacknowledged batch with next alone, so that
 // the batch is sealed as soon as anything waits rather than when await
 // would wake.
-func (r *reader) poll(ctx context.Context) (mailbox, error) {
-	var m mailbox
+func (r *reader) poll(ctx context.Context) (client.Mailbox, error) {
+	var m client.Mailbox
 	err := until(ctx, time.Until(r.deadline), 100*time.Millisecond, "a delivery on run "+r.run, func() (bool, string, error) {
 		var err error
-		if m, err = r.s.c.next(ctx, r.run, r.coord); err != nil {
+		if m, err = r.s.c.Next(ctx, r.run, r.coord); err != nil {
 			return false, "", err
 		}
 		switch m.Status {
@@ -126,7 +127,7 @@ func (r *reader) poll(ctx context.Context) (mailbox, error) {
 }
 
 // take records a batch read for the first time.
-func (r *reader) take(m mailbox) error {
+func (r *reader) take(m client.Mailbox) error {
 	d := m.Delivery
 	if r.batches[d.ID] {
 		return fmt.Errorf("batch id %s was used again after it was acknowledged", d.ID)
@@ -150,13 +151,13 @@ func (r *reader) take(m mailbox) error {
 
 // drain takes m (when a delivery not yet taken) and every later batch,
 // acknowledging each, until the worker-done row has been read.
-func (r *reader) drain(ctx context.Context, m mailbox) error {
+func (r *reader) drain(ctx context.Context, m client.Mailbox) error {
 	for {
 		if m.Status == protocol.MailDelivery {
 			if err := r.take(m); err != nil {
 				return err
 			}
-			a, err := r.s.c.acknowledge(ctx, r.run, r.coord, m.Delivery.ID)
+			a, err := r.s.c.Acknowledge(ctx, r.run, r.coord, m.Delivery.ID)
 			if err != nil {
 				return err
 			}
@@ -219,7 +220,7 @@ func (s *suite) deliveriesDeclared(ctx context.Context) error {
 			return fmt.Errorf("descriptor declares %s %q, want supported", c, v)
 		}
 	}
-	m, err := s.c.next(ctx, s.name("fresh"), s.name("coordinator"))
+	m, err := s.c.Next(ctx, s.name("fresh"), s.name("coordinator"))
 	if err != nil {
 		return err
 	}
@@ -239,20 +240,20 @@ func (s *suite) deliveryReplayed(ctx context.Context) error {
 		return err
 	}
 	for i := range 2 {
-		m, err := s.c.next(ctx, r.run, r.coord)
+		m, err := s.c.Next(ctx, r.run, r.coord)
 		if err != nil {
 			return err
 		}
-		if m.Status != protocol.MailDelivery || !bytes.Equal(m.raw, first.raw) {
-			return fmt.Errorf("next %d after reading batch %s answers %s, want the same batch in every field: first %s", i+1, first.Delivery.ID, describeMail(m), first.raw)
+		if m.Status != protocol.MailDelivery || !bytes.Equal(m.Raw, first.Raw) {
+			return fmt.Errorf("next %d after reading batch %s answers %s, want the same batch in every field: first %s", i+1, first.Delivery.ID, describeMail(m), first.Raw)
 		}
 	}
 	return nil
 }
 
-func describeMail(m mailbox) string {
+func describeMail(m client.Mailbox) string {
 	if m.Status == protocol.MailDelivery {
-		return "delivery " + string(m.raw)
+		return "delivery " + string(m.Raw)
 	}
 	return m.Status
 }
@@ -265,7 +266,7 @@ func (s *suite) adoptionReplays(ctx context.Context) error {
 	// The coordinator adopts at the start of every pass, so the reader's own
 	// adoption must be a no-op.
 	for i := range 2 {
-		if fenced, err := s.c.adopt(ctx, old.run, old.coord); err != nil || fenced {
+		if fenced, err := s.c.Adopt(ctx, old.run, old.coord); err != nil || fenced {
 			return fmt.Errorf("adoption %d by the first coordinator: fenced=%v, %v", i+1, fenced, err)
 		}
 	}
@@ -274,12 +275,12 @@ func (s *suite) adoptionReplays(ctx context.Context) error {
 		return err
 	}
 	newCoord := s.name("coordinator")
-	if fenced, err := s.c.adopt(ctx, old.run, newCoord); err != nil {
+	if fenced, err := s.c.Adopt(ctx, old.run, newCoord); err != nil {
 		return fmt.Errorf("adoption by a new coordinator: %w", err)
 	} else if fenced {
 		return fmt.Errorf("adoption by a new coordinator answers fenced, want {}")
 	}
-	got, err := s.c.next(ctx, old.run, newCoord)
+	got, err := s.c.Next(ctx, old.run, newCoord)
 	if err != nil {
 		return err
 	}
@@ -293,25 +294,25 @@ func (s *suite) adoptionReplays(ctx context.Context) error {
 	// id, with later ones after them, but the same messages in every field.
 	want := first.Delivery.Messages
 	if len(got.Delivery.Messages) < len(want) || !reflect.DeepEqual(got.Delivery.Messages[:len(want)], want) {
-		return fmt.Errorf("the adopter reads %s, the first coordinator read %s unacknowledged", got.raw, first.raw)
+		return fmt.Errorf("the adopter reads %s, the first coordinator read %s unacknowledged", got.Raw, first.Raw)
 	}
 	stale := []struct {
 		what string
 		call func() (fenced bool, err error)
 	}{
 		{"next", func() (bool, error) {
-			m, err := s.c.next(ctx, old.run, old.coord)
+			m, err := s.c.Next(ctx, old.run, old.coord)
 			return m.Status == protocol.MailFenced, err
 		}},
 		{"acknowledge", func() (bool, error) {
-			m, err := s.c.acknowledge(ctx, old.run, old.coord, first.Delivery.ID)
+			m, err := s.c.Acknowledge(ctx, old.run, old.coord, first.Delivery.ID)
 			return m.Status == protocol.MailFenced, err
 		}},
 		{"await", func() (bool, error) {
-			m, err := s.c.await(ctx, old.run, old.coord, time.Second)
+			m, err := s.c.Await(ctx, old.run, old.coord, time.Second)
 			return m.Status == protocol.MailFenced, err
 		}},
-		{"adopt", func() (bool, error) { return s.c.adopt(ctx, old.run, old.coord) }},
+		{"adopt", func() (bool, error) { return s.c.Adopt(ctx, old.run, old.coord) }},
 	}
 	for _, c := range stale {
 		fenced, err := c.call()
@@ -324,20 +325,20 @@ func (s *suite) adoptionReplays(ctx context.Context) error {
 	}
 	// None of that may have moved the adopter's batch; nor may an
 	// acknowledgement of the old batch id, when the adopter got a new one.
-	again, err := s.c.next(ctx, old.run, newCoord)
+	again, err := s.c.Next(ctx, old.run, newCoord)
 	if err != nil {
 		return err
 	}
-	if again.Status != protocol.MailDelivery || !bytes.Equal(again.raw, got.raw) {
-		return fmt.Errorf("after the superseded coordinator's calls the adopter reads %s, before %s", describeMail(again), got.raw)
+	if again.Status != protocol.MailDelivery || !bytes.Equal(again.Raw, got.Raw) {
+		return fmt.Errorf("after the superseded coordinator's calls the adopter reads %s, before %s", describeMail(again), got.Raw)
 	}
 	if got.Delivery.ID != first.Delivery.ID {
-		a, err := s.c.acknowledge(ctx, old.run, newCoord, first.Delivery.ID)
+		a, err := s.c.Acknowledge(ctx, old.run, newCoord, first.Delivery.ID)
 		if err != nil {
 			return err
 		}
-		if a.Status != protocol.MailDelivery || !bytes.Equal(a.raw, got.raw) {
-			return fmt.Errorf("the adopter's acknowledgement of the old batch id %s answers %s, want its current batch unconsumed: %s", first.Delivery.ID, describeMail(a), got.raw)
+		if a.Status != protocol.MailDelivery || !bytes.Equal(a.Raw, got.Raw) {
+			return fmt.Errorf("the adopter's acknowledgement of the old batch id %s answers %s, want its current batch unconsumed: %s", first.Delivery.ID, describeMail(a), got.Raw)
 		}
 	}
 	return nil
@@ -361,28 +362,28 @@ func (s *suite) duplicateAcknowledgement(ctx context.Context) error {
 	if err := s.waitState(ctx, l, protocol.StateSettled); err != nil {
 		return err
 	}
-	a1, err := s.c.acknowledge(ctx, r.run, r.coord, first.Delivery.ID)
+	a1, err := s.c.Acknowledge(ctx, r.run, r.coord, first.Delivery.ID)
 	if err != nil {
 		return err
 	}
-	a2, err := s.c.acknowledge(ctx, r.run, r.coord, first.Delivery.ID)
+	a2, err := s.c.Acknowledge(ctx, r.run, r.coord, first.Delivery.ID)
 	if err != nil {
 		return err
 	}
 	switch {
 	case a1.Status == protocol.MailFenced || a2.Status == protocol.MailFenced:
 		return fmt.Errorf("an acknowledgement answers fenced, and nobody adopted the run")
-	case a1.Status == protocol.MailDelivery && !bytes.Equal(a1.raw, a2.raw):
-		return fmt.Errorf("the second acknowledgement of %s answers %s, want the current batch %s", first.Delivery.ID, describeMail(a2), a1.raw)
+	case a1.Status == protocol.MailDelivery && !bytes.Equal(a1.Raw, a2.Raw):
+		return fmt.Errorf("the second acknowledgement of %s answers %s, want the current batch %s", first.Delivery.ID, describeMail(a2), a1.Raw)
 	case a2.Status == protocol.MailDelivery && a2.Delivery.ID == first.Delivery.ID:
 		return fmt.Errorf("the acknowledged batch %s is answered again", first.Delivery.ID)
 	}
-	n, err := s.c.next(ctx, r.run, r.coord)
+	n, err := s.c.Next(ctx, r.run, r.coord)
 	if err != nil {
 		return err
 	}
-	if a2.Status == protocol.MailDelivery && !bytes.Equal(n.raw, a2.raw) {
-		return fmt.Errorf("next after the second acknowledgement answers %s, want the batch it answered, unconsumed: %s", describeMail(n), a2.raw)
+	if a2.Status == protocol.MailDelivery && !bytes.Equal(n.Raw, a2.Raw) {
+		return fmt.Errorf("next after the second acknowledgement answers %s, want the batch it answered, unconsumed: %s", describeMail(n), a2.Raw)
 	}
 	if err := r.drain(ctx, n); err != nil {
 		return err
@@ -396,7 +397,7 @@ func (s *suite) deliveryOrder(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := r.drain(ctx, mailbox{MailboxAnswer: protocol.MailboxAnswer{Status: protocol.MailEmpty}}); err != nil {
+	if err := r.drain(ctx, client.Mailbox{MailboxAnswer: protocol.MailboxAnswer{Status: protocol.MailEmpty}}); err != nil {
 		return err
 	}
 	return checkSequence(r.rows, statuses)
@@ -405,7 +406,7 @@ func (s *suite) deliveryOrder(ctx context.Context) error {
 // waitState polls observe until the worker is in state (any outcome).
 func (s *suite) waitState(ctx context.Context, l *launched, state string) error {
 	return until(ctx, s.cfg.Wait, 200*time.Millisecond, "worker "+l.worker.Handle+" to be "+state, func() (bool, string, error) {
-		o, err := s.c.observe(ctx, l.worker)
+		o, err := s.c.Observe(ctx, l.worker)
 		if err != nil {
 			return false, "", err
 		}
@@ -426,7 +427,7 @@ func (s *suite) waitState(ctx context.Context, l *launched, state string) error 
 // the failure line. It reads as a coordinator of its own, which is allowed
 // before anyone adopts the run, and only ever on a check already failing.
 func (s *suite) lastWords(ctx context.Context, l *launched) string {
-	m, err := s.c.next(ctx, l.run, s.name("diagnosis"))
+	m, err := s.c.Next(ctx, l.run, s.name("diagnosis"))
 	if err != nil || m.Status != protocol.MailDelivery {
 		return ""
 	}
@@ -441,7 +442,7 @@ func (s *suite) lastWords(ctx context.Context, l *launched) string {
 func (s *suite) awaitHolds(ctx context.Context) error {
 	const waitMs = 1500
 	start := time.Now()
-	m, err := s.c.await(ctx, s.name("quiet"), s.name("coordinator"), waitMs*time.Millisecond)
+	m, err := s.c.Await(ctx, s.name("quiet"), s.name("coordinator"), waitMs*time.Millisecond)
 	took := time.Since(start)
 	if err != nil {
 		return err
@@ -475,7 +476,7 @@ func (s *suite) awaitWakes(ctx context.Context) error {
 	// Consume what the worker posted while starting, so that the wait below
 	// is for the question alone.
 	for {
-		m, err := s.c.next(ctx, r.run, r.coord)
+		m, err := s.c.Next(ctx, r.run, r.coord)
 		if err != nil {
 			return err
 		}
@@ -485,12 +486,12 @@ func (s *suite) awaitWakes(ctx context.Context) error {
 		if err := r.take(m); err != nil {
 			return err
 		}
-		if _, err := s.c.acknowledge(ctx, r.run, r.coord, m.Delivery.ID); err != nil {
+		if _, err := s.c.Acknowledge(ctx, r.run, r.coord, m.Delivery.ID); err != nil {
 			return err
 		}
 	}
 	type answer struct {
-		m    mailbox
+		m    client.Mailbox
 		took time.Duration
 		err  error
 	}
@@ -502,7 +503,7 @@ func (s *suite) awaitWakes(ctx context.Context) error {
 		ch := make(chan answer, 1)
 		go func() {
 			start := time.Now()
-			m, err := s.c.await(ctx, r.run, r.coord, wait)
+			m, err := s.c.Await(ctx, r.run, r.coord, wait)
 			ch <- answer{m, time.Since(start), err}
 		}()
 		if !sent {
@@ -539,12 +540,12 @@ func (s *suite) awaitWakes(ctx context.Context) error {
 			// Rows the service may hand out at the end of a wait (status,
 			// heartbeat): consume them and wait again.
 			if a.took < wait-time.Second {
-				return fmt.Errorf("await woke after %s for a batch without a question, report or escalation: %s", a.took.Round(time.Millisecond), a.m.raw)
+				return fmt.Errorf("await woke after %s for a batch without a question, report or escalation: %s", a.took.Round(time.Millisecond), a.m.Raw)
 			}
 			if err := r.take(a.m); err != nil {
 				return err
 			}
-			if _, err := s.c.acknowledge(ctx, r.run, r.coord, a.m.Delivery.ID); err != nil {
+			if _, err := s.c.Acknowledge(ctx, r.run, r.coord, a.m.Delivery.ID); err != nil {
 				return err
 			}
 			continue

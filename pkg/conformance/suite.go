@@ -13,8 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/protocol/client"
 )
 
 // Defaults of a Config.
@@ -347,7 +349,7 @@ func Run(ctx context.Context, cfg Config) Report {
 		return Report{Err: err}
 	}
 	s := newSuite(cfg)
-	defer s.c.close()
+	defer s.c.CloseIdle()
 	var rep Report
 	for _, c := range allChecks {
 		if !selected(cfg.Only, c.name) {
@@ -388,7 +390,7 @@ func Run(ctx context.Context, cfg Config) Report {
 // key, branch and coordinator name fresh, and the workers launched so far.
 type suite struct {
 	cfg Config
-	c   *client
+	c   *client.Client
 	id  string
 	seq int
 
@@ -404,13 +406,15 @@ func newSuite(cfg Config) *suite {
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(err) // crypto/rand never fails on supported platforms
 	}
-	return &suite{cfg: cfg, c: newClient(cfg.Endpoint, cfg.Token, cfg.Backend, cfg.Timeout), id: hex.EncodeToString(b[:])}
+	c := client.New(cfg.Endpoint, cfg.Token,
+		client.WithBackend(cfg.Backend), client.WithTimeout(cfg.Timeout), client.WithExpectContinue())
+	return &suite{cfg: cfg, c: c, id: hex.EncodeToString(b[:])}
 }
 
 // redact keeps the token out of every line the suite prints, in case a
 // service echoes it back.
 func (s *suite) redact(msg string) string {
-	return string(redact([]byte(msg), s.cfg.Token))
+	return string(client.Redact([]byte(msg), s.cfg.Token))
 }
 
 // name makes a fresh reference for this run: a run, key or coordinator.
@@ -421,7 +425,7 @@ func (s *suite) name(tag string) string {
 
 // call builds the envelope kitchn would persist and send for effect.
 func (s *suite) call(run, key string, effect protocol.WorkerEffect) protocol.EffectCall {
-	raw, err := encode(effect)
+	raw, err := client.Encode(effect)
 	if err != nil {
 		panic(err) // a WorkerEffect always encodes
 	}
@@ -447,23 +451,23 @@ type applied struct {
 
 // effect sends call and requires 200 applied, read strictly.
 func (s *suite) effect(ctx context.Context, call protocol.EffectCall) (applied, error) {
-	r, err := s.c.effect(ctx, call)
+	r, err := s.c.Effect(ctx, call)
 	if err != nil {
 		return applied{}, err
 	}
-	if r.status != 200 {
+	if r.Status != 200 {
 		// Only 200 carries an outcome: 401/403 read as refused, 429 as rate
 		// limited, anything else leaves the client uncertain.
-		return applied{}, s.c.statusError("POST", routeEffects, r)
+		return applied{}, s.c.StatusError(contract.RouteEffects, r)
 	}
-	o, err := parseOutcome(r.body, s.cfg.Backend)
+	o, err := protocol.ParseEffectOutcome(r.Body, s.cfg.Backend)
 	if err != nil {
 		return applied{}, fmt.Errorf("the client cannot read the outcome, so it is uncertain: %w", err)
 	}
 	if o.Status != protocol.StatusApplied || o.Receipt == nil {
 		return applied{}, fmt.Errorf("%s %s: want applied, got %s", call.Request.Key, opOf(call), describeOutcome(o))
 	}
-	return applied{receipt: *o.Receipt, raw: rawMember(r.body, "receipt")}, nil
+	return applied{receipt: *o.Receipt, raw: client.RawMember(r.Body, "receipt")}, nil
 }
 
 func opOf(call protocol.EffectCall) string {
@@ -557,7 +561,7 @@ func (s *suite) descriptor(ctx context.Context) (protocol.Descriptor, error) {
 	if s.desc != nil {
 		return *s.desc, nil
 	}
-	d, err := s.c.descriptor(ctx)
+	d, err := s.c.Descriptor(ctx)
 	if err != nil {
 		return d, err
 	}
@@ -584,7 +588,7 @@ func (s *suite) cleanup(ctx context.Context) []string {
 			continue
 		}
 		if !l.known {
-			a, raw, err := s.c.lookup(ctx, l.call)
+			a, raw, err := s.c.Lookup(ctx, l.call)
 			if err != nil {
 				notes = append(notes, fmt.Sprintf("could not look up launch %s to clean it up: %v", l.call.Request.Key, err))
 				continue
@@ -603,7 +607,7 @@ func (s *suite) cleanup(ctx context.Context) []string {
 				continue
 			}
 		}
-		if o, err := s.c.observe(ctx, l.worker); err == nil && o.State == protocol.StateSettled {
+		if o, err := s.c.Observe(ctx, l.worker); err == nil && o.State == protocol.StateSettled {
 			continue
 		}
 		if _, err := s.cancel(ctx, l); err != nil {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/connlimit"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/egress"
 	"github.com/galley-run/galley/pkg/egress/egresstest"
 )
@@ -749,20 +750,20 @@ func TestHarnessProxyURL(t *testing.T) {
 func TestRunService(t *testing.T) {
 	w := newWorld(t)
 	env := map[string]string{
-		egress.EnvAllow:        "allowed.galley.test",
-		egress.EnvHarnessAllow: "harness.galley.test:" + strconv.Itoa(w.tlsPort),
-		egress.EnvSecret:       secret,
-		egress.EnvResolver:     w.dns.Addr,
-		egress.EnvPorts:        "443, 80",
+		contract.EnvEgressAllow:        "allowed.galley.test",
+		contract.EnvEgressHarnessAllow: "harness.galley.test:" + strconv.Itoa(w.tlsPort),
+		contract.EnvEgressSecret:       secret,
+		contract.EnvEgressResolver:     w.dns.Addr,
+		contract.EnvEgressPorts:        "443, 80",
 	}
 	getenv := func(k string) string { return env[k] }
 
 	for name, change := range map[string][2]string{
-		"no secret":          {egress.EnvSecret, ""},
-		"a bad allowlist":    {egress.EnvAllow, "allowed.galley.test, 10.0.0.1"},
-		"bad destinations":   {egress.EnvHarnessAllow, "https://api.example.com"},
-		"a bad port":         {egress.EnvPorts, "443, https"},
-		"a bad listen value": {egress.EnvListen, "3128"},
+		"no secret":          {contract.EnvEgressSecret, ""},
+		"a bad allowlist":    {contract.EnvEgressAllow, "allowed.galley.test, 10.0.0.1"},
+		"bad destinations":   {contract.EnvEgressHarnessAllow, "https://api.example.com"},
+		"a bad port":         {contract.EnvEgressPorts, "443, https"},
+		"a bad listen value": {contract.EnvEgressListen, "3128"},
 	} {
 		saved := env[change[0]]
 		env[change[0]] = change[1]
@@ -783,7 +784,7 @@ func TestRunService(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	env[egress.EnvListen] = addr
+	env[contract.EnvEgressListen] = addr
 	var logs syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -10,25 +10,26 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/connlimit"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 )
 
 // ServiceCommand is galley-worker's subcommand that runs RunService.
-const ServiceCommand = "egress-proxy"
+const ServiceCommand = contract.EgressProxyCommand
 
-// The environment of the egress proxy service (RunService); the harness
-// reads EnvAllow too, for its per-worker proxy.
+// The names of the service's environment (RunService reads them by the
+// contract's names: contract.EnvEgressListen, EnvEgressAllow,
+// EnvEgressHarnessAllow, EnvEgressSecret, EnvEgressResolver,
+// EnvEgressPorts) that aws-local takes from this package.
 const (
-	EnvListen       = "GALLEY_EGRESS_LISTEN"        // the address to listen on (DefaultListen)
-	EnvAllow        = "GALLEY_EGRESS_ALLOW"         // the agent allowlist, comma-separated (ParseAllowlist)
-	EnvHarnessAllow = "GALLEY_EGRESS_HARNESS_ALLOW" // the harness's own destinations (ParseDestinations)
-	EnvSecret       = "GALLEY_EGRESS_SECRET"        // the harness's credential; required by the service
-	EnvResolver     = "GALLEY_EGRESS_RESOLVER"      // a DNS server host:port; the system's resolver if unset
-	EnvPorts        = "GALLEY_EGRESS_PORTS"         // the destination ports, comma-separated (DefaultPorts if unset)
+	EnvAllow        = contract.EnvEgressAllow
+	EnvHarnessAllow = contract.EnvEgressHarnessAllow
+	EnvResolver     = contract.EnvEgressResolver
 )
 
-// DefaultListen is the service's address unless EnvListen says otherwise.
-const DefaultListen = ":3128"
+// DefaultListen is the service's address unless contract.EnvEgressListen
+// says otherwise: every address, at contract.EgressPort.
+var DefaultListen = ":" + strconv.Itoa(contract.EgressPort)
 
 // ServiceLimits are the service's budgets: it serves every worker task of
 // a deployment, each from its own address.
@@ -53,31 +54,31 @@ type ServiceConfig struct {
 // variable (never the secret's value).
 func ServiceConfigFromEnv(getenv func(string) string) (ServiceConfig, error) {
 	c := ServiceConfig{
-		Listen:   strings.TrimSpace(getenv(EnvListen)),
-		Secret:   getenv(EnvSecret),
-		Resolver: strings.TrimSpace(getenv(EnvResolver)),
+		Listen:   strings.TrimSpace(getenv(contract.EnvEgressListen)),
+		Secret:   getenv(contract.EnvEgressSecret),
+		Resolver: strings.TrimSpace(getenv(contract.EnvEgressResolver)),
 	}
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return c, galleyerr.Errorf(galleyerr.Invalid, "%s=%q is not host:port", EnvListen, c.Listen)
+		return c, galleyerr.Errorf(galleyerr.Invalid, "%s=%q is not host:port", contract.EnvEgressListen, c.Listen)
 	}
 	var err error
-	if c.Allow, err = ParseAllowlist(getenv(EnvAllow)); err != nil {
-		return c, galleyerr.E(galleyerr.Invalid, EnvAllow, err)
+	if c.Allow, err = ParseAllowlist(getenv(contract.EnvEgressAllow)); err != nil {
+		return c, galleyerr.E(galleyerr.Invalid, contract.EnvEgressAllow, err)
 	}
-	if c.Harness, err = ParseDestinations(getenv(EnvHarnessAllow)); err != nil {
-		return c, galleyerr.E(galleyerr.Invalid, EnvHarnessAllow, err)
+	if c.Harness, err = ParseDestinations(getenv(contract.EnvEgressHarnessAllow)); err != nil {
+		return c, galleyerr.E(galleyerr.Invalid, contract.EnvEgressHarnessAllow, err)
 	}
 	if len(c.Secret) < MinSecretLen {
-		return c, galleyerr.Errorf(galleyerr.Invalid, "%s must be set to the harness's credential, at least %d characters", EnvSecret, MinSecretLen)
+		return c, galleyerr.Errorf(galleyerr.Invalid, "%s must be set to the harness's credential, at least %d characters", contract.EnvEgressSecret, MinSecretLen)
 	}
-	if ports := strings.TrimSpace(getenv(EnvPorts)); ports != "" {
+	if ports := strings.TrimSpace(getenv(contract.EnvEgressPorts)); ports != "" {
 		for _, s := range strings.Split(ports, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
 			if err != nil || n < 1 || n > 65535 {
-				return c, galleyerr.Errorf(galleyerr.Invalid, "%s: %q is not a port from 1 to 65535", EnvPorts, s)
+				return c, galleyerr.Errorf(galleyerr.Invalid, "%s: %q is not a port from 1 to 65535", contract.EnvEgressPorts, s)
 			}
 			c.Ports = append(c.Ports, n)
 		}

@@ -6,6 +6,8 @@ import (
 	"net"
 	"strconv"
 	"sync"
+
+	"github.com/galley-run/galley/pkg/contract"
 )
 
 // AgentNetwork is how the platform keeps an agent's network to what the
@@ -30,18 +32,13 @@ const (
 	// NetTask says the platform confines the whole task's network (on AWS
 	// the worker task's subnets and security group): the harness adds
 	// nothing, and says so without a warning.
-	NetTask AgentNetwork = "task"
+	NetTask AgentNetwork = contract.AgentNetworkTask
 	// NetOpen confines nothing: the agent reaches whatever the harness's
 	// host reaches. The harness and galley serve say so loudly.
 	NetOpen AgentNetwork = "open"
 )
 
-// EnvAgentNetwork chooses the agent's network confinement (auto,
-// namespace, landlock, task or open); unset is auto. The stack sets task
-// on the worker task; the local runtime passes what galley serve chose.
-const EnvAgentNetwork = "GALLEY_AGENT_NETWORK"
-
-// ParseAgentNetwork reads an EnvAgentNetwork value; empty is NetAuto.
+// ParseAgentNetwork reads a contract.EnvAgentNetwork value; empty is NetAuto.
 func ParseAgentNetwork(s string) (AgentNetwork, error) {
 	switch n := AgentNetwork(s); n {
 	case "":
@@ -49,7 +46,7 @@ func ParseAgentNetwork(s string) (AgentNetwork, error) {
 	case NetAuto, NetNamespace, NetLandlock, NetTask, NetOpen:
 		return n, nil
 	}
-	return "", errors.New(EnvAgentNetwork + " must be auto, namespace, landlock, task or open")
+	return "", errors.New(contract.EnvAgentNetwork + " must be auto, namespace, landlock, task or open")
 }
 
 // NetworkEnforcement is what ChooseNetwork found.

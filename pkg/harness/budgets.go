@@ -6,24 +6,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/gitserve"
 )
 
-// Settings of what the harness holds for its agent beside the push budget
-// (EnvPushLimit, EnvPushBudget): its MCP server's sessions and requests,
-// and its push gate's pushes in flight and their time. Each has a default;
+// Defaults of Budgets, what the harness holds for its agent beside the
+// push budget: its MCP server's sessions and requests
+// (contract.EnvMCPSessions, EnvMCPSessionIdle, EnvMCPMaxBody,
+// EnvMCPBodyTimeout, EnvMCPRequests) and its push gate's pushes in flight
+// and their time (contract.EnvPushesInFlight, EnvPushTimeout);
 // docs/security.md ("Budgets") gives each bound and what happens at it.
-const (
-	EnvMCPSessions    = "GALLEY_MCP_SESSIONS"     // live MCP sessions
-	EnvMCPSessionIdle = "GALLEY_MCP_SESSION_IDLE" // Go duration: a session without a request in flight ends after it
-	EnvMCPMaxBody     = "GALLEY_MCP_MAX_BODY"     // bytes of one MCP request's body
-	EnvMCPBodyTimeout = "GALLEY_MCP_BODY_TIMEOUT" // Go duration: for an MCP request's body to arrive
-	EnvMCPRequests    = "GALLEY_MCP_REQUESTS"     // MCP requests, and tool calls, in flight at once
-	EnvPushTimeout    = "GALLEY_PUSH_TIMEOUT"     // Go duration: for a push's (or fetch's) body to arrive at the gate
-	EnvPushesInFlight = "GALLEY_PUSHES_IN_FLIGHT" // pushes the gate serves at once
-)
-
-// Defaults of Budgets. The CLIs open one MCP session or two a turn (and a
+// The CLIs open one MCP session or two a turn (and a
 // session a turn when they are started again for the next), each holding
 // a request or two: a blocking tool call, the server's event stream. A
 // tool's texts are at most 64 KiB each, two a call: 256 KiB leaves room
@@ -88,8 +81,8 @@ func budgetsFromEnv(getenv func(string) string) (Budgets, error) {
 		name string
 		to   *int
 	}{
-		{EnvMCPSessions, &b.MCPSessions}, {EnvMCPMaxBody, &mcpMaxBody},
-		{EnvMCPRequests, &b.MCPRequests}, {EnvPushesInFlight, &b.PushesInFlight},
+		{contract.EnvMCPSessions, &b.MCPSessions}, {contract.EnvMCPMaxBody, &mcpMaxBody},
+		{contract.EnvMCPRequests, &b.MCPRequests}, {contract.EnvPushesInFlight, &b.PushesInFlight},
 	} {
 		s := strings.TrimSpace(getenv(v.name))
 		if s == "" {
@@ -105,7 +98,7 @@ func budgetsFromEnv(getenv func(string) string) (Budgets, error) {
 	for _, v := range []struct {
 		name string
 		to   *time.Duration
-	}{{EnvMCPSessionIdle, &b.MCPSessionIdle}, {EnvMCPBodyTimeout, &b.MCPBodyTimeout}, {EnvPushTimeout, &b.PushTimeout}} {
+	}{{contract.EnvMCPSessionIdle, &b.MCPSessionIdle}, {contract.EnvMCPBodyTimeout, &b.MCPBodyTimeout}, {contract.EnvPushTimeout, &b.PushTimeout}} {
 		s := strings.TrimSpace(getenv(v.name))
 		if s == "" {
 			continue

@@ -4,12 +4,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/galley-run/galley/pkg/contract"
 )
 
 func TestBudgetsFromEnv(t *testing.T) {
 	env := map[string]string{
-		EnvMCPSessions: "3", EnvMCPSessionIdle: "10m", EnvMCPMaxBody: "65536", EnvMCPBodyTimeout: "5s",
-		EnvMCPRequests: "4", EnvPushTimeout: "1m", EnvPushesInFlight: "1",
+		contract.EnvMCPSessions: "3", contract.EnvMCPSessionIdle: "10m", contract.EnvMCPMaxBody: "65536", contract.EnvMCPBodyTimeout: "5s",
+		contract.EnvMCPRequests: "4", contract.EnvPushTimeout: "1m", contract.EnvPushesInFlight: "1",
 	}
 	b, err := budgetsFromEnv(func(k string) string { return env[k] })
 	if err != nil {
@@ -27,7 +29,7 @@ func TestBudgetsFromEnv(t *testing.T) {
 	}) {
 		t.Fatalf("unset: %+v, %v", b.withDefaults(), err)
 	}
-	for name, bad := range map[string]string{EnvMCPSessions: "0", EnvMCPMaxBody: "1MiB", EnvMCPSessionIdle: "-1s", EnvPushTimeout: "soon"} {
+	for name, bad := range map[string]string{contract.EnvMCPSessions: "0", contract.EnvMCPMaxBody: "1MiB", contract.EnvMCPSessionIdle: "-1s", contract.EnvPushTimeout: "soon"} {
 		_, err := budgetsFromEnv(func(k string) string {
 			if k == name {
 				return bad

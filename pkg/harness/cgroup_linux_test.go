@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
@@ -81,8 +82,8 @@ func TestAgentInItsCgroup(t *testing.T) {
 		t.Skip("no cgroup v1 pids hierarchy at /sys/fs/cgroup/pids")
 	}
 	const budget = 64
-	t.Setenv(harness.EnvAgentMaxProcs, strconv.Itoa(budget))
-	t.Setenv(harness.EnvAgentMaxMemory, strconv.Itoa(512<<20))
+	t.Setenv(contract.EnvAgentMaxProcs, strconv.Itoa(budget))
+	t.Setenv(contract.EnvAgentMaxMemory, strconv.Itoa(512<<20))
 	for _, mode := range []harness.Confinement{harness.ConfineUser, harness.ConfineLandlock} {
 		t.Run(string(mode), func(t *testing.T) {
 			uid := workerapi.AgentUIDBase + rand.N(uint32(1_000_000))

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/egress"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/modelproxy"
@@ -23,54 +24,21 @@ import (
 	"github.com/galley-run/galley/pkg/workspace"
 )
 
-// Environment variables the harness reads.
+// The names of the contract that aws-local and the real-CLI tests
+// (local/) take from this package; the harness reads them, and everything
+// else, from package contract, which says what each means.
 const (
-	EnvEndpoint  = "GALLEY_WORKER_ENDPOINT"
-	EnvTokenFile = "GALLEY_WORKER_TOKEN_FILE" // preferred: a file of mode 600
-	EnvToken     = "GALLEY_WORKER_TOKEN"
-	// EnvBootstrap carries a one-time code the harness exchanges for its
-	// token (ECS workers, whose overrides must hold no secret).
-	EnvBootstrap   = "GALLEY_WORKER_BOOTSTRAP"
-	EnvWorkspace   = "GALLEY_WORKSPACE"
-	EnvRepository  = "GALLEY_REPOSITORY"
-	EnvBranch      = "GALLEY_BRANCH"
-	EnvHandle      = "GALLEY_WORKER_HANDLE"
-	EnvAgentBinDir = "GALLEY_AGENT_BIN_DIR"
-	// EnvHeartbeat overrides the heartbeat interval (Go duration).
-	EnvHeartbeat = "GALLEY_HEARTBEAT_INTERVAL"
-	// EnvGitCache names the folder of the shared git object cache the
-	// workspace is cloned through (workspace.WithCache): an absolute path,
-	// or "off" for none. Unset, it is .galley-git-cache beside the
-	// workspace (in its parent folder: the data directory's workspaces/
-	// on the local server, the EFS volume's root on ECS), so every
-	// worker of a machine or a file system shares one cache.
-	EnvGitCache = "GALLEY_GIT_CACHE"
-	// EnvProgress overrides the interval of the MCP progress notifications
-	// a blocking tool call sends (Go duration; tests shorten it).
-	EnvProgress = "GALLEY_MCP_PROGRESS_INTERVAL"
-)
-
-// Secrets the harness reads (on AWS, ECS container secrets the task
-// execution role resolves at task start). It keeps them in memory, gives
-// the agent only its own family's provider key under the name its CLI
-// reads, and never the git credential.
-const (
-	EnvAnthropicKey  = "GALLEY_ANTHROPIC_API_KEY"
-	EnvOpenAIKey     = "GALLEY_OPENAI_API_KEY"
-	EnvGitCredential = "GALLEY_GIT_CREDENTIAL"
-	EnvGitUsername   = "GALLEY_GIT_USERNAME" // not a secret; default DefaultGitUsername
-)
-
-// Provider base URLs: where an agent family's CLI sends its model calls
-// instead of the provider's public API (an LLM gateway or proxy the
-// operator runs). Not secrets, but checked (ValidateBaseURL) and given only
-// to the family that uses them, under the name its CLI reads. On AWS the
-// task definition sets them from the anthropicBaseUrl and openaiBaseUrl
-// context keys; locally galley serve's --anthropic-base-url and
-// --openai-base-url.
-const (
-	EnvAnthropicBaseURL = "GALLEY_ANTHROPIC_BASE_URL"
-	EnvOpenAIBaseURL    = "GALLEY_OPENAI_BASE_URL"
+	EnvWorkspace        = contract.EnvWorkspace
+	EnvGitUsername      = contract.EnvGitUsername
+	EnvGitCache         = contract.EnvGitCache
+	EnvAnthropicBaseURL = contract.EnvAnthropicBaseURL
+	EnvOpenAIBaseURL    = contract.EnvOpenAIBaseURL
+	EnvEgressUpstream   = contract.EnvEgressUpstream
+	EnvConfine          = contract.EnvAgentConfine
+	EnvLogLimit         = contract.EnvLogLimit
+	EnvPushLimit        = contract.EnvPushLimit
+	EnvPushBudget       = contract.EnvPushBudget
+	DefaultGitUsername  = contract.DefaultGitUsername
 )
 
 // Provider keys under the names the CLIs read, which the harness also
@@ -80,18 +48,6 @@ const (
 	EnvAnthropicCLIKey = "ANTHROPIC_API_KEY"
 	EnvCodexCLIKey     = "CODEX_API_KEY"
 	EnvOpenAICLIKey    = "OPENAI_API_KEY"
-)
-
-// DefaultGitUsername is the user name presented with the git credential
-// (GitHub's for an installation or fine-grained token).
-const DefaultGitUsername = "x-access-token"
-
-// Environment variables the harness gives the agent, with GALLEY_WORKSPACE
-// (and, for the scripted agent, GALLEY_BRIEF). The agent gets no other
-// GALLEY_ variable: in particular never the worker token or its file.
-const (
-	EnvMCPURL    = "GALLEY_MCP_URL"
-	EnvMCPSecret = "GALLEY_MCP_SECRET"
 )
 
 // DefaultQuietRead bounds how long an idle harness goes without reading its
@@ -120,7 +76,7 @@ const DefaultHeartbeat = 30 * time.Second
 const DefaultProgress = 20 * time.Second
 
 // DefaultGitCacheName is the git object cache's folder, beside the
-// workspace, when EnvGitCache is unset.
+// workspace, when contract.EnvGitCache is unset.
 const DefaultGitCacheName = ".galley-git-cache"
 
 // maxTokenFile bounds the token file, as kitchn bounds its credentials.
@@ -143,14 +99,14 @@ type Config struct {
 	Branch      string // empty: the branch galley names in Self
 	AgentBinDir string
 	// PushLimit and PushBudget bound what the agent's pushes bring through
-	// the push gate: bytes per push and in all (EnvPushLimit,
-	// EnvPushBudget; zero: DefaultPushLimit, DefaultPushBudget).
+	// the push gate: bytes per push and in all (contract.EnvPushLimit,
+	// contract.EnvPushBudget; zero: DefaultPushLimit, DefaultPushBudget).
 	PushLimit, PushBudget int64
 	// Budgets bound what the harness holds for the agent at its MCP
 	// server and push gate (budgets.go; zero values: the defaults).
 	Budgets Budgets
 	// GitCache is the shared git object cache's folder; empty for none.
-	// ConfigFromEnv reads EnvGitCache.
+	// ConfigFromEnv reads contract.EnvGitCache.
 	GitCache string
 
 	// AnthropicKey and OpenAIKey are the model providers' keys; an agent
@@ -161,7 +117,7 @@ type Config struct {
 	AnthropicKey  string
 	OpenAIKey     string
 	GitCredential string
-	GitUsername   string // default DefaultGitUsername when GitCredential is set
+	GitUsername   string // default contract.DefaultGitUsername with a GitCredential
 	// AnthropicBaseURL and OpenAIBaseURL, when set, are where the agent
 	// family of that provider sends its model calls (ValidateBaseURL).
 	AnthropicBaseURL string
@@ -183,27 +139,28 @@ type Config struct {
 
 	// Confine is how the agent is confined (see Confinement): ConfineAuto
 	// picks the strongest the platform allows; empty is ConfineNone (the
-	// in-process tests'). ConfigFromEnv reads EnvConfine, default auto.
+	// in-process tests'). ConfigFromEnv reads contract.EnvAgentConfine,
+	// default auto.
 	Confine Confinement
 	// ConfineExe is the galley-worker whose agent-exec starts a confined
 	// agent; empty means this executable.
 	ConfineExe string
 	// Network is how the agent's network is confined (see AgentNetwork);
-	// empty is NetAuto. ConfigFromEnv reads EnvAgentNetwork.
+	// empty is NetAuto. ConfigFromEnv reads contract.EnvAgentNetwork.
 	Network AgentNetwork
 	// EgressAllow is the house's allowlist for the agent's egress proxy
-	// (EnvEgressAllow; empty: the agent reaches no host).
+	// (contract.EnvEgressAllow; empty: the agent reaches no host).
 	EgressAllow egress.HostList
 	// EgressUpstream and EgressSecret name the stack's egress service and
-	// the harness's credential there (EnvEgressUpstream,
-	// EnvEgressSecret): set, every call of the harness's own goes through
+	// the harness's credential there (contract.EnvEgressUpstream,
+	// contract.EnvEgressSecret): set, every call of the harness's own goes through
 	// it. EgressSecret is a secret: redacted like the keys.
 	EgressUpstream, EgressSecret string
 	// EgressResolver is the DNS server the agent's egress proxy asks
-	// (EnvEgressResolver); empty: the system's.
+	// (contract.EnvEgressResolver); empty: the system's.
 	EgressResolver string
 	// ModelBudget caps the worker's model calls at its model proxy
-	// (EnvModelCapTokens, EnvModelCapUSD); zero: no cap.
+	// (contract.EnvModelCapTokens, contract.EnvModelCapUSD); zero: no cap.
 	ModelBudget modelproxy.Budget
 
 	// Drivers maps an agent family to its driver; nil means DefaultDrivers.
@@ -229,43 +186,43 @@ type Config struct {
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	op := galleyerr.Op("harness.config")
 	cfg := Config{
-		Endpoint:    getenv(EnvEndpoint),
-		Workspace:   getenv(EnvWorkspace),
-		Repository:  getenv(EnvRepository),
-		Branch:      getenv(EnvBranch),
-		AgentBinDir: getenv(EnvAgentBinDir),
+		Endpoint:    getenv(contract.EnvWorkerEndpoint),
+		Workspace:   getenv(contract.EnvWorkspace),
+		Repository:  getenv(contract.EnvRepository),
+		Branch:      getenv(contract.EnvBranch),
+		AgentBinDir: getenv(contract.EnvAgentBinDir),
 
-		AnthropicKey:  firstSet(getenv, EnvAnthropicKey, EnvAnthropicCLIKey),
-		OpenAIKey:     firstSet(getenv, EnvOpenAIKey, EnvCodexCLIKey, EnvOpenAICLIKey),
-		GitCredential: strings.TrimSpace(getenv(EnvGitCredential)),
-		GitUsername:   getenv(EnvGitUsername),
-		Confine:       Confinement(getenv(EnvConfine)),
+		AnthropicKey:  firstSet(getenv, contract.EnvAnthropicAPIKey, EnvAnthropicCLIKey),
+		OpenAIKey:     firstSet(getenv, contract.EnvOpenAIAPIKey, EnvCodexCLIKey, EnvOpenAICLIKey),
+		GitCredential: strings.TrimSpace(getenv(contract.EnvGitCredential)),
+		GitUsername:   getenv(contract.EnvGitUsername),
+		Confine:       Confinement(getenv(contract.EnvAgentConfine)),
 
-		AnthropicBaseURL: strings.TrimSpace(getenv(EnvAnthropicBaseURL)),
-		OpenAIBaseURL:    strings.TrimSpace(getenv(EnvOpenAIBaseURL)),
+		AnthropicBaseURL: strings.TrimSpace(getenv(contract.EnvAnthropicBaseURL)),
+		OpenAIBaseURL:    strings.TrimSpace(getenv(contract.EnvOpenAIBaseURL)),
 		// Read before UnsetSecretEnv removes every AWS_ variable: where
 		// the worker's wake queue is reached (aws-local's gate; on AWS
 		// unset, and the SDK's default endpoint is right).
 		SQSEndpoint: firstSet(getenv, "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL"),
 		CABundle:    getenv("AWS_CA_BUNDLE"),
 	}
-	network, err := ParseAgentNetwork(getenv(EnvAgentNetwork))
+	network, err := ParseAgentNetwork(getenv(contract.EnvAgentNetwork))
 	if err != nil {
 		return cfg, galleyerr.E(op, galleyerr.Invalid, err)
 	}
 	cfg.Network = network
-	if cfg.EgressAllow, err = egress.ParseAllowlist(getenv(EnvEgressAllow)); err != nil {
-		return cfg, galleyerr.E(op, galleyerr.Invalid, EnvEgressAllow, err)
+	if cfg.EgressAllow, err = egress.ParseAllowlist(getenv(contract.EnvEgressAllow)); err != nil {
+		return cfg, galleyerr.E(op, galleyerr.Invalid, contract.EnvEgressAllow, err)
 	}
 	if cfg.ModelBudget, err = ModelBudgetFromEnv(getenv); err != nil {
 		return cfg, galleyerr.E(op, galleyerr.Invalid, err)
 	}
-	cfg.EgressUpstream = strings.TrimSpace(getenv(EnvEgressUpstream))
-	cfg.EgressSecret = strings.TrimSpace(getenv(EnvEgressSecret))
-	cfg.EgressResolver = strings.TrimSpace(getenv(EnvEgressResolver))
+	cfg.EgressUpstream = strings.TrimSpace(getenv(contract.EnvEgressUpstream))
+	cfg.EgressSecret = strings.TrimSpace(getenv(contract.EnvEgressSecret))
+	cfg.EgressResolver = strings.TrimSpace(getenv(contract.EnvEgressResolver))
 	if cfg.EgressUpstream != "" {
 		if _, err := egress.HarnessProxyURL(cfg.EgressUpstream, cfg.EgressSecret); err != nil {
-			return cfg, galleyerr.E(op, galleyerr.Invalid, EnvEgressUpstream+" and "+EnvEgressSecret, err)
+			return cfg, galleyerr.E(op, galleyerr.Invalid, contract.EnvEgressUpstream+" and "+contract.EnvEgressSecret, err)
 		}
 	}
 	switch cfg.Confine {
@@ -273,43 +230,43 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		cfg.Confine = ConfineAuto
 	case ConfineAuto, ConfineUser, ConfineLandlock, ConfineNone:
 	default:
-		return cfg, galleyerr.E(op, galleyerr.Invalid, EnvConfine+" must be auto, uid, landlock or none")
+		return cfg, galleyerr.E(op, galleyerr.Invalid, contract.EnvAgentConfine+" must be auto, uid, landlock or none")
 	}
 	if cfg.GitCredential != "" && cfg.GitUsername == "" {
-		cfg.GitUsername = DefaultGitUsername
+		cfg.GitUsername = contract.DefaultGitUsername
 	}
-	for name, u := range map[string]string{EnvAnthropicBaseURL: cfg.AnthropicBaseURL, EnvOpenAIBaseURL: cfg.OpenAIBaseURL} {
+	for name, u := range map[string]string{contract.EnvAnthropicBaseURL: cfg.AnthropicBaseURL, contract.EnvOpenAIBaseURL: cfg.OpenAIBaseURL} {
 		if err := ValidateBaseURL(u); err != nil {
 			return cfg, galleyerr.E(op, galleyerr.Invalid, name, err)
 		}
 	}
 	if _, err := client.ParseEndpoint(cfg.Endpoint); err != nil {
-		return cfg, galleyerr.E(op, galleyerr.Invalid, EnvEndpoint+" is not a valid endpoint", err)
+		return cfg, galleyerr.E(op, galleyerr.Invalid, contract.EnvWorkerEndpoint+" is not a valid endpoint", err)
 	}
-	switch path := getenv(EnvTokenFile); {
+	switch path := getenv(contract.EnvWorkerTokenFile); {
 	case path != "":
 		tok, err := readTokenFile(path)
 		if err != nil {
 			return cfg, galleyerr.E(op, err)
 		}
 		cfg.Token = tok
-	case getenv(EnvToken) != "":
-		cfg.Token = string(bytes.TrimSpace([]byte(getenv(EnvToken))))
-	case getenv(EnvBootstrap) != "":
-		cfg.Bootstrap, cfg.Handle = getenv(EnvBootstrap), getenv(EnvHandle)
+	case getenv(contract.EnvWorkerToken) != "":
+		cfg.Token = string(bytes.TrimSpace([]byte(getenv(contract.EnvWorkerToken))))
+	case getenv(contract.EnvWorkerBootstrap) != "":
+		cfg.Bootstrap, cfg.Handle = getenv(contract.EnvWorkerBootstrap), getenv(contract.EnvWorkerHandle)
 		if cfg.Handle == "" {
-			return cfg, galleyerr.E(op, galleyerr.Invalid, EnvBootstrap+" needs "+EnvHandle)
+			return cfg, galleyerr.E(op, galleyerr.Invalid, contract.EnvWorkerBootstrap+" needs "+contract.EnvWorkerHandle)
 		}
 	default:
-		return cfg, galleyerr.E(op, galleyerr.Invalid, "set "+EnvTokenFile+", "+EnvToken+" or "+EnvBootstrap)
+		return cfg, galleyerr.E(op, galleyerr.Invalid, "set "+contract.EnvWorkerTokenFile+", "+contract.EnvWorkerToken+" or "+contract.EnvWorkerBootstrap)
 	}
 	if cfg.Workspace == "" {
-		return cfg, galleyerr.E(op, galleyerr.Invalid, EnvWorkspace+" is required")
+		return cfg, galleyerr.E(op, galleyerr.Invalid, contract.EnvWorkspace+" is required")
 	}
 	if cfg.Repository == "" {
-		return cfg, galleyerr.E(op, galleyerr.Invalid, EnvRepository+" is required")
+		return cfg, galleyerr.E(op, galleyerr.Invalid, contract.EnvRepository+" is required")
 	}
-	switch cache := getenv(EnvGitCache); {
+	switch cache := getenv(contract.EnvGitCache); {
 	case cache == "off":
 	case cache == "":
 		if filepath.IsAbs(cfg.Workspace) {
@@ -318,19 +275,19 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	case filepath.IsAbs(cache):
 		cfg.GitCache = filepath.Clean(cache)
 	default:
-		return cfg, galleyerr.E(op, galleyerr.Invalid, EnvGitCache+" must be an absolute path or off")
+		return cfg, galleyerr.E(op, galleyerr.Invalid, contract.EnvGitCache+" must be an absolute path or off")
 	}
-	if s := getenv(EnvHeartbeat); s != "" {
+	if s := getenv(contract.EnvHeartbeatInterval); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
-			return cfg, galleyerr.E(op, galleyerr.Invalid, EnvHeartbeat+" must be a positive Go duration")
+			return cfg, galleyerr.E(op, galleyerr.Invalid, contract.EnvHeartbeatInterval+" must be a positive Go duration")
 		}
 		cfg.Heartbeat = d
 	}
-	if s := getenv(EnvProgress); s != "" {
+	if s := getenv(contract.EnvMCPProgressInterval); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
-			return cfg, galleyerr.E(op, galleyerr.Invalid, EnvProgress+" must be a positive Go duration")
+			return cfg, galleyerr.E(op, galleyerr.Invalid, contract.EnvMCPProgressInterval+" must be a positive Go duration")
 		}
 		cfg.Progress = d
 	}
@@ -394,7 +351,7 @@ func firstSet(getenv func(string) string, names ...string) string {
 
 // secretEnv are the variables that carry secrets to the harness.
 var secretEnv = []string{
-	EnvToken, EnvBootstrap, EnvAnthropicKey, EnvOpenAIKey, EnvGitCredential, EnvEgressSecret,
+	contract.EnvWorkerToken, contract.EnvWorkerBootstrap, contract.EnvAnthropicAPIKey, contract.EnvOpenAIAPIKey, contract.EnvGitCredential, contract.EnvEgressSecret,
 	EnvAnthropicCLIKey, EnvCodexCLIKey, EnvOpenAICLIKey,
 }
 
@@ -536,7 +493,7 @@ func (c *Config) setDefaults() {
 		c.Drivers = DefaultDrivers()
 	}
 	if c.GitCredential != "" && c.GitUsername == "" {
-		c.GitUsername = DefaultGitUsername
+		c.GitUsername = contract.DefaultGitUsername
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))

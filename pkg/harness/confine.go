@@ -36,11 +36,6 @@ const (
 	ConfineNone Confinement = "none"
 )
 
-// EnvConfine chooses the confinement (auto, uid, landlock or none); unset
-// is auto. The local runtime sets it to the mode galley serve chose and
-// reported at start.
-const EnvConfine = "GALLEY_AGENT_CONFINE"
-
 // AgentExecCommand is the galley-worker subcommand through which the
 // harness starts a confined agent: it sets no_new_privs, enters the
 // Landlock domain when asked, and executes the agent (RunAgentExec).

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
@@ -83,10 +84,6 @@ func DefaultDrivers() map[string]Driver {
 // agent.
 const ScriptAgentCommand = "script-agent"
 
-// EnvBrief carries the brief to the scripted agent (at most 64 KiB, within
-// the kernel's limit for one environment string).
-const EnvBrief = "GALLEY_BRIEF"
-
 // Event types of the scripted agent's stdout stream, one JSON object a line
 // with a "type" field.
 const (
@@ -115,10 +112,10 @@ func (d ScriptDriver) Command(self workerapi.Self, mcpURL, mcpSecret, workspace 
 	cmd := exec.Command(exe, ScriptAgentCommand)
 	cmd.Dir = workspace
 	cmd.Env = []string{
-		EnvMCPURL + "=" + mcpURL,
-		EnvMCPSecret + "=" + mcpSecret,
-		EnvWorkspace + "=" + workspace,
-		EnvBrief + "=" + self.Brief,
+		contract.EnvMCPURL + "=" + mcpURL,
+		contract.EnvMCPSecret + "=" + mcpSecret,
+		contract.EnvWorkspace + "=" + workspace,
+		contract.EnvBrief + "=" + self.Brief,
 	}
 	return cmd, nil
 }

@@ -13,29 +13,13 @@ import (
 	"github.com/galley-run/galley/pkg/workerapi"
 )
 
-// The agent's way out (pkg/egress): a proxy the harness serves where the
-// agent reaches it, which lets it reach the house's allowlist and nothing
-// else, and, on AWS, the stack's egress service through which the harness
-// itself reaches galley, the git host, SQS and the model providers.
-const (
-	// EnvEgressAllow is the house's allowlist: the host names (or
-	// *.domain) an agent may reach through its egress proxy.
-	EnvEgressAllow = egress.EnvAllow
-	// EnvEgressUpstream is the stack's egress service (AWS: the worker
-	// task has no other way out): the harness sends its own traffic
-	// through it, authenticated by EnvEgressSecret, and chains the
-	// agent's proxy to it.
-	EnvEgressUpstream = "GALLEY_EGRESS_UPSTREAM"
-	// EnvEgressSecret is the harness's credential at the egress service
-	// (a secret: an ECS container secret on AWS).
-	EnvEgressSecret = egress.EnvSecret
-	// EnvEgressResolver is a DNS server (host:port) the agent's proxy
-	// resolves names with, instead of the system's.
-	EnvEgressResolver = egress.EnvResolver
-)
-
 // startEgress serves the agent's egress proxy where the agent reaches it
-// and returns its URL, for the agent's proxy variables.
+// and returns its URL, for the agent's proxy variables. It is the agent's
+// way out (pkg/egress): it lets the agent reach the house's allowlist
+// (contract.EnvEgressAllow) and nothing else, and, on AWS, chains to the
+// stack's egress service (contract.EnvEgressUpstream), through which the
+// harness itself reaches galley, the git host, SQS and the model
+// providers.
 func (h *harness) startEgress() (*egress.Proxy, string, error) {
 	opts := []egress.Option{
 		egress.WithAllowlist(h.cfg.EgressAllow),

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/connlimit"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/gitserve"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
@@ -149,24 +150,25 @@ func limitConns(ln net.Listener, srv *http.Server, log *slog.Logger) net.Listene
 // harness's servers: far more than an agent's git and MCP client open.
 const harnessConns = 256
 
-// The push budget's settings and defaults (gitserve.Budget). A worker's
-// pushes go to its own branch only, but each one's pack stays in the house
-// repository until git collects it, referenced or not (a force-push's old
-// commits): the budget bounds what one worker adds there.
+// The push budget's defaults (gitserve.Budget), of one push's pack
+// (contract.EnvPushLimit) and of all of a worker's pushes
+// (contract.EnvPushBudget). A worker's pushes go to its own branch only,
+// but each one's pack stays in the house repository until git collects
+// it, referenced or not (a force-push's old commits): the budget bounds
+// what one worker adds there.
 const (
-	EnvPushLimit      = "GALLEY_PUSH_LIMIT"  // bytes of one push's pack
-	EnvPushBudget     = "GALLEY_PUSH_BUDGET" // bytes of all of a worker's pushes
 	DefaultPushLimit  = 100 << 20
 	DefaultPushBudget = 512 << 20
 )
 
-// pushBudgetFromEnv reads EnvPushLimit and EnvPushBudget: 0 when unset
-// (the defaults apply), an error when not a positive number of bytes.
+// pushBudgetFromEnv reads contract.EnvPushLimit and EnvPushBudget: 0 when
+// unset (the defaults apply), an error when not a positive number of
+// bytes.
 func pushBudgetFromEnv(getenv func(string) string) (limit, budget int64, err error) {
 	for _, v := range []struct {
 		name string
 		to   *int64
-	}{{EnvPushLimit, &limit}, {EnvPushBudget, &budget}} {
+	}{{contract.EnvPushLimit, &limit}, {contract.EnvPushBudget, &budget}} {
 		s := strings.TrimSpace(getenv(v.name))
 		if s == "" {
 			continue

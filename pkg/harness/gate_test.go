@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/gitserve"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -57,14 +58,14 @@ func TestAgentPushesThroughTheGate(t *testing.T) {
 				// The house repository as a forge serves it: only with the
 				// house credential.
 				houseCred = randomSecret(t, "ghs_")
-				house := httptest.NewServer(gitserve.BasicAuth("house", gitserve.Credential(harness.DefaultGitUsername, houseCred), gitserve.Backend(bare)))
+				house := httptest.NewServer(gitserve.BasicAuth("house", gitserve.Credential(contract.DefaultGitUsername, houseCred), gitserve.Backend(bare)))
 				t.Cleanup(house.Close)
 				repo = house.URL + "/house.git"
 			}
 			out := t.TempDir()
 			f := fakeFor(t, workerapi.Self{Agent: protocol.AgentSelection{Agent: "shell"}})
 			p := runInProcess(t, ctx, f, "shell", shellDriver{script: gitAgent, env: []string{"OUT=" + out}}, func(c *harness.Config) {
-				c.Repository, c.GitCredential, c.GitUsername = repo, houseCred, harness.DefaultGitUsername
+				c.Repository, c.GitCredential, c.GitUsername = repo, houseCred, contract.DefaultGitUsername
 			})
 			// While the agent runs, hold a connection to its gate open: the
 			// gate must close it when the agent ends. (Dialing the port

@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/dpop"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -337,11 +338,11 @@ func (h *harness) chooseNet(confine Confinement) (*agentNet, error) {
 			return nil, fmt.Errorf("landlock network confinement needs Landlock ABI %d; the kernel has %d", landlockNetABI, abi)
 		}
 	case NetOpen:
-		return &agentNet{mode: NetOpen, why: "configured open (" + EnvAgentNetwork + ")"}, nil
+		return &agentNet{mode: NetOpen, why: "configured open (" + contract.EnvAgentNetwork + ")"}, nil
 	default:
 		return nil, errors.New("unknown agent network " + string(mode))
 	}
-	return &agentNet{mode: mode, why: "configured (" + EnvAgentNetwork + ")"}, nil
+	return &agentNet{mode: mode, why: "configured (" + contract.EnvAgentNetwork + ")"}, nil
 }
 
 // endJail ends whatever of the agent still runs (jail.end), once. A
@@ -511,8 +512,8 @@ func (h *harness) providerBaseURL(p Provider) string {
 // missingKey says which secret a family's worker lacks (never a value).
 func missingKey(family string, p Provider) string {
 	where := map[Provider]string{
-		ProviderAnthropic: EnvAnthropicKey + " (the deployment's Anthropic key secret; locally " + EnvAnthropicCLIKey + ")",
-		ProviderOpenAI:    EnvOpenAIKey + " (the deployment's OpenAI key secret; locally " + EnvCodexCLIKey + " or " + EnvOpenAICLIKey + ")",
+		ProviderAnthropic: contract.EnvAnthropicAPIKey + " (the deployment's Anthropic key secret; locally " + EnvAnthropicCLIKey + ")",
+		ProviderOpenAI:    contract.EnvOpenAIAPIKey + " (the deployment's OpenAI key secret; locally " + EnvCodexCLIKey + " or " + EnvOpenAICLIKey + ")",
 	}[p]
 	return fmt.Sprintf("the %s agent needs the %s API key, and this worker has none: set %s", family, p, where)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -428,10 +429,10 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := map[string]string{
-		harness.EnvEndpoint:   "http://127.0.0.1:8080",
-		harness.EnvTokenFile:  good,
-		harness.EnvWorkspace:  "/tmp/ws",
-		harness.EnvRepository: "/tmp/repo.git",
+		contract.EnvWorkerEndpoint:  "http://127.0.0.1:8080",
+		contract.EnvWorkerTokenFile: good,
+		contract.EnvWorkspace:       "/tmp/ws",
+		contract.EnvRepository:      "/tmp/repo.git",
 	}
 	tests := []struct {
 		name string
@@ -439,23 +440,23 @@ func TestConfigFromEnv(t *testing.T) {
 		ok   bool
 	}{
 		{"token file", nil, true},
-		{"token in the environment", map[string]string{harness.EnvTokenFile: "", harness.EnvToken: testToken}, true},
-		{"heartbeat", map[string]string{harness.EnvHeartbeat: "5s"}, true},
-		{"no token", map[string]string{harness.EnvTokenFile: ""}, false},
-		{"token file readable by others", map[string]string{harness.EnvTokenFile: loose}, false},
-		{"token file behind a link", map[string]string{harness.EnvTokenFile: link}, false},
-		{"empty token file", map[string]string{harness.EnvTokenFile: empty}, false},
-		{"missing token file", map[string]string{harness.EnvTokenFile: filepath.Join(dir, "none")}, false},
-		{"bad endpoint", map[string]string{harness.EnvEndpoint: "ftp://x"}, false},
-		{"no workspace", map[string]string{harness.EnvWorkspace: ""}, false},
-		{"no repository", map[string]string{harness.EnvRepository: ""}, false},
-		{"bad heartbeat", map[string]string{harness.EnvHeartbeat: "often"}, false},
-		{"git cache", map[string]string{harness.EnvGitCache: "/var/cache/git"}, true},
-		{"git cache off", map[string]string{harness.EnvGitCache: "off"}, true},
-		{"relative git cache", map[string]string{harness.EnvGitCache: "cache"}, false},
-		{"base URLs", map[string]string{harness.EnvAnthropicBaseURL: "https://gw.example/anthropic", harness.EnvOpenAIBaseURL: "http://127.0.0.1:9/v1"}, true},
-		{"http base URL off loopback", map[string]string{harness.EnvAnthropicBaseURL: "http://gw.example"}, false},
-		{"base URL with a password", map[string]string{harness.EnvOpenAIBaseURL: "https://u:" + testToken + "@gw.example/v1"}, false},
+		{"token in the environment", map[string]string{contract.EnvWorkerTokenFile: "", contract.EnvWorkerToken: testToken}, true},
+		{"heartbeat", map[string]string{contract.EnvHeartbeatInterval: "5s"}, true},
+		{"no token", map[string]string{contract.EnvWorkerTokenFile: ""}, false},
+		{"token file readable by others", map[string]string{contract.EnvWorkerTokenFile: loose}, false},
+		{"token file behind a link", map[string]string{contract.EnvWorkerTokenFile: link}, false},
+		{"empty token file", map[string]string{contract.EnvWorkerTokenFile: empty}, false},
+		{"missing token file", map[string]string{contract.EnvWorkerTokenFile: filepath.Join(dir, "none")}, false},
+		{"bad endpoint", map[string]string{contract.EnvWorkerEndpoint: "ftp://x"}, false},
+		{"no workspace", map[string]string{contract.EnvWorkspace: ""}, false},
+		{"no repository", map[string]string{contract.EnvRepository: ""}, false},
+		{"bad heartbeat", map[string]string{contract.EnvHeartbeatInterval: "often"}, false},
+		{"git cache", map[string]string{contract.EnvGitCache: "/var/cache/git"}, true},
+		{"git cache off", map[string]string{contract.EnvGitCache: "off"}, true},
+		{"relative git cache", map[string]string{contract.EnvGitCache: "cache"}, false},
+		{"base URLs", map[string]string{contract.EnvAnthropicBaseURL: "https://gw.example/anthropic", contract.EnvOpenAIBaseURL: "http://127.0.0.1:9/v1"}, true},
+		{"http base URL off loopback", map[string]string{contract.EnvAnthropicBaseURL: "http://gw.example"}, false},
+		{"base URL with a password", map[string]string{contract.EnvOpenAIBaseURL: "https://u:" + testToken + "@gw.example/v1"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -482,12 +483,12 @@ func TestConfigFromEnv(t *testing.T) {
 			if cfg.Token != testToken {
 				t.Errorf("token not read")
 			}
-			if cfg.AnthropicBaseURL != tt.set[harness.EnvAnthropicBaseURL] || cfg.OpenAIBaseURL != tt.set[harness.EnvOpenAIBaseURL] {
+			if cfg.AnthropicBaseURL != tt.set[contract.EnvAnthropicBaseURL] || cfg.OpenAIBaseURL != tt.set[contract.EnvOpenAIBaseURL] {
 				t.Errorf("base URLs %q, %q; want the environment's", cfg.AnthropicBaseURL, cfg.OpenAIBaseURL)
 			}
 			// The cache is beside the workspace unless named or off.
-			wantCache := map[string]string{"/var/cache/git": "/var/cache/git", "off": ""}[tt.set[harness.EnvGitCache]]
-			if _, named := tt.set[harness.EnvGitCache]; !named {
+			wantCache := map[string]string{"/var/cache/git": "/var/cache/git", "off": ""}[tt.set[contract.EnvGitCache]]
+			if _, named := tt.set[contract.EnvGitCache]; !named {
 				wantCache = "/tmp/" + harness.DefaultGitCacheName
 			}
 			if cfg.GitCache != wantCache {
@@ -646,8 +647,8 @@ func TestMissingOrLeakedSecret(t *testing.T) {
 func TestConfigSecrets(t *testing.T) {
 	ant, oai, codex, cred := randomSecret(t, "a-"), randomSecret(t, "o-"), randomSecret(t, "c-"), randomSecret(t, "g-")
 	base := map[string]string{
-		harness.EnvEndpoint: "http://127.0.0.1:8080", harness.EnvToken: testToken,
-		harness.EnvWorkspace: "/tmp/ws", harness.EnvRepository: "https://git.example.com/house.git",
+		contract.EnvWorkerEndpoint: "http://127.0.0.1:8080", contract.EnvWorkerToken: testToken,
+		contract.EnvWorkspace: "/tmp/ws", contract.EnvRepository: "https://git.example.com/house.git",
 	}
 	for _, tc := range []struct {
 		name                        string

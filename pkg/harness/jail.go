@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/safepath"
 	"github.com/galley-run/galley/pkg/workspace"
 )
@@ -53,25 +54,21 @@ type jail struct {
 	endErr  error
 }
 
-// EnvAgentMaxMemory sets the memory, in bytes, an agent's cgroup may use
-// (memory.limit_in_bytes), where the harness makes one. Default
-// DefaultAgentMaxMemory.
-const EnvAgentMaxMemory = "GALLEY_AGENT_MAX_MEMORY"
-
-// DefaultAgentMaxMemory is the agent's memory budget when
-// EnvAgentMaxMemory is unset: 4 GiB, room for a CLI on Node, its git and a
-// test run.
+// DefaultAgentMaxMemory is the agent's memory budget (its cgroup's
+// memory.limit_in_bytes, where the harness makes one) when
+// contract.EnvAgentMaxMemory is unset: 4 GiB, room for a CLI on Node, its
+// git and a test run.
 const DefaultAgentMaxMemory = 4 << 30
 
-// agentMaxMemory is the memory budget EnvAgentMaxMemory sets.
+// agentMaxMemory is the memory budget contract.EnvAgentMaxMemory sets.
 func agentMaxMemory() (int64, error) {
-	v := os.Getenv(EnvAgentMaxMemory)
+	v := os.Getenv(contract.EnvAgentMaxMemory)
 	if v == "" {
 		return DefaultAgentMaxMemory, nil
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 64<<20 {
-		return 0, fmt.Errorf("%s must be a number of bytes, at least 67108864 (64 MiB)", EnvAgentMaxMemory)
+		return 0, fmt.Errorf("%s must be a number of bytes, at least 67108864 (64 MiB)", contract.EnvAgentMaxMemory)
 	}
 	return n, nil
 }
@@ -95,25 +92,21 @@ func groupName(handle string) string {
 	return string(b) + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(groups.Add(1), 10)
 }
 
-// EnvAgentMaxProcs sets how many processes (threads, as the kernel counts
-// them) a confined agent may run at once: its RLIMIT_NPROC. Default
-// DefaultAgentMaxProcs.
-const EnvAgentMaxProcs = "GALLEY_AGENT_MAX_PROCS"
-
-// DefaultAgentMaxProcs is the agent's process budget when EnvAgentMaxProcs
-// is unset: room for a CLI on Node (a dozen threads), its git and a test
-// run with workers, far below the machine's pid_max.
+// DefaultAgentMaxProcs is the agent's process budget (its RLIMIT_NPROC)
+// when contract.EnvAgentMaxProcs is unset: room for a CLI on Node (a
+// dozen threads), its git and a test run with workers, far below the
+// machine's pid_max.
 const DefaultAgentMaxProcs = 1024
 
-// agentMaxProcs is the process budget EnvAgentMaxProcs sets.
+// agentMaxProcs is the process budget contract.EnvAgentMaxProcs sets.
 func agentMaxProcs() (uint64, error) {
-	v := os.Getenv(EnvAgentMaxProcs)
+	v := os.Getenv(contract.EnvAgentMaxProcs)
 	if v == "" {
 		return DefaultAgentMaxProcs, nil
 	}
 	n, err := strconv.ParseUint(v, 10, 32)
 	if err != nil || n < 16 {
-		return 0, fmt.Errorf("%s must be a number of processes, at least 16", EnvAgentMaxProcs)
+		return 0, fmt.Errorf("%s must be a number of processes, at least 16", contract.EnvAgentMaxProcs)
 	}
 	return n, nil
 }

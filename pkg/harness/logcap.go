@@ -6,28 +6,25 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/galley-run/galley/pkg/contract"
 )
 
-// EnvLogLimit is the worker's log budget in bytes: everything the harness
-// writes to its stderr (its own lines and its agent's output, which it
-// logs). Locally that is <data>/workers/<handle>/harness.log; on AWS it is
-// what reaches CloudWatch Logs.
-const EnvLogLimit = "GALLEY_LOG_LIMIT"
-
-// DefaultLogLimit is the log budget when EnvLogLimit is unset: far more
-// than a worker's own lines, little beside a machine's disk.
+// DefaultLogLimit is the worker's log budget when contract.EnvLogLimit is
+// unset: far more than a worker's own lines, little beside a machine's
+// disk.
 const DefaultLogLimit = 16 << 20
 
-// LogLimitFromEnv reads EnvLogLimit: DefaultLogLimit when unset, an error
-// when it is not a positive number of bytes.
+// LogLimitFromEnv reads contract.EnvLogLimit: DefaultLogLimit when unset,
+// an error when it is not a positive number of bytes.
 func LogLimitFromEnv(getenv func(string) string) (int64, error) {
-	v := strings.TrimSpace(getenv(EnvLogLimit))
+	v := strings.TrimSpace(getenv(contract.EnvLogLimit))
 	if v == "" {
 		return DefaultLogLimit, nil
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < int64(minLogLimit) {
-		return 0, fmt.Errorf("%s must be a number of bytes, at least %d", EnvLogLimit, minLogLimit)
+		return 0, fmt.Errorf("%s must be a number of bytes, at least %d", contract.EnvLogLimit, minLogLimit)
 	}
 	return n, nil
 }
@@ -40,7 +37,7 @@ const minLogLimit = 4096
 // reads why the log stops.
 func CutLine(limit int64) string {
 	return fmt.Sprintf(`{"level":"WARN","msg":"log cut: this worker used its log budget of %d bytes (%s); later lines are dropped"}`+"\n",
-		limit, EnvLogLimit)
+		limit, contract.EnvLogLimit)
 }
 
 // CappedWriter passes whole writes to w until the next would take the total

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/workerapi"
@@ -48,10 +49,10 @@ func mcpOf(t *testing.T, ctx context.Context, env ...string) (*proc, *fakeapi.Se
 	c := &mcpClient{dial: dial, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64,
 		DialContext: func(_ context.Context, _, addr string) (net.Conn, error) { return dial(addr) }}}}
 	for _, kv := range strings.Split(string(environ), "\x00") {
-		if v, ok := strings.CutPrefix(kv, harness.EnvMCPURL+"="); ok {
+		if v, ok := strings.CutPrefix(kv, contract.EnvMCPURL+"="); ok {
 			c.url = v
 		}
-		if v, ok := strings.CutPrefix(kv, harness.EnvMCPSecret+"="); ok {
+		if v, ok := strings.CutPrefix(kv, contract.EnvMCPSecret+"="); ok {
 			c.secret = v
 		}
 	}
@@ -191,7 +192,7 @@ const mcpFloodPeak = 64 << 20
 func TestMCPFloodWithinBudget(t *testing.T) {
 	ctx := testCtx(t)
 	const sessions, requests = harness.DefaultMCPSessions, harness.DefaultMCPRequests
-	p, _, c := mcpOf(t, ctx, harness.EnvMCPBodyTimeout+"=5s")
+	p, _, c := mcpOf(t, ctx, contract.EnvMCPBodyTimeout+"=5s")
 	pid := p.cmd.Process.Pid
 	rss0, peak0 := memory(t, pid)
 
@@ -334,7 +335,7 @@ func TestMCPFloodWithinBudget(t *testing.T) {
 func TestMCPUnauthenticatedTakesNoPlace(t *testing.T) {
 	ctx := testCtx(t)
 	const requests = 2
-	_, _, c := mcpOf(t, ctx, harness.EnvMCPRequests+"="+strconv.Itoa(requests))
+	_, _, c := mcpOf(t, ctx, contract.EnvMCPRequests+"="+strconv.Itoa(requests))
 	var answers []<-chan string
 	for range 3 * requests {
 		_, answer := c.rawPostAs(t, "not-the-secret", 100_000, "{")
@@ -361,7 +362,7 @@ func TestMCPUnauthenticatedTakesNoPlace(t *testing.T) {
 func TestMCPSessionIdle(t *testing.T) {
 	ctx := testCtx(t)
 	const idle = 2 * time.Second
-	_, f, c := mcpOf(t, ctx, harness.EnvMCPSessionIdle+"="+idle.String(), harness.EnvProgress+"=500ms")
+	_, f, c := mcpOf(t, ctx, contract.EnvMCPSessionIdle+"="+idle.String(), contract.EnvMCPProgressInterval+"=500ms")
 	idler, waiter := c.open(t, ctx), c.open(t, ctx)
 
 	waited := make(chan string, 1)

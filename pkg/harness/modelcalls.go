@@ -10,46 +10,38 @@ import (
 	"sync"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/modelproxy"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
 
-// A worker's model calls go through the harness's model proxy
-// (pkg/modelproxy): the agent holds a token that works there alone and
-// ends with the worker, never the house's provider key; the proxy counts
-// what the provider says each call used (the worker's usage reports come
-// from that count, never from what the CLI says) and refuses calls past
-// the house's cap.
-const (
-	// EnvModelCapTokens caps the tokens a worker's model calls may use
-	// (input, output, cache reads and writes, as the provider counts them).
-	EnvModelCapTokens = "GALLEY_MODEL_CAP_TOKENS"
-	// EnvModelCapUSD caps what a worker's model calls may cost, in US
-	// dollars (a decimal, at most six places), at galley's price table.
-	EnvModelCapUSD = "GALLEY_MODEL_CAP_USD"
-)
-
 // usageEvery is how often, at most, the harness reports the proxy's count
 // while calls go on; the count at the agent's end is always reported.
 const usageEvery = 5 * time.Second
 
-// ModelBudgetFromEnv reads EnvModelCapTokens and EnvModelCapUSD: the zero
-// Budget (no cap) when unset.
+// ModelBudgetFromEnv reads the house's cap on a worker's model use
+// (contract.EnvModelCapTokens, EnvModelCapUSD): the zero Budget (no cap)
+// when unset. A worker's model calls go through the harness's model proxy
+// (pkg/modelproxy): the agent holds a token that works there alone and
+// ends with the worker, never the house's provider key; the proxy counts
+// what the provider says each call used (the worker's usage reports come
+// from that count, never from what the CLI says) and refuses calls past
+// the cap.
 func ModelBudgetFromEnv(getenv func(string) string) (modelproxy.Budget, error) {
 	var b modelproxy.Budget
-	if s := strings.TrimSpace(getenv(EnvModelCapTokens)); s != "" {
+	if s := strings.TrimSpace(getenv(contract.EnvModelCapTokens)); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n <= 0 {
-			return b, errors.New(EnvModelCapTokens + " must be a positive whole number of tokens")
+			return b, errors.New(contract.EnvModelCapTokens + " must be a positive whole number of tokens")
 		}
 		b.Tokens = n
 	}
-	if s := strings.TrimSpace(getenv(EnvModelCapUSD)); s != "" {
+	if s := strings.TrimSpace(getenv(contract.EnvModelCapUSD)); s != "" {
 		micro, err := ParseMicroUSD(s)
 		if err != nil || micro <= 0 {
-			return b, errors.New(EnvModelCapUSD + " must be a positive number of dollars, at most six decimal places")
+			return b, errors.New(contract.EnvModelCapUSD + " must be a positive number of dollars, at most six decimal places")
 		}
 		b.MicroUSD = micro
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
@@ -105,7 +106,7 @@ func TestAgentIsEndedWhole(t *testing.T) {
 		t.Skip("the uid confinement needs root here: " + why)
 	}
 	const budget = 64
-	t.Setenv(harness.EnvAgentMaxProcs, strconv.Itoa(budget))
+	t.Setenv(contract.EnvAgentMaxProcs, strconv.Itoa(budget))
 	uid := workerapi.AgentUIDBase + rand.N(uint32(1_000_000))
 	var (
 		mu      sync.Mutex

@@ -18,6 +18,7 @@ import (
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
 
 	"github.com/galley-run/galley/pkg/api"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
 	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/galleyerr"
@@ -143,7 +144,7 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 	if d.Wakes == nil && fn == WorkerAPI && cfg.WakeRoleArn != "" {
 		bell, ok := d.Doorbell.(*sqsbell.Bell)
 		if !ok {
-			return nil, galleyerr.Errorf(galleyerr.Invalid, "%s needs the SQS doorbell", EnvWakeRoleArn)
+			return nil, galleyerr.Errorf(galleyerr.Invalid, "%s needs the SQS doorbell", contract.EnvWakeRoleArn)
 		}
 		c, err := awsCfg()
 		if err != nil {
@@ -200,12 +201,12 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 			return nil, err
 		}
 		if workerSecret, err = ReadSecret(ctx, sm, cfg.WorkerSecretArn); err != nil {
-			return nil, galleyerr.E(op, "worker secret ("+EnvWorkerSecretArn+")", err)
+			return nil, galleyerr.E(op, "worker secret ("+contract.EnvWorkerSecretArn+")", err)
 		}
 	case fn.signsWorkers():
 		b, err := readSecretFile(cfg.WorkerSecretFile)
 		if err != nil {
-			return nil, galleyerr.E(op, "worker secret ("+EnvWorkerSecretFile+")", err)
+			return nil, galleyerr.E(op, "worker secret ("+contract.EnvWorkerSecretFile+")", err)
 		}
 		workerSecret = b
 	default:

@@ -7,73 +7,30 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/service"
 )
 
-// Environment variable names. The first group is a copy of
-// infra/stack/envnames.go (the CDK app is its own module): keep both in step.
+// The names of the contract that aws-local (local/awslocal) takes from
+// this package; everything else reads them from package contract, which
+// says what each means.
 const (
-	EnvTable          = "GALLEY_TABLE"
-	EnvHouse          = "GALLEY_HOUSE"
-	EnvBackend        = "GALLEY_BACKEND"
-	EnvCredential     = "GALLEY_CREDENTIAL"
-	EnvTokenSecretArn = "GALLEY_TOKEN_SECRET_ARN"
-	EnvQueuePrefix    = "GALLEY_QUEUE_PREFIX"
-	EnvCluster        = "GALLEY_CLUSTER"
-	EnvTaskDefinition = "GALLEY_TASK_DEFINITION"
-	EnvSubnets        = "GALLEY_SUBNETS"
-	EnvSecurityGroup  = "GALLEY_SECURITY_GROUP"
-	EnvAwaitCapMs     = "GALLEY_AWAIT_CAP_MS"
-	EnvMaxWorkers     = "GALLEY_MAX_WORKERS"
-	EnvAgentFamilies  = "GALLEY_AGENT_FAMILIES"
-	EnvRepository     = "GALLEY_REPOSITORY"
-	EnvWorkerEndpoint = "GALLEY_WORKER_ENDPOINT"
-	EnvQueueIdleHours = "GALLEY_QUEUE_IDLE_HOURS"
-
-	EnvWorkerContainer = "GALLEY_WORKER_CONTAINER"
-	EnvAssignPublicIP  = "GALLEY_ASSIGN_PUBLIC_IP"
-	EnvSecretGit       = "GALLEY_SECRET_GIT"
-	// EnvGitUsername is the user name sent with the git credential
-	// (default x-access-token, which GitHub accepts with any token).
-	EnvGitUsername = "GALLEY_GIT_USERNAME"
-	EnvWorkspace   = "GALLEY_WORKSPACE"
-	// EnvWorkspaceRoot is where the shared file system (EFS) is mounted in
-	// the worker container: every worktree lives below it and outlives its
-	// task. Unset, workspaces live in each task's ephemeral storage.
-	EnvWorkspaceRoot = "GALLEY_WORKSPACE_ROOT"
-	// EnvWakeRoleArn is the role the worker-API function assumes, with a
-	// session policy naming one worker's doorbell queue, to let that
-	// worker's harness wait on its queue itself (sqsbell.Granter).
-	EnvWakeRoleArn = "GALLEY_WAKE_ROLE_ARN"
-	// EnvOperatorTokenSecretArn names the operator token's secret: the
-	// operator function's only secret, which no other function reads.
-	EnvOperatorTokenSecretArn = "GALLEY_OPERATOR_TOKEN_SECRET_ARN"
-)
-
-// Names this package adds (not yet in infra/stack/envnames.go).
-const (
-	// EnvWorkerSecretArn names the Secrets Manager secret that signs worker
-	// credentials. Only the effects function (which signs) and the worker
-	// API function (which verifies) read it.
-	EnvWorkerSecretArn = "GALLEY_WORKER_SECRET_ARN"
-	// EnvDefaultAgent is the agent for launches that name none (script,
-	// claude or codex); default: the first of GALLEY_AGENT_FAMILIES, else
-	// script.
-	EnvDefaultAgent = "GALLEY_DEFAULT_AGENT"
-	// EnvTokenCacheSeconds bounds how long the bearer token is cached, so a
-	// rotation takes effect within it (default 300).
-	EnvTokenCacheSeconds = "GALLEY_TOKEN_CACHE_SECONDS"
-	// EnvLogLevel is debug, info (default), warn or error.
-	EnvLogLevel = "GALLEY_LOG_LEVEL"
-
-	// Stand-in settings for one machine (the aws-local stack), where no
-	// Secrets Manager runs: the bearer token and the worker secret come from
-	// files of mode 600. A function uses them only when the corresponding
-	// ARN is unset.
-	EnvTokenFile         = "GALLEY_TOKEN_FILE"
-	EnvWorkerSecretFile  = "GALLEY_WORKER_SECRET_FILE"
-	EnvOperatorTokenFile = "GALLEY_OPERATOR_TOKEN_FILE"
+	EnvTable                  = contract.EnvTable
+	EnvHouse                  = contract.EnvHouse
+	EnvBackend                = contract.EnvBackend
+	EnvCredential             = contract.EnvCredential
+	EnvTokenSecretArn         = contract.EnvTokenSecretArn
+	EnvWorkerSecretArn        = contract.EnvWorkerSecretArn
+	EnvOperatorTokenSecretArn = contract.EnvOperatorTokenSecretArn
+	EnvSecretGit              = contract.EnvSecretGit
+	EnvQueuePrefix            = contract.EnvQueuePrefix
+	EnvCluster                = contract.EnvCluster
+	EnvMaxWorkers             = contract.EnvMaxWorkers
+	EnvRepository             = contract.EnvRepository
+	EnvWorkerEndpoint         = contract.EnvWorkerEndpoint
+	EnvWakeRoleArn            = contract.EnvWakeRoleArn
+	EnvWorkspaceRoot          = contract.EnvWorkspaceRoot
 )
 
 // Function names one of galley's Lambda functions; each serves one route
@@ -81,18 +38,24 @@ const (
 type Function string
 
 const (
-	Effects    Function = "effects"
-	Reads      Function = "reads"
-	Mailbox    Function = "mailbox"
-	WorkerAPI  Function = "workerapi"
-	Reconciler Function = "reconciler"
+	Effects    Function = contract.FnEffects
+	Reads      Function = contract.FnReads
+	Mailbox    Function = contract.FnMailbox
+	WorkerAPI  Function = contract.FnWorkerAPI
+	Reconciler Function = contract.FnReconciler
 	// Operator serves the operator API and console (package operator)
 	// under /operator/, with the operator token.
-	Operator Function = "operator"
+	Operator Function = contract.FnOperator
 )
 
-// Functions lists every function.
-var Functions = []Function{Effects, Reads, Mailbox, WorkerAPI, Reconciler, Operator}
+// Functions lists every function, in the stack's order.
+var Functions = func() []Function {
+	fs := make([]Function, len(contract.FunctionNames))
+	for i, n := range contract.FunctionNames {
+		fs[i] = Function(n)
+	}
+	return fs
+}()
 
 // servesKitchn reports whether kitchn calls the function (it checks the
 // bearer token).
@@ -116,9 +79,6 @@ func (f Function) startsTasks() bool { return f == Effects || f == Reads }
 
 // Defaults.
 const (
-	// DefaultAwaitCap is below API Gateway's 30 s integration limit, with
-	// room for the read after the hold.
-	DefaultAwaitCap   = 25 * time.Second
 	DefaultTokenCache = 5 * time.Minute
 	// DefaultClockSkew is the margin between API Gateway's clock (which
 	// stamps arrivals) and a function's (which stamps lookup promises); see
@@ -131,9 +91,6 @@ const (
 	// refuses less, as it could take a queue in use.
 	minQueueIdle      = 2 * time.Hour
 	maxQueueIdleHours = 24 * 366
-	// DefaultWorkspace is where the worker task's workspaces live.
-	DefaultWorkspace = "/workspace"
-	defaultContainer = "worker"
 )
 
 // Config is one function's configuration, read from its environment.
@@ -145,7 +102,7 @@ type Config struct {
 	Backend     string
 	Credential  string
 	QueuePrefix string
-	// WakeRoleArn: see EnvWakeRoleArn (worker-API function).
+	// WakeRoleArn: see contract.EnvWakeRoleArn (worker-API function).
 	WakeRoleArn string
 	// QueueIdle: the reconciler sweeps doorbell queues unused for longer.
 	QueueIdle time.Duration
@@ -197,33 +154,33 @@ func ConfigFromEnv(fn Function, getenv func(string) string) (Config, error) {
 	const op = galleyerr.Op("lambdaapp.config")
 	c := Config{
 		Function:               fn,
-		Table:                  getenv(EnvTable),
-		House:                  getenv(EnvHouse),
-		Backend:                getenv(EnvBackend),
-		Credential:             getenv(EnvCredential),
-		QueuePrefix:            getenv(EnvQueuePrefix),
-		WakeRoleArn:            getenv(EnvWakeRoleArn),
-		TokenSecretArn:         getenv(EnvTokenSecretArn),
-		TokenFile:              getenv(EnvTokenFile),
-		WorkerSecretArn:        getenv(EnvWorkerSecretArn),
-		OperatorTokenSecretArn: getenv(EnvOperatorTokenSecretArn),
-		OperatorTokenFile:      getenv(EnvOperatorTokenFile),
-		WorkerSecretFile:       getenv(EnvWorkerSecretFile),
-		Cluster:                getenv(EnvCluster),
-		TaskDefinition:         getenv(EnvTaskDefinition),
-		Subnets:                list(getenv(EnvSubnets)),
-		SecurityGroups:         list(getenv(EnvSecurityGroup)),
-		WorkerContainer:        getenv(EnvWorkerContainer),
-		WorkerEndpoint:         getenv(EnvWorkerEndpoint),
-		Repository:             getenv(EnvRepository),
-		GitSecretArn:           getenv(EnvSecretGit),
-		GitUsername:            getenv(EnvGitUsername),
-		WorkspaceRoot:          getenv(EnvWorkspace),
-		SharedWorkspaceRoot:    getenv(EnvWorkspaceRoot),
-		Families:               list(getenv(EnvAgentFamilies)),
-		DefaultAgent:           getenv(EnvDefaultAgent),
-		LogLevel:               getenv(EnvLogLevel),
-		AwaitCap:               DefaultAwaitCap,
+		Table:                  getenv(contract.EnvTable),
+		House:                  getenv(contract.EnvHouse),
+		Backend:                getenv(contract.EnvBackend),
+		Credential:             getenv(contract.EnvCredential),
+		QueuePrefix:            getenv(contract.EnvQueuePrefix),
+		WakeRoleArn:            getenv(contract.EnvWakeRoleArn),
+		TokenSecretArn:         getenv(contract.EnvTokenSecretArn),
+		TokenFile:              getenv(contract.EnvTokenFile),
+		WorkerSecretArn:        getenv(contract.EnvWorkerSecretArn),
+		OperatorTokenSecretArn: getenv(contract.EnvOperatorTokenSecretArn),
+		OperatorTokenFile:      getenv(contract.EnvOperatorTokenFile),
+		WorkerSecretFile:       getenv(contract.EnvWorkerSecretFile),
+		Cluster:                getenv(contract.EnvCluster),
+		TaskDefinition:         getenv(contract.EnvTaskDefinition),
+		Subnets:                list(getenv(contract.EnvSubnets)),
+		SecurityGroups:         list(getenv(contract.EnvSecurityGroup)),
+		WorkerContainer:        getenv(contract.EnvWorkerContainer),
+		WorkerEndpoint:         getenv(contract.EnvWorkerEndpoint),
+		Repository:             getenv(contract.EnvRepository),
+		GitSecretArn:           getenv(contract.EnvSecretGit),
+		GitUsername:            getenv(contract.EnvGitUsername),
+		WorkspaceRoot:          getenv(contract.EnvWorkspace),
+		SharedWorkspaceRoot:    getenv(contract.EnvWorkspaceRoot),
+		Families:               list(getenv(contract.EnvAgentFamilies)),
+		DefaultAgent:           getenv(contract.EnvDefaultAgent),
+		LogLevel:               getenv(contract.EnvLogLevel),
+		AwaitCap:               contract.AwaitCap,
 		TokenCache:             DefaultTokenCache,
 		QueueIdle:              DefaultQueueIdle,
 	}
@@ -238,82 +195,82 @@ func ConfigFromEnv(fn Function, getenv func(string) string) (Config, error) {
 			missing = append(missing, name)
 		}
 	}
-	need(EnvTable, c.Table)
-	need(EnvHouse, c.House)
-	need(EnvBackend, c.Backend)
-	need(EnvQueuePrefix, c.QueuePrefix)
+	need(contract.EnvTable, c.Table)
+	need(contract.EnvHouse, c.House)
+	need(contract.EnvBackend, c.Backend)
+	need(contract.EnvQueuePrefix, c.QueuePrefix)
 	if fn.servesKitchn() && c.TokenSecretArn == "" && c.TokenFile == "" {
-		missing = append(missing, EnvTokenSecretArn)
+		missing = append(missing, contract.EnvTokenSecretArn)
 	}
 	if fn == Operator && c.OperatorTokenSecretArn == "" && c.OperatorTokenFile == "" {
-		missing = append(missing, EnvOperatorTokenSecretArn)
+		missing = append(missing, contract.EnvOperatorTokenSecretArn)
 	}
 	if fn.signsWorkers() && c.WorkerSecretArn == "" && c.WorkerSecretFile == "" {
-		missing = append(missing, EnvWorkerSecretArn)
+		missing = append(missing, contract.EnvWorkerSecretArn)
 	}
 	if fn.startsTasks() {
-		need(EnvCluster, c.Cluster)
-		need(EnvTaskDefinition, c.TaskDefinition)
-		need(EnvSubnets, strings.Join(c.Subnets, ","))
-		need(EnvWorkerEndpoint, c.WorkerEndpoint)
-		need(EnvRepository, c.Repository)
+		need(contract.EnvCluster, c.Cluster)
+		need(contract.EnvTaskDefinition, c.TaskDefinition)
+		need(contract.EnvSubnets, strings.Join(c.Subnets, ","))
+		need(contract.EnvWorkerEndpoint, c.WorkerEndpoint)
+		need(contract.EnvRepository, c.Repository)
 	}
 	if len(missing) > 0 {
 		return c, galleyerr.E(op, galleyerr.Invalid, "missing environment variable "+strings.Join(missing, ", "))
 	}
 
 	if c.Credential == "" {
-		c.Credential = "galley-token"
+		c.Credential = contract.DefaultCredential
 	}
 	if c.WorkerContainer == "" {
-		c.WorkerContainer = defaultContainer
+		c.WorkerContainer = contract.WorkerContainer
 	}
 	if r := c.SharedWorkspaceRoot; r != "" {
 		if !path.IsAbs(r) || path.Clean(r) == "/" {
-			return c, galleyerr.E(op, galleyerr.Invalid, EnvWorkspaceRoot+" must be an absolute path below /")
+			return c, galleyerr.E(op, galleyerr.Invalid, contract.EnvWorkspaceRoot+" must be an absolute path below /")
 		}
 		c.SharedWorkspaceRoot = path.Clean(r)
 		c.WorkspaceRoot = c.SharedWorkspaceRoot
 	}
 	if c.WorkspaceRoot == "" {
-		c.WorkspaceRoot = DefaultWorkspace
+		c.WorkspaceRoot = contract.DefaultWorkspace
 	}
-	if v := getenv(EnvAssignPublicIP); v != "" {
+	if v := getenv(contract.EnvAssignPublicIP); v != "" {
 		switch strings.ToUpper(v) {
 		case "ENABLED", "TRUE", "1":
 			c.AssignPublicIP = true
 		case "DISABLED", "FALSE", "0":
 		default:
-			return c, galleyerr.E(op, galleyerr.Invalid, EnvAssignPublicIP+" must be ENABLED or DISABLED")
+			return c, galleyerr.E(op, galleyerr.Invalid, contract.EnvAssignPublicIP+" must be ENABLED or DISABLED")
 		}
 	}
 	var err error
-	if c.AwaitCap, err = millis(getenv, EnvAwaitCapMs, DefaultAwaitCap); err != nil {
+	if c.AwaitCap, err = millis(getenv, contract.EnvAwaitCapMs, contract.AwaitCap); err != nil {
 		return c, galleyerr.E(op, err)
 	}
-	if v := getenv(EnvTokenCacheSeconds); v != "" {
+	if v := getenv(contract.EnvTokenCacheSeconds); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return c, galleyerr.E(op, galleyerr.Invalid, EnvTokenCacheSeconds+" must be a whole number of seconds")
+			return c, galleyerr.E(op, galleyerr.Invalid, contract.EnvTokenCacheSeconds+" must be a whole number of seconds")
 		}
 		c.TokenCache = time.Duration(n) * time.Second
 	}
-	if v := getenv(EnvQueueIdleHours); v != "" {
+	if v := getenv(contract.EnvQueueIdleHours); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < int(minQueueIdle/time.Hour) || n > maxQueueIdleHours {
 			return c, galleyerr.E(op, galleyerr.Invalid, fmt.Sprintf("%s must be a whole number of hours from %d to %d",
-				EnvQueueIdleHours, int(minQueueIdle/time.Hour), maxQueueIdleHours))
+				contract.EnvQueueIdleHours, int(minQueueIdle/time.Hour), maxQueueIdleHours))
 		}
 		c.QueueIdle = time.Duration(n) * time.Hour
 	}
-	if v := getenv(EnvMaxWorkers); v != "" {
+	if v := getenv(contract.EnvMaxWorkers); v != "" {
 		if c.MaxWorkers, err = strconv.Atoi(v); err != nil || c.MaxWorkers < 0 {
-			return c, galleyerr.E(op, galleyerr.Invalid, EnvMaxWorkers+" must be a whole number")
+			return c, galleyerr.E(op, galleyerr.Invalid, contract.EnvMaxWorkers+" must be a whole number")
 		}
 	}
 	for _, f := range c.Families {
 		if f != "claude" && f != "codex" {
-			return c, galleyerr.E(op, galleyerr.Invalid, fmt.Sprintf("%s: unknown agent family %q (claude, codex)", EnvAgentFamilies, f))
+			return c, galleyerr.E(op, galleyerr.Invalid, fmt.Sprintf("%s: unknown agent family %q (claude, codex)", contract.EnvAgentFamilies, f))
 		}
 	}
 	if c.DefaultAgent == "" {
@@ -325,12 +282,12 @@ func ConfigFromEnv(fn Function, getenv func(string) string) (Config, error) {
 	switch c.DefaultAgent {
 	case "script", "claude", "codex":
 	default:
-		return c, galleyerr.E(op, galleyerr.Invalid, EnvDefaultAgent+" must be script, claude or codex")
+		return c, galleyerr.E(op, galleyerr.Invalid, contract.EnvDefaultAgent+" must be script, claude or codex")
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "", "debug", "info", "warn", "error":
 	default:
-		return c, galleyerr.E(op, galleyerr.Invalid, EnvLogLevel+" must be debug, info, warn or error")
+		return c, galleyerr.E(op, galleyerr.Invalid, contract.EnvLogLevel+" must be debug, info, warn or error")
 	}
 	return c, nil
 }

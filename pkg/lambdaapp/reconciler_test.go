@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/doorbell/localbell"
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell/sqsbelltest"
 	"github.com/galley-run/galley/pkg/lambdaapp"
@@ -85,8 +86,8 @@ func TestReconcilerSweepsOnScheduleAndStillSettles(t *testing.T) {
 	listen("mailbox/new-run")
 
 	app, logs := reconcilerApp(t, bell, func(env map[string]string) {
-		env[lambdaapp.EnvQueueIdleHours] = "3"
-		env[lambdaapp.EnvQueuePrefix] = prefix
+		env[contract.EnvQueueIdleHours] = "3"
+		env[contract.EnvQueuePrefix] = prefix
 	})
 	if err := invokeEvent(t, app, scheduledEvent); err != nil {
 		t.Fatalf("scheduled event: %v", err)

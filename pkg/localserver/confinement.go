@@ -2,14 +2,15 @@ package localserver
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/harness"
+	"github.com/galley-run/galley/pkg/protocol"
 )
 
 // confined reports at start how workers' agents are confined (e), and
@@ -57,20 +58,17 @@ func networkConfined(log *slog.Logger, n harness.NetworkEnforcement) {
 // partial.
 func partialIsolation(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet || r.URL.Path != "/v1/descriptor" {
+		if r.Method != contract.RouteDescriptor.Method || r.URL.Path != contract.PathDescriptor {
 			h.ServeHTTP(w, r)
 			return
 		}
 		rec := &heldResponse{header: http.Header{}, code: http.StatusOK}
 		h.ServeHTTP(rec, r)
 		body := rec.body.Bytes()
-		var d map[string]json.RawMessage
-		var caps map[string]string
-		if rec.code == http.StatusOK && json.Unmarshal(body, &d) == nil && json.Unmarshal(d["capabilities"], &caps) == nil {
-			if _, ok := caps["worker.launch_isolated"]; ok {
-				caps["worker.launch_isolated"] = "partial"
-				d["capabilities"], _ = json.Marshal(caps)
-				if b, err := json.Marshal(d); err == nil {
+		if rec.code == http.StatusOK {
+			if d, err := protocol.ParseDescriptor(body); err == nil && d.Capabilities[protocol.CapLaunchIsolated] != "" {
+				d.Capabilities[protocol.CapLaunchIsolated] = protocol.SupportPartial
+				if b, err := protocol.EncodeDescriptor(d); err == nil {
 					body = b
 				}
 			}

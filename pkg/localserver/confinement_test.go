@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/harness"
+	"github.com/galley-run/galley/pkg/protocol"
 )
 
 // TestConfinedDescriptor: unconfined, the descriptor declares
@@ -25,13 +27,16 @@ func TestConfinedDescriptor(t *testing.T) {
 		want string
 	}{{harness.ConfineNone, "partial"}, {harness.ConfineUser, "supported"}, {harness.ConfineLandlock, "supported"}} {
 		rec := httptest.NewRecorder()
-		confined(log, harness.Enforcement{Mode: tc.mode}, harness.NetworkEnforcement{Mode: harness.NetNamespace}, api).ServeHTTP(rec, httptest.NewRequest("GET", "/v1/descriptor", nil))
+		confined(log, harness.Enforcement{Mode: tc.mode}, harness.NetworkEnforcement{Mode: harness.NetNamespace}, api).ServeHTTP(rec, httptest.NewRequest(contract.RouteDescriptor.Method, contract.PathDescriptor, nil))
 		var d struct {
 			Backend      string
 			Capabilities map[string]string
 		}
 		if err := json.Unmarshal(rec.Body.Bytes(), &d); err != nil || rec.Code != 200 {
 			t.Fatalf("%s: %d %v %s", tc.mode, rec.Code, err, rec.Body)
+		}
+		if _, err := protocol.ParseDescriptor(rec.Body.Bytes()); err != nil {
+			t.Errorf("%s: the client cannot read the descriptor %s: %v", tc.mode, rec.Body, err)
 		}
 		if d.Capabilities["worker.launch_isolated"] != tc.want || d.Capabilities["worker.cancel"] != "supported" || d.Backend != "galley" {
 			t.Errorf("%s: descriptor %+v", tc.mode, d)

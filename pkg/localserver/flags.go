@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/store"
@@ -33,8 +34,8 @@ func AddFlags(fs *flag.FlagSet) *Flags {
 	o := &f.Options
 	fs.StringVar(&o.Listen, "listen", "127.0.0.1:8080", "address to serve on")
 	fs.StringVar(&o.House, "house", "local", "the kitchn house this server serves")
-	fs.StringVar(&o.Backend, "backend", "galley", "the backend namespace of the binding")
-	fs.StringVar(&o.Credential, "credential", "galley-token", "the binding's credential name")
+	fs.StringVar(&o.Backend, "backend", contract.DefaultBackend, "the backend namespace of the binding")
+	fs.StringVar(&o.Credential, "credential", contract.DefaultCredential, "the binding's credential name")
 	fs.StringVar(&o.Data, "data", ".galley", "directory for all state")
 	fs.StringVar(&o.TokenFile, "token-file", "", "bearer token file, created (mode 600) when absent (default <data>/private/token)")
 	fs.StringVar(&o.OperatorTokenFile, "operator-token-file", "", "operator token file (the operator API and console), created (mode 600) when absent (default <data>/private/operator-token)")
@@ -49,7 +50,7 @@ func AddFlags(fs *flag.FlagSet) *Flags {
 	fs.Int64Var(&o.ModelCapTokens, "model-cap-tokens", 0, "most tokens each worker's model calls may use, as the provider counts them (0: no cap)")
 	fs.StringVar(&o.ModelCapUSD, "model-cap-usd", "", "most each worker's model calls may cost, in US dollars at galley's price table, e.g. 5 or 2.50 (default: no cap)")
 	fs.StringVar(&o.WorkerBin, "worker-bin", "", "the galley-worker binary (default: beside galley, or on PATH)")
-	fs.DurationVar(&o.AwaitCap, "await-cap", 25*time.Second, "longest hold of deliveries/await")
+	fs.DurationVar(&o.AwaitCap, "await-cap", contract.AwaitCap, "longest hold of deliveries/await")
 	fs.IntVar(&o.MaxWorkers, "max-workers", 0, "most unsettled workers; 0 for no bound")
 	fs.IntVar(&o.Conns.PerPeer, "max-conns-per-peer", 0, "most connections held from one address, on loopback from one uid (0: 1024)")
 	fs.IntVar(&o.Conns.Total, "max-conns", 0, "most connections held in all (0: 4096, at most half the open-file limit)")
@@ -76,7 +77,7 @@ func (f *Flags) AWS() (table, queuePrefix string, err error) {
 	case "dynamodb":
 		table = f.table
 		if table == "" {
-			table = "galley-" + house
+			table = contract.ResourcePrefix(house)
 		}
 	default:
 		return "", "", fmt.Errorf("--store must be bolt or dynamodb")
@@ -86,7 +87,7 @@ func (f *Flags) AWS() (table, queuePrefix string, err error) {
 	case "sqs":
 		queuePrefix = f.queuePrefix
 		if queuePrefix == "" {
-			queuePrefix = "galley-" + house
+			queuePrefix = contract.ResourcePrefix(house)
 		}
 	default:
 		return "", "", fmt.Errorf("--doorbell must be local or sqs")

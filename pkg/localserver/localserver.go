@@ -27,6 +27,7 @@ import (
 	"github.com/galley-run/galley/pkg/agents"
 	"github.com/galley-run/galley/pkg/api"
 	"github.com/galley-run/galley/pkg/connlimit"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/doorbell/localbell"
 	"github.com/galley-run/galley/pkg/egress"
 	"github.com/galley-run/galley/pkg/eventlog"
@@ -44,8 +45,8 @@ import (
 type Options struct {
 	Listen     string // default 127.0.0.1:8080
 	House      string // default "local"
-	Backend    string // default "galley"
-	Credential string // default "galley-token"
+	Backend    string // default contract.DefaultBackend
+	Credential string // default contract.DefaultCredential
 	TokenFile  string // default <data>/private/token
 	// OperatorTokenFile holds the operator token (the operator API and
 	// console, package operator); default <data>/private/operator-token.
@@ -120,8 +121,8 @@ func (o *Options) Defaults() {
 	}
 	set(&o.Listen, "127.0.0.1:8080")
 	set(&o.House, "local")
-	set(&o.Backend, "galley")
-	set(&o.Credential, "galley-token")
+	set(&o.Backend, contract.DefaultBackend)
+	set(&o.Credential, contract.DefaultCredential)
 	set(&o.Data, ".galley")
 	set(&o.DefaultAgent, "script")
 	if o.TokenFile == "" {
@@ -303,12 +304,12 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 	}
 	if o.EgressAllow != "" {
-		rtOpts = append(rtOpts, localproc.WithEnv(harness.EnvEgressAllow, o.EgressAllow))
+		rtOpts = append(rtOpts, localproc.WithEnv(contract.EnvEgressAllow, o.EgressAllow))
 	}
 	if o.EgressResolver != "" {
-		rtOpts = append(rtOpts, localproc.WithEnv(harness.EnvEgressResolver, o.EgressResolver))
+		rtOpts = append(rtOpts, localproc.WithEnv(contract.EnvEgressResolver, o.EgressResolver))
 	}
-	for _, name := range []string{harness.EnvModelCapTokens, harness.EnvModelCapUSD} {
+	for _, name := range []string{contract.EnvModelCapTokens, contract.EnvModelCapUSD} {
 		if v := o.modelCapEnv()(name); v != "" {
 			rtOpts = append(rtOpts, localproc.WithEnv(name, v))
 		}
@@ -317,17 +318,17 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		rtOpts = append(rtOpts, localproc.WithLogLimit(o.WorkerLogLimit))
 	}
 	if o.PushLimit > 0 {
-		rtOpts = append(rtOpts, localproc.WithEnv(harness.EnvPushLimit, strconv.FormatInt(o.PushLimit, 10)))
+		rtOpts = append(rtOpts, localproc.WithEnv(contract.EnvPushLimit, strconv.FormatInt(o.PushLimit, 10)))
 	}
 	if o.PushBudget > 0 {
-		rtOpts = append(rtOpts, localproc.WithEnv(harness.EnvPushBudget, strconv.FormatInt(o.PushBudget, 10)))
+		rtOpts = append(rtOpts, localproc.WithEnv(contract.EnvPushBudget, strconv.FormatInt(o.PushBudget, 10)))
 	}
 	if o.AgentBinDir != "" {
 		dir, err := filepath.Abs(o.AgentBinDir)
 		if err != nil {
 			return nil, err
 		}
-		rtOpts = append(rtOpts, localproc.WithEnv(harness.EnvAgentBinDir, dir))
+		rtOpts = append(rtOpts, localproc.WithEnv(contract.EnvAgentBinDir, dir))
 	}
 	rt, err := localproc.New(rtOpts...)
 	if err != nil {
@@ -374,9 +375,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 func (o Options) modelCapEnv() func(string) string {
 	return func(name string) string {
 		switch {
-		case name == harness.EnvModelCapTokens && o.ModelCapTokens != 0:
+		case name == contract.EnvModelCapTokens && o.ModelCapTokens != 0:
 			return strconv.FormatInt(o.ModelCapTokens, 10)
-		case name == harness.EnvModelCapUSD:
+		case name == contract.EnvModelCapUSD:
 			return o.ModelCapUSD
 		}
 		return ""
@@ -387,8 +388,8 @@ func (o Options) modelCapEnv() func(string) string {
 // harness reads it from.
 func baseURLs(o Options) []struct{ what, env, v string } {
 	return []struct{ what, env, v string }{
-		{"Anthropic base URL (--anthropic-base-url)", harness.EnvAnthropicBaseURL, o.AnthropicBaseURL},
-		{"OpenAI base URL (--openai-base-url)", harness.EnvOpenAIBaseURL, o.OpenAIBaseURL},
+		{"Anthropic base URL (--anthropic-base-url)", contract.EnvAnthropicBaseURL, o.AnthropicBaseURL},
+		{"OpenAI base URL (--openai-base-url)", contract.EnvOpenAIBaseURL, o.OpenAIBaseURL},
 	}
 }
 

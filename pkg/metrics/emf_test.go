@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/metrics"
 )
 
@@ -123,9 +124,9 @@ func contains(list []string, s string) bool {
 func TestEncodeGalleyGauges(t *testing.T) {
 	at := time.UnixMilli(1764412800123)
 	var out bytes.Buffer
-	w := metrics.NewWriter(&out, metrics.Namespace, metrics.Dimension{Name: metrics.DimHouse, Value: "main"})
-	if err := w.Emit(at, metrics.Metric{Name: metrics.StuckWorkers, Unit: metrics.UnitCount, Value: 0},
-		metrics.Metric{Name: metrics.LiveWorkers, Unit: metrics.UnitCount, Value: 3}); err != nil {
+	w := metrics.NewWriter(&out, contract.MetricNamespace, metrics.Dimension{Name: contract.MetricDimHouse, Value: "main"})
+	if err := w.Emit(at, metrics.Metric{Name: contract.MetricStuckWorkers, Unit: metrics.UnitCount, Value: 0},
+		metrics.Metric{Name: contract.MetricLiveWorkers, Unit: metrics.UnitCount, Value: 3}); err != nil {
 		t.Fatal(err)
 	}
 	want := `{"_aws":{"Timestamp":1764412800123,"CloudWatchMetrics":[{"Namespace":"galley","Dimensions":[["House"]],` +
@@ -143,7 +144,7 @@ func TestEncodeGalleyGauges(t *testing.T) {
 	for i, w := range []struct {
 		name  string
 		value float64
-	}{{metrics.StuckWorkers, 0}, {metrics.LiveWorkers, 3}} {
+	}{{contract.MetricStuckWorkers, 0}, {contract.MetricLiveWorkers, 3}} {
 		d := got[i]
 		if d.Namespace != "galley" || d.Name != w.name || d.Value != w.value || d.Unit != "Count" ||
 			len(d.Dimensions) != 1 || d.Dimensions["House"] != "main" || d.Resolution != 60 || !d.Time.Equal(at) {
@@ -342,11 +343,11 @@ func (r *recorder) Write(p []byte) (int, error) {
 // emit at once: a log line on the same stdout never splits a document.
 func TestWriterOneWritePerLine(t *testing.T) {
 	var rec recorder
-	w := metrics.NewWriter(&rec, metrics.Namespace, metrics.Dimension{Name: metrics.DimHouse, Value: "main"})
+	w := metrics.NewWriter(&rec, contract.MetricNamespace, metrics.Dimension{Name: contract.MetricDimHouse, Value: "main"})
 	var wg sync.WaitGroup
 	for i := range 16 {
 		wg.Go(func() {
-			if err := w.Emit(time.Now(), metrics.Metric{Name: metrics.LiveWorkers, Unit: metrics.UnitCount, Value: float64(i)}); err != nil {
+			if err := w.Emit(time.Now(), metrics.Metric{Name: contract.MetricLiveWorkers, Unit: metrics.UnitCount, Value: float64(i)}); err != nil {
 				t.Error(err)
 			}
 		})

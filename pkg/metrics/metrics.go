@@ -8,29 +8,14 @@
 // The writer refuses a document CloudWatch would reject, and Parse is as
 // strict as CloudWatch's extraction: a line that is not a valid EMF
 // document yields no data point. Parse serves the tests and aws-local,
-// which captures the metrics from the functions' logs.
+// which captures the metrics from the functions' logs. galley's own
+// metrics go by the contract's names (package contract: MetricNamespace,
+// MetricDimHouse, MetricLiveWorkers, MetricStuckWorkers), which the stack's
+// alarms read.
 //
 // Specification:
 // https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html
 package metrics
-
-// The names galley's metrics go by. infra/stack/envnames.go (a separate
-// module) holds the same names for the alarms that read them; change both
-// together.
-const (
-	// Namespace is galley's CloudWatch namespace.
-	Namespace = "galley"
-	// DimHouse is the one dimension of galley's metrics: the house a
-	// deployment serves.
-	DimHouse = "House"
-
-	// LiveWorkers (gauge, Count): workers whose record is neither settled
-	// nor released, what the deployment's maxWorkers cap counts.
-	LiveWorkers = "LiveWorkers"
-	// StuckWorkers (gauge, Count): live workers that gave no sign of life
-	// within the service's staleness bound.
-	StuckWorkers = "StuckWorkers"
-)
 
 // UnitCount is the CloudWatch unit of a count.
 const UnitCount = "Count"

@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/service"
@@ -39,22 +40,22 @@ import (
 )
 
 // Prefix is where the operator's routes live.
-const Prefix = "/operator/"
+const Prefix = contract.OperatorPrefix
 
 // Routes under Prefix.
 const (
-	PathLogin   = "/operator/v1/login"
-	PathLogout  = "/operator/v1/logout"
-	PathSession = "/operator/v1/session"
-	PathWorkers = "/operator/v1/workers"
-	PathConsole = "/operator/console"
+	PathLogin   = contract.PathOperatorLogin
+	PathLogout  = Prefix + "v1/logout"
+	PathSession = Prefix + "v1/session"
+	PathWorkers = Prefix + "v1/workers"
+	PathConsole = Prefix + "console"
 )
 
 // CSRFHeader must be present on every POST authenticated by the cookie.
 const CSRFHeader = "X-Galley-Operator"
 
 // MaxWait bounds a long poll on a worker's events.
-const MaxWait = 25 * time.Second
+const MaxWait = contract.AwaitCap
 
 const cookieName = "galley_operator"
 
@@ -142,10 +143,10 @@ func New(token []byte, svc Service, events Events, sessions Sessions, bell servi
 	// The page at /operator/ and at /operator/console: an HTTP API's
 	// greedy route takes no empty path, so on AWS /operator redirects to
 	// the second (the page's relative links resolve the same from both).
-	h.mux.HandleFunc("GET /operator/{$}", h.static("index.html"))
+	h.mux.HandleFunc("GET "+Prefix+"{$}", h.static("index.html"))
 	h.mux.HandleFunc("GET "+PathConsole, h.static("index.html"))
-	h.mux.HandleFunc("GET /operator/app.js", h.static("app.js"))
-	h.mux.HandleFunc("GET /operator/app.css", h.static("app.css"))
+	h.mux.HandleFunc("GET "+Prefix+"app.js", h.static("app.js"))
+	h.mux.HandleFunc("GET "+Prefix+"app.css", h.static("app.css"))
 	h.mux.HandleFunc("POST "+PathLogin, h.login)
 	h.mux.HandleFunc("POST "+PathLogout, h.logout)
 	h.mux.HandleFunc("GET "+PathSession, h.authed(false, func(w http.ResponseWriter, r *http.Request) {
@@ -173,7 +174,7 @@ func New(token []byte, svc Service, events Events, sessions Sessions, bell servi
 // Owns reports whether a request for p is the operator's: p is under
 // Prefix, also once cleaned (so "/operator/../v1/x" is not).
 func Owns(p string) bool {
-	return strings.HasPrefix(p, Prefix) && strings.HasPrefix(path.Clean(p)+"/", Prefix) || p == "/operator"
+	return strings.HasPrefix(p, Prefix) && strings.HasPrefix(path.Clean(p)+"/", Prefix) || p == contract.PathOperator
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -182,7 +183,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Referrer-Policy", "no-referrer")
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Cache-Control", "no-store")
-	if r.URL.Path == "/operator" {
+	if r.URL.Path == contract.PathOperator {
 		http.Redirect(w, r, PathConsole, http.StatusFound)
 		return
 	}

@@ -102,11 +102,13 @@ func Applied(r Receipt) EffectOutcome {
 	return EffectOutcome{Status: StatusApplied, Receipt: &r}
 }
 
-// Encoders. Each one refuses a value the client would not read, with an
-// error of kind Other: such a value is galley's own bug, and an uncertain
-// 500 is the only safe answer to it (never a not-applied, which would be a
-// promise). Their output is compact, in a fixed field order, with arrays
-// never null, so that one value always encodes to the same bytes.
+// Encoders: galley sends every answer through them (package api), and
+// every receipt it stores. Each one refuses a value the client would not
+// read, with an error of kind Other: such a value is galley's own bug, and
+// an uncertain 500 is the only safe answer to it (never a not-applied,
+// which would be a promise). Their output is compact, in a fixed field
+// order, with arrays never null, so that one value always encodes to the
+// same bytes.
 
 // internal turns a validation error into an encoder error of kind Other,
 // keeping its message but not its kind.

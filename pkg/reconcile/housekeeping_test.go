@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/metrics"
 	"github.com/galley-run/galley/pkg/reconcile"
@@ -46,7 +47,7 @@ func gauges(t *testing.T, out *bytes.Buffer) []map[string]float64 {
 		}
 		g := map[string]float64{}
 		for _, d := range ds {
-			if d.Namespace != metrics.Namespace || len(d.Dimensions) != 1 || d.Dimensions[metrics.DimHouse] != "origin89" ||
+			if d.Namespace != contract.MetricNamespace || len(d.Dimensions) != 1 || d.Dimensions[contract.MetricDimHouse] != "origin89" ||
 				d.Unit != metrics.UnitCount {
 				t.Fatalf("data point %+v, want namespace galley, House=origin89, Count", d)
 			}
@@ -90,7 +91,7 @@ func TestHousekeepingGaugesEveryTickSweepsHourly(t *testing.T) {
 			if e.clock.Now().Sub(launched) > service.StartingStaleAfter {
 				wantStuck = 1 // still starting past the bootstrap TTL
 			}
-			if last := g[i]; last[metrics.LiveWorkers] != 1 || last[metrics.StuckWorkers] != wantStuck || len(last) != 2 {
+			if last := g[i]; last[contract.MetricLiveWorkers] != 1 || last[contract.MetricStuckWorkers] != wantStuck || len(last) != 2 {
 				t.Fatalf("tick %d (%v after the launch): gauges %v, want 1 live, %v stuck", i, e.clock.Now().Sub(launched), last, wantStuck)
 			}
 			e.clock.Advance(5 * time.Minute)
@@ -114,7 +115,7 @@ func TestHousekeepingGaugesEveryTickSweepsHourly(t *testing.T) {
 		e.cancel()
 		e.deliver(tick("ev-after", "2023-11-15T00:12:00Z"))
 		g := gauges(t, &out)
-		if last := g[len(g)-1]; last[metrics.LiveWorkers] != 0 || last[metrics.StuckWorkers] != 0 {
+		if last := g[len(g)-1]; last[contract.MetricLiveWorkers] != 0 || last[contract.MetricStuckWorkers] != 0 {
 			t.Errorf("after the cancel: gauges %v, want 0 and 0", last)
 		}
 	})
@@ -228,7 +229,7 @@ func TestHousekeepingFailures(t *testing.T) {
 				t.Errorf("EMF line written %v, want %v: %q", got, tt.wantLine, out.String())
 			}
 			if tt.wantLine {
-				if g := gauges(t, &out); len(g) != 1 || g[0][metrics.LiveWorkers] != 4 || g[0][metrics.StuckWorkers] != 2 {
+				if g := gauges(t, &out); len(g) != 1 || g[0][contract.MetricLiveWorkers] != 4 || g[0][contract.MetricStuckWorkers] != 2 {
 					t.Errorf("gauges %v, want 4 live, 2 stuck", g)
 				}
 			}

@@ -37,6 +37,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/metrics"
@@ -210,7 +211,7 @@ func New(svc Settler, st Store, opts ...Option) *Reconciler {
 		o(r)
 	}
 	if r.gauger != nil {
-		r.gauges = metrics.NewWriter(r.out, metrics.Namespace, metrics.Dimension{Name: metrics.DimHouse, Value: r.house})
+		r.gauges = metrics.NewWriter(r.out, contract.MetricNamespace, metrics.Dimension{Name: contract.MetricDimHouse, Value: r.house})
 	}
 	return r
 }
@@ -361,8 +362,8 @@ func (r *Reconciler) emitGauges(ctx context.Context, eventID string) error {
 		r.log.Error("worker gauges not counted", "event", eventID, "err", err.Error())
 		return err
 	}
-	if err := r.gauges.Emit(r.now(), metrics.Metric{Name: metrics.StuckWorkers, Unit: metrics.UnitCount, Value: float64(stuck)},
-		metrics.Metric{Name: metrics.LiveWorkers, Unit: metrics.UnitCount, Value: float64(live)}); err != nil {
+	if err := r.gauges.Emit(r.now(), metrics.Metric{Name: contract.MetricStuckWorkers, Unit: metrics.UnitCount, Value: float64(stuck)},
+		metrics.Metric{Name: contract.MetricLiveWorkers, Unit: metrics.UnitCount, Value: float64(live)}); err != nil {
 		r.log.Error("worker gauges not emitted", "event", eventID, "live", live, "stuck", stuck, "err", err.Error())
 		return err
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/workspace"
@@ -51,13 +52,13 @@ type Config struct {
 // ConfigFromEnv reads the variables the script driver sets.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	cfg := Config{
-		MCPURL:    getenv(harness.EnvMCPURL),
-		MCPSecret: getenv(harness.EnvMCPSecret),
-		Brief:     getenv(harness.EnvBrief),
-		Workspace: getenv(harness.EnvWorkspace),
+		MCPURL:    getenv(contract.EnvMCPURL),
+		MCPSecret: getenv(contract.EnvMCPSecret),
+		Brief:     getenv(contract.EnvBrief),
+		Workspace: getenv(contract.EnvWorkspace),
 	}
 	if cfg.MCPURL == "" || cfg.MCPSecret == "" || cfg.Workspace == "" {
-		return cfg, fmt.Errorf("scriptagent: %s, %s and %s are required", harness.EnvMCPURL, harness.EnvMCPSecret, harness.EnvWorkspace)
+		return cfg, fmt.Errorf("scriptagent: %s, %s and %s are required", contract.EnvMCPURL, contract.EnvMCPSecret, contract.EnvWorkspace)
 	}
 	return cfg, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 )
@@ -69,7 +70,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Credential == "" {
-		c.Credential = "galley-token"
+		c.Credential = contract.DefaultCredential
 	}
 	if c.DefaultAgent == "" {
 		c.DefaultAgent = "script"
@@ -78,7 +79,7 @@ func (c *Config) setDefaults() {
 		c.Effort = "unsupported"
 	}
 	if c.AwaitCap <= 0 {
-		c.AwaitCap = 25 * time.Second
+		c.AwaitCap = contract.AwaitCap
 	}
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second

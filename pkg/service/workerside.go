@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -20,7 +21,7 @@ import (
 // worker handle (see AuthenticateWorker).
 
 // MaxInboxWait bounds a harness's inbox long poll.
-const MaxInboxWait = 25 * time.Second
+const MaxInboxWait = contract.AwaitCap
 
 // WorkerSelf answers the worker's own launch facts.
 func (s *Service) WorkerSelf(ctx context.Context, handle string) (workerapi.Self, error) {

@@ -8,30 +8,31 @@ package workerapi
 import (
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/protocol"
 )
 
-// Routes, relative to the galley endpoint.
+// Routes, relative to the galley endpoint, below contract.WorkerAPIPrefix.
 const (
-	PathSelf  = "/worker/v1/self"     // SelfRequest -> Self
-	PathReady = "/worker/v1/ready"    // ReadyRequest -> Ack
-	PathPost  = "/worker/v1/messages" // PostRequest -> PostAnswer
-	PathInbox = "/worker/v1/inbox"    // InboxRequest -> InboxAnswer
+	PathSelf  = contract.WorkerAPIPrefix + "self"     // SelfRequest -> Self
+	PathReady = contract.WorkerAPIPrefix + "ready"    // ReadyRequest -> Ack
+	PathPost  = contract.WorkerAPIPrefix + "messages" // PostRequest -> PostAnswer
+	PathInbox = contract.WorkerAPIPrefix + "inbox"    // InboxRequest -> InboxAnswer
 	// PathWake tells the harness how to wait for its wake-ups without
 	// holding a call to galley open (WakeGrant); PathWait is the wait for
 	// a deployment whose grant says so (the local server, where holding a
 	// call costs nothing).
-	PathWake   = "/worker/v1/wake"   // WakeRequest -> WakeGrant
-	PathWait   = "/worker/v1/wait"   // WaitRequest -> Ack (long poll)
-	PathUsage  = "/worker/v1/usage"  // UsageRequest -> Ack
-	PathExited = "/worker/v1/exited" // ExitedRequest -> Ack
+	PathWake   = contract.WorkerAPIPrefix + "wake"   // WakeRequest -> WakeGrant
+	PathWait   = contract.WorkerAPIPrefix + "wait"   // WaitRequest -> Ack (long poll)
+	PathUsage  = contract.WorkerAPIPrefix + "usage"  // UsageRequest -> Ack
+	PathExited = contract.WorkerAPIPrefix + "exited" // ExitedRequest -> Ack
 	// PathEvents takes what the harness saw for the worker's event log
 	// (docs/operations.md): best effort, never retried once sent.
-	PathEvents = "/worker/v1/events" // EventsRequest -> Ack
+	PathEvents = contract.WorkerAPIPrefix + "events" // EventsRequest -> Ack
 	// PathCredential exchanges a one-time bootstrap code for the worker's
 	// credential; it is the one call without a bearer token (the code is
 	// the proof). ECS workers receive only the code (docs/runtime-ecs.md).
-	PathCredential = "/worker/v1/credential" // CredentialRequest -> CredentialAnswer
+	PathCredential = contract.PathWorkerCredential // CredentialRequest -> CredentialAnswer
 )
 
 // CredentialRequest presents a bootstrap code. Claim is random, drawn once

@@ -21,7 +21,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,7 +29,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -43,9 +41,11 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/local/awslocal"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/localserver"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/protocol/client"
 )
 
 func main() {
@@ -151,9 +151,9 @@ func measure(ctx context.Context, c config) (_ *result, err error) {
 	}
 	r := &result{cfg: c, started: time.Now()}
 	r.vcpu, r.memGB = workerSize(s)
-	k := &kitchn{endpoint: s.Endpoint(), token: strings.TrimSpace(string(tok)),
-		house: s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse], run: "run-cost",
-		http: &http.Client{Timeout: 60 * time.Second}, done: map[string]bool{}, why: map[string]string{}}
+	k := &kitchn{kc: client.New(s.Endpoint(), strings.TrimSpace(string(tok)), client.WithTimeout(60*time.Second)),
+		house: s.FunctionEnv(lambdaapp.Effects)[contract.EnvHouse], run: "run-cost",
+		done: map[string]bool{}, why: map[string]string{}}
 	coordCtx, stopCoord := context.WithCancel(ctx)
 	defer stopCoord()
 	coordErr := make(chan error, 1)
@@ -168,7 +168,7 @@ func measure(ctx context.Context, c config) (_ *result, err error) {
 			script = append(script, "---") // idle until a message comes
 		}
 		script = append(script, `tool finish {"outcome":"succeeded","body":"done"}`)
-		h, err := k.launch(fmt.Sprintf("cost/%d", i), strings.Join(script, "\n"))
+		h, err := k.launch(ctx, fmt.Sprintf("cost/%d", i), strings.Join(script, "\n"))
 		if err != nil {
 			return nil, err
 		}
@@ -214,7 +214,7 @@ func measure(ctx context.Context, c config) (_ *result, err error) {
 
 	// Release: a message wakes each idle worker, which finishes.
 	for _, h := range handles[:c.workers] {
-		if err := k.message(h); err != nil {
+		if err := k.message(ctx, h); err != nil {
 			return nil, err
 		}
 	}
@@ -256,8 +256,8 @@ func sum(m map[string]int) int {
 // kitchn is the one coordinator: it launches, replies, messages, and
 // awaits its mailbox all along.
 type kitchn struct {
-	endpoint, token, house, run string
-	http                        *http.Client
+	kc         *client.Client
+	house, run string
 
 	mu      sync.Mutex
 	replies int
@@ -266,48 +266,37 @@ type kitchn struct {
 	seq     int
 }
 
-func (k *kitchn) post(path string, body any, out any) error {
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest("POST", k.endpoint+path, bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+k.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := k.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	rb, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %d %.300s", path, resp.StatusCode, rb)
-	}
-	return json.Unmarshal(rb, out)
-}
-
-func (k *kitchn) effect(effect map[string]any) (protocol.Receipt, error) {
+// effect applies one effect and answers its receipt; an outcome other than
+// applied is an error.
+func (k *kitchn) effect(ctx context.Context, e protocol.WorkerEffect) (protocol.Receipt, error) {
 	k.mu.Lock()
 	k.seq++
 	key := fmt.Sprintf("k-cost-%d", k.seq)
 	k.mu.Unlock()
-	var out struct {
-		Status, Reason string
-		Receipt        protocol.Receipt
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return protocol.Receipt{}, err
 	}
-	err := k.post("/v1/effects", map[string]any{"run": k.run, "request": map[string]any{"house": k.house, "backend": "galley",
-		"credential": "galley-token", "task": "cost", "attempt": 1, "key": key,
-		"effect": map[string]any{"executor": "worker", "effect": effect}}}, &out)
-	if err == nil && out.Status != "applied" {
-		err = fmt.Errorf("effect %v: %s %s", effect["type"], out.Status, out.Reason)
+	o, err := k.kc.Apply(ctx, protocol.EffectCall{Run: k.run, Request: protocol.EffectRequest{
+		House: k.house, Backend: contract.DefaultBackend, Credential: contract.DefaultCredential, Task: "cost", Attempt: 1, Key: key,
+		Effect: protocol.EffectTarget{Executor: protocol.ExecutorWorker, Effect: raw}}})
+	if err == nil && o.Status != protocol.StatusApplied {
+		err = fmt.Errorf("effect %s: %s %s", e.Type, o.Status, o.Reason)
 	}
-	return out.Receipt, err
+	if err != nil {
+		return protocol.Receipt{}, err
+	}
+	return *o.Receipt, nil
 }
 
-func (k *kitchn) worker(h string) map[string]string {
-	return map[string]string{"kind": "worker", "backend": "galley", "handle": h}
+func (k *kitchn) worker(h string) *protocol.Resource {
+	return &protocol.Resource{Kind: protocol.KindWorker, Backend: contract.DefaultBackend, Handle: h}
 }
 
-func (k *kitchn) launch(branch, brief string) (string, error) {
-	rc, err := k.effect(map[string]any{"type": "launch-worker", "role": "station-cook", "workspace": map[string]string{"type": "isolated"},
-		"brief": brief, "branch": branch, "agent": map[string]string{"agent": "claude"}})
+func (k *kitchn) launch(ctx context.Context, branch, brief string) (string, error) {
+	rc, err := k.effect(ctx, protocol.WorkerEffect{Type: protocol.OpLaunch, Role: "station-cook",
+		Workspace: &protocol.Workspace{Type: "isolated"}, Brief: &brief, Branch: &branch,
+		Agent: &protocol.AgentSelection{Agent: protocol.AgentClaude}})
 	if err != nil {
 		return "", err
 	}
@@ -317,8 +306,9 @@ func (k *kitchn) launch(branch, brief string) (string, error) {
 	return rc.Created[0].Handle, nil
 }
 
-func (k *kitchn) message(h string) error {
-	_, err := k.effect(map[string]any{"type": "message-worker", "worker": k.worker(h), "body": "thanks, you may finish"})
+func (k *kitchn) message(ctx context.Context, h string) error {
+	body := "thanks, you may finish"
+	_, err := k.effect(ctx, protocol.WorkerEffect{Type: protocol.OpMessage, Worker: k.worker(h), Body: &body})
 	return err
 }
 
@@ -326,8 +316,8 @@ func (k *kitchn) message(h string) error {
 // delivery, replying to each question and noting each worker-done.
 func (k *kitchn) coordinate(ctx context.Context) error {
 	for ctx.Err() == nil {
-		var a protocol.MailboxAnswer
-		if err := k.post("/v1/deliveries/await", map[string]any{"run": k.run, "coordinator": "c1", "waitMs": 25000}, &a); err != nil {
+		a, err := k.kc.Await(ctx, k.run, "c1", contract.AwaitCap)
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -336,15 +326,15 @@ func (k *kitchn) coordinate(ctx context.Context) error {
 		if a.Delivery == nil {
 			continue
 		}
-		var ack protocol.MailboxAnswer
-		if err := k.post("/v1/deliveries/acknowledge", map[string]any{"run": k.run, "coordinator": "c1", "delivery": a.Delivery.ID}, &ack); err != nil {
+		if _, err := k.kc.Acknowledge(ctx, k.run, "c1", a.Delivery.ID); err != nil {
 			return err
 		}
 		for _, m := range a.Delivery.Messages {
 			switch {
 			case m.Kind == protocol.MsgQuestion && m.Worker != nil:
-				if _, err := k.effect(map[string]any{"type": "reply-to-worker", "worker": k.worker(m.Worker.Handle),
-					"question": m.ID, "body": "blue"}); err != nil {
+				question, body := m.ID, "blue"
+				if _, err := k.effect(ctx, protocol.WorkerEffect{Type: protocol.OpReply, Worker: k.worker(m.Worker.Handle),
+					Question: &question, Body: &body}); err != nil {
 					return err
 				}
 				k.mu.Lock()

@@ -3,10 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/galley-run/galley/local/awslocal"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 )
 
@@ -27,10 +29,11 @@ type share struct {
 // coordinatorRole, coordinatorRoutes and coordinatorFunction are what a
 // waiting coordinator uses: the mailbox function and its role, and the
 // deliveries routes. Everything else in the idle window is the workers'.
-const (
-	coordinatorRole   = "MailboxRole"
-	coordinatorRoutes = "/v1/deliveries/"
-)
+const coordinatorRole = "MailboxRole"
+
+var coordinatorRoutes = []string{
+	contract.RouteNext.Pattern(), contract.RouteAcknowledge.Pattern(), contract.RouteAwait.Pattern(),
+}
 
 // split takes from u the coordinator's part (coord) or the rest.
 func split(u awslocal.Usage, coord bool) share {
@@ -48,7 +51,7 @@ func split(u awslocal.Usage, coord bool) share {
 		s.wru += ru.Write
 	}
 	for route, n := range u.Routes {
-		if strings.Contains(route, coordinatorRoutes) == coord {
+		if slices.Contains(coordinatorRoutes, route) == coord {
 			s.routes[route] += float64(n)
 		}
 	}

@@ -43,8 +43,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/gitserve"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/protocol/client"
 )
 
 func main() {
@@ -353,42 +355,34 @@ func launchOne(ctx context.Context, t target, data string, i int, timeout time.D
 	eff := protocol.WorkerEffect{Type: protocol.OpLaunch, Role: "commis", Brief: &brief, Workspace: &protocol.Workspace{Type: "isolated"}}
 	effJSON, _ := json.Marshal(eff)
 	call := protocol.EffectCall{Run: "launchbench-" + key, Request: protocol.EffectRequest{
-		House: t.house, Backend: t.backend, Credential: "galley-token", Task: "launchbench", Attempt: 1, Key: key,
+		House: t.house, Backend: t.backend, Credential: contract.DefaultCredential, Task: "launchbench", Attempt: 1, Key: key,
 		Effect: protocol.EffectTarget{Executor: protocol.ExecutorWorker, Effect: effJSON}}}
-	body, _ := json.Marshal(call)
+	kc := client.New(t.endpoint, t.token, client.WithBackend(t.backend), client.WithTimeout(0))
 	sent := time.Now()
 	var handle string
 	for attempt := 0; handle == ""; attempt++ {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(t.endpoint, "/")+"/v1/effects", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+t.token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		a, err := kc.Effect(ctx, call)
 		if err != nil {
 			return launch{}, err
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var a struct {
-			Status            string           `json:"status"`
-			Reason            string           `json:"reason"`
-			RetryAfterSeconds int              `json:"retryAfterSeconds"`
-			Receipt           protocol.Receipt `json:"receipt"`
+		var o protocol.EffectOutcome
+		if a.Status == http.StatusOK {
+			o, _ = protocol.ParseEffectOutcome(a.Body, t.backend)
 		}
-		_ = json.Unmarshal(b, &a)
 		switch {
-		case resp.StatusCode == http.StatusOK && a.Status == protocol.StatusApplied:
-			for _, r := range a.Receipt.Created {
+		case a.Status == http.StatusOK && o.Status == protocol.StatusApplied:
+			for _, r := range o.Receipt.Created {
 				if r.Kind == protocol.KindWorker {
 					handle = r.Handle
 				}
 			}
 			if handle == "" {
-				return launch{}, fmt.Errorf("the launch created no worker: %s", b)
+				return launch{}, fmt.Errorf("the launch created no worker: %s", a.Body)
 			}
-		case attempt < 20 && (resp.StatusCode >= 500 || a.Reason == protocol.ReasonRateLimited):
+		case attempt < 20 && (a.Status >= 500 || o.Reason == protocol.ReasonRateLimited):
 			time.Sleep(time.Second) // the same key: an idempotent resend
 		default:
-			return launch{}, fmt.Errorf("launch answered %d: %s", resp.StatusCode, b)
+			return launch{}, fmt.Errorf("launch answered %d: %s", a.Status, a.Body)
 		}
 	}
 	deadline := time.Now().Add(timeout)

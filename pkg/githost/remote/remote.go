@@ -36,6 +36,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/githost/gitexec"
@@ -87,7 +88,7 @@ func New(rawURL string, token TokenFunc, opts ...Option) (*Repo, error) {
 	if token == nil {
 		token = func(context.Context) (string, error) { return "", nil }
 	}
-	r := &Repo{url: rawURL, token: token, user: "x-access-token", client: githttp.DefaultClient, redacted: u.Redacted()}
+	r := &Repo{url: rawURL, token: token, user: contract.DefaultGitUsername, client: githttp.DefaultClient, redacted: u.Redacted()}
 	for _, o := range opts {
 		o(r)
 	}

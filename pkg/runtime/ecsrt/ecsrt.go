@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/ecs/types"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/runtime/ecsrt/bootstrap"
 	"github.com/galley-run/galley/pkg/service"
@@ -43,21 +44,11 @@ type TaskIndex interface {
 	SetTaskARN(ctx context.Context, handle, arn string) error
 }
 
-// The environment RunTask gives the worker's container, on top of the task
-// definition's. Nothing here is secret: the bootstrap code is good for one
-// exchange, shortly after the launch (see package bootstrap).
-const (
-	EnvHandle     = "GALLEY_WORKER_HANDLE"
-	EnvEndpoint   = "GALLEY_WORKER_ENDPOINT"
-	EnvRepository = "GALLEY_REPOSITORY"
-	EnvBranch     = "GALLEY_BRANCH"
-	EnvWorkspace  = "GALLEY_WORKSPACE"
-	EnvAgent      = "GALLEY_AGENT"
-	EnvBootstrap  = "GALLEY_WORKER_BOOTSTRAP"
-)
-
-// OverrideEnv lists every variable the container overrides may hold.
-var OverrideEnv = []string{EnvAgent, EnvBranch, EnvRepository, EnvBootstrap, EnvEndpoint, EnvHandle, EnvWorkspace}
+// OverrideEnv lists every variable the container overrides may hold: the
+// worker's facts, on top of the task definition's environment. Nothing
+// here is secret: the bootstrap code is good for one exchange, shortly
+// after the launch (see package bootstrap).
+var OverrideEnv = []string{contract.EnvAgent, contract.EnvBranch, contract.EnvRepository, contract.EnvWorkerBootstrap, contract.EnvWorkerEndpoint, contract.EnvWorkerHandle, contract.EnvWorkspace}
 
 // Config says where and how worker tasks run.
 type Config struct {
@@ -218,13 +209,13 @@ func (r *Runtime) runTaskInput(spec service.WorkerSpec) *ecs.RunTaskInput {
 		idem = "handle:" + spec.Handle
 	}
 	vars := map[string]string{
-		EnvHandle:     spec.Handle,
-		EnvEndpoint:   r.cfg.Endpoint,
-		EnvRepository: r.cfg.Repository,
-		EnvBranch:     spec.Branch,
-		EnvWorkspace:  spec.WorkspacePath,
-		EnvAgent:      spec.Agent,
-		EnvBootstrap:  bootstrap.Code(spec.Token, spec.Handle),
+		contract.EnvWorkerHandle:    spec.Handle,
+		contract.EnvWorkerEndpoint:  r.cfg.Endpoint,
+		contract.EnvRepository:      r.cfg.Repository,
+		contract.EnvBranch:          spec.Branch,
+		contract.EnvWorkspace:       spec.WorkspacePath,
+		contract.EnvAgent:           spec.Agent,
+		contract.EnvWorkerBootstrap: bootstrap.Code(spec.Token, spec.Handle),
 	}
 	var env []types.KeyValuePair
 	for _, k := range slices.Sorted(maps.Keys(vars)) {
@@ -278,7 +269,7 @@ func (r *Runtime) baseInput() *ecs.RunTaskInput {
 func (r *Runtime) tags(spec service.WorkerSpec) []types.Tag {
 	var tags []types.Tag
 	for _, kv := range [][2]string{
-		{TagHouse, r.cfg.House}, {TagRun, spec.Run}, {TagWorker, spec.Handle}, {TagKey, spec.Key},
+		{contract.TagHouse, r.cfg.House}, {TagRun, spec.Run}, {TagWorker, spec.Handle}, {TagKey, spec.Key},
 	} {
 		if v := TagValue(kv[1]); v != "" {
 			tags = append(tags, types.Tag{Key: aws.String(kv[0]), Value: aws.String(v)})
@@ -461,12 +452,6 @@ func wrapNil(op galleyerr.Op, err error) error {
 	return wrap(op, err)
 }
 
-// RemoveWorkspaceCommand is the worker image's subcommand that deletes one
-// workspace; the cleanup task runs it with the workspace's path after it.
-// The image's entrypoint is galley-worker, so the container override's
-// command holds only the arguments.
-const RemoveWorkspaceCommand = "remove-workspace"
-
 // cleanupStartedBy prefixes a cleanup task's startedBy. It is neither
 // "galley-" nor "galleyh-", so no worker handle maps to it and the
 // reconciler ignores the task.
@@ -555,10 +540,12 @@ func (r *Runtime) cleanupInput(handle, dir string, try int) *ecs.RunTaskInput {
 	in.ClientToken = aws.String(ClientToken(token))
 	in.StartedBy = aws.String(cleanupStartedBy + hex.EncodeToString(h[:])[:MaxStartedBy-len(cleanupStartedBy)])
 	in.Overrides = &types.TaskOverride{ContainerOverrides: []types.ContainerOverride{{
-		Name:    aws.String(r.cfg.Container),
-		Command: []string{RemoveWorkspaceCommand, dir},
+		Name: aws.String(r.cfg.Container),
+		// The image's entrypoint is galley-worker: the override's command
+		// holds only its arguments.
+		Command: []string{contract.CleanupCommand, dir},
 	}}}
-	for _, kv := range [][2]string{{TagHouse, r.cfg.House}, {TagWorktree, handle}} {
+	for _, kv := range [][2]string{{contract.TagHouse, r.cfg.House}, {TagWorktree, handle}} {
 		if v := TagValue(kv[1]); v != "" {
 			in.Tags = append(in.Tags, types.Tag{Key: aws.String(kv[0]), Value: aws.String(v)})
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 
 	"github.com/galley-run/galley/local/ecsstandin"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/runtime/ecsrt"
 	"github.com/galley-run/galley/pkg/runtime/ecsrt/bootstrap"
@@ -433,21 +434,21 @@ func TestOverridesHoldNoSecret(t *testing.T) {
 		got[kv.Name] = kv.Value
 	}
 	want := map[string]string{
-		ecsrt.EnvHandle: s.Handle, ecsrt.EnvEndpoint: e.cfg.Endpoint, ecsrt.EnvRepository: e.cfg.Repository,
-		ecsrt.EnvBranch: s.Branch, ecsrt.EnvWorkspace: s.WorkspacePath, ecsrt.EnvAgent: s.Agent,
-		ecsrt.EnvBootstrap: got[ecsrt.EnvBootstrap],
+		contract.EnvWorkerHandle: s.Handle, contract.EnvWorkerEndpoint: e.cfg.Endpoint, contract.EnvRepository: e.cfg.Repository,
+		contract.EnvBranch: s.Branch, contract.EnvWorkspace: s.WorkspacePath, contract.EnvAgent: s.Agent,
+		contract.EnvWorkerBootstrap: got[contract.EnvWorkerBootstrap],
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("override environment = %v, want %v", got, want)
 	}
-	if !bootstrap.Valid(s.Token, s.Handle, got[ecsrt.EnvBootstrap]) {
+	if !bootstrap.Valid(s.Token, s.Handle, got[contract.EnvWorkerBootstrap]) {
 		t.Errorf("the bootstrap code does not verify")
 	}
 	tags := map[string]string{}
 	for _, tg := range in.Tags {
 		tags[tg.Key] = tg.Value
 	}
-	wantTags := map[string]string{ecsrt.TagHouse: "test-house", ecsrt.TagRun: "run-1", ecsrt.TagWorker: s.Handle, ecsrt.TagKey: "key w-secret"}
+	wantTags := map[string]string{contract.TagHouse: "test-house", ecsrt.TagRun: "run-1", ecsrt.TagWorker: s.Handle, ecsrt.TagKey: "key w-secret"}
 	if fmt.Sprint(tags) != fmt.Sprint(wantTags) {
 		t.Errorf("tags = %v, want %v", tags, wantTags)
 	}
@@ -461,8 +462,8 @@ func TestOverridesHoldNoSecret(t *testing.T) {
 			t.Errorf("the harness environment holds %q", kv)
 		}
 	}
-	for _, want := range []string{"GALLEY_HOUSE=test-house", ecsrt.EnvHandle + "=" + s.Handle,
-		ecsrt.EnvWorkspace + "=" + ti.Workspace, ecsrt.EnvBootstrap + "=" + got[ecsrt.EnvBootstrap]} {
+	for _, want := range []string{"GALLEY_HOUSE=test-house", contract.EnvWorkerHandle + "=" + s.Handle,
+		contract.EnvWorkspace + "=" + ti.Workspace, contract.EnvWorkerBootstrap + "=" + got[contract.EnvWorkerBootstrap]} {
 		if !slices.Contains(harnessEnv, want) {
 			t.Errorf("the harness environment lacks %s: %v", want, harnessEnv)
 		}

@@ -10,9 +10,8 @@ import (
 )
 
 // Tag keys RunTask puts on every worker task, for operators and for the
-// reconciler.
+// reconciler, beside the house's (contract.TagHouse).
 const (
-	TagHouse  = "galley:house"
 	TagRun    = "galley:run"
 	TagWorker = "galley:worker"
 	TagKey    = "galley:key"

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/local/ecsstandin"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/runtime/ecsrt"
 	"github.com/galley-run/galley/pkg/service"
@@ -107,8 +108,8 @@ func TestRemoveWorkspaceRunsCleanupTask(t *testing.T) {
 		t.Errorf("startedBy %q looks like a worker's: the reconciler would take it for one", in.StartedBy)
 	}
 	if co := in.Overrides.ContainerOverrides; len(co) != 1 || co[0].Name != "worker" ||
-		!slices.Equal(co[0].Command, []string{ecsrt.RemoveWorkspaceCommand, ws}) {
-		t.Errorf("container overrides = %+v, want the worker container with command [%s %s]", co, ecsrt.RemoveWorkspaceCommand, ws)
+		!slices.Equal(co[0].Command, []string{contract.CleanupCommand, ws}) {
+		t.Errorf("container overrides = %+v, want the worker container with command [%s %s]", co, contract.CleanupCommand, ws)
 	} else if len(co[0].Environment) != 0 {
 		t.Errorf("the cleanup task's overrides carry environment %+v, want none", co[0].Environment)
 	}

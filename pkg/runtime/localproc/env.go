@@ -9,21 +9,17 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/galley-run/galley/pkg/harness"
+	"github.com/galley-run/galley/pkg/contract"
 )
 
-// The environment a harness receives from the runtime.
-const (
-	EnvTokenFile  = "GALLEY_WORKER_TOKEN_FILE" // path of the file holding the worker's token
-	EnvEndpoint   = "GALLEY_WORKER_ENDPOINT"   // galley's URL for the worker API
-	EnvWorkspace  = "GALLEY_WORKSPACE"         // the worktree path (spec.WorkspacePath)
-	EnvRepository = "GALLEY_REPOSITORY"        // the house's repository URL
-	EnvBranch     = "GALLEY_BRANCH"            // the worker's branch
-	EnvHandle     = "GALLEY_WORKER_HANDLE"     // the worker's handle
-	EnvConfine    = harness.EnvConfine         // how the agent is confined (Runtime.Confinement)
-	EnvNetwork    = harness.EnvAgentNetwork    // how the agent's network is confined (Runtime.Network)
-	EnvLogLimit   = harness.EnvLogLimit        // the worker's log budget in bytes (WithLogLimit)
-)
+// EnvTokenFile is the contract's name of the worker's token file, which
+// the ECS stand-in (local/ecsstandin) takes from this package. The runtime
+// gives each harness, by the contract's names, that file, galley's URL,
+// the worktree (spec.WorkspacePath), the house's repository, the worker's
+// branch and handle, how the agent and its network are confined
+// (Runtime.Confinement, Runtime.Network), and the log budget
+// (WithLogLimit): harnessEnv.
+const EnvTokenFile = contract.EnvWorkerTokenFile
 
 // allowedEnv names the server variables a harness inherits: what a process
 // needs to find programs, a home, a locale, a temporary folder and trusted
@@ -42,13 +38,13 @@ func AllowedEnv() []string { return slices.Clone(allowedEnv) }
 // reservedPrefix marks galley's own variables. None passes through from the
 // server's environment by name: the server's settings, its kitchn token
 // among them, use the same prefix.
-const reservedPrefix = "GALLEY_"
+const reservedPrefix = contract.EnvPrefix
 
 // runtimeOwned are the variables only the runtime sets, per worker. The
 // worker's token itself never travels in a variable, only its file's path.
 var runtimeOwned = []string{
-	EnvTokenFile, EnvEndpoint, EnvWorkspace, EnvRepository, EnvBranch, EnvHandle, EnvConfine, EnvNetwork,
-	EnvLogLimit, "GALLEY_WORKER_TOKEN",
+	contract.EnvWorkerTokenFile, contract.EnvWorkerEndpoint, contract.EnvWorkspace, contract.EnvRepository, contract.EnvBranch, contract.EnvWorkerHandle, contract.EnvAgentConfine, contract.EnvAgentNetwork,
+	contract.EnvLogLimit, contract.EnvWorkerToken,
 }
 
 // checkEnvName reports why name cannot be given to a harness, or "".
@@ -83,14 +79,14 @@ func (r *Runtime) harnessEnv(handle, tokenFile, workspace, branch string) []stri
 		env = append(env, k+"="+vars[k])
 	}
 	return append(env,
-		EnvTokenFile+"="+tokenFile,
-		EnvEndpoint+"="+r.endpoint,
-		EnvWorkspace+"="+workspace,
-		EnvRepository+"="+r.repository,
-		EnvBranch+"="+branch,
-		EnvHandle+"="+handle,
-		EnvConfine+"="+string(r.enforcement.Mode),
-		EnvNetwork+"="+string(r.network.Mode),
-		EnvLogLimit+"="+strconv.FormatInt(r.logLimit, 10),
+		contract.EnvWorkerTokenFile+"="+tokenFile,
+		contract.EnvWorkerEndpoint+"="+r.endpoint,
+		contract.EnvWorkspace+"="+workspace,
+		contract.EnvRepository+"="+r.repository,
+		contract.EnvBranch+"="+branch,
+		contract.EnvWorkerHandle+"="+handle,
+		contract.EnvAgentConfine+"="+string(r.enforcement.Mode),
+		contract.EnvAgentNetwork+"="+string(r.network.Mode),
+		contract.EnvLogLimit+"="+strconv.FormatInt(r.logLimit, 10),
 	)
 }

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/safepath"
@@ -147,7 +148,7 @@ func WithOnExit(f func(handle string)) Option { return func(r *Runtime) { r.onEx
 
 // WithLogLimit sets each worker's log budget in bytes (default
 // harness.DefaultLogLimit): the harness caps what it writes to its log
-// file (harness.EnvLogLimit), and a log found past it when its harness
+// file (contract.EnvLogLimit), and a log found past it when its harness
 // ends (written around the harness, by an unconfined agent) is cut to it.
 func WithLogLimit(n int64) Option { return func(r *Runtime) { r.logLimit = n } }
 
@@ -316,7 +317,7 @@ func (r *Runtime) startInterrupted(h string) bool {
 			return false
 		}
 	}
-	_, found := findLeaderByEnv(EnvTokenFile + "=" + r.tokenFile(h))
+	_, found := findLeaderByEnv(contract.EnvWorkerTokenFile + "=" + r.tokenFile(h))
 	return !found
 }
 
@@ -675,7 +676,7 @@ func (r *Runtime) lookupLocked(h string) (*worker, error) {
 // remembered, so a later look finds a harness that appears meanwhile (a
 // Start that finishes a start interrupted before its spawn).
 func (r *Runtime) findUnrecorded(h string) (*worker, error) {
-	pid, ok := findLeaderByEnv(EnvTokenFile + "=" + r.tokenFile(h))
+	pid, ok := findLeaderByEnv(contract.EnvWorkerTokenFile + "=" + r.tokenFile(h))
 	if !ok {
 		return &worker{handle: h, exited: true}, nil
 	}

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/runtime/runtimetest"
@@ -281,7 +282,7 @@ func TestHarnessEnvironment(t *testing.T) {
 	rec := awaitRecord(t, spec.WorkspacePath)
 
 	allowed := map[string]bool{"PROVIDER_KEY_FOR_TEST": true, "EXTRA_FOR_TEST": true, "GALLEY_HEARTBEAT_INTERVAL": true}
-	for _, k := range slices.Concat(AllowedEnv(), []string{EnvTokenFile, EnvEndpoint, EnvWorkspace, EnvRepository, EnvBranch, EnvHandle, EnvConfine, EnvNetwork, EnvLogLimit}) {
+	for _, k := range slices.Concat(AllowedEnv(), []string{contract.EnvWorkerTokenFile, contract.EnvWorkerEndpoint, contract.EnvWorkspace, contract.EnvRepository, contract.EnvBranch, contract.EnvWorkerHandle, contract.EnvAgentConfine, contract.EnvAgentNetwork, contract.EnvLogLimit}) {
 		allowed[k] = true
 	}
 	env := map[string]string{}
@@ -296,18 +297,18 @@ func TestHarnessEnvironment(t *testing.T) {
 		}
 	}
 	want := map[string]string{
-		EnvTokenFile:                r.tokenFile(spec.Handle),
-		EnvEndpoint:                 testEndpoint,
-		EnvWorkspace:                spec.WorkspacePath,
-		EnvRepository:               "file:///srv/house.git",
-		EnvBranch:                   spec.Branch,
-		EnvHandle:                   spec.Handle,
+		contract.EnvWorkerTokenFile: r.tokenFile(spec.Handle),
+		contract.EnvWorkerEndpoint:  testEndpoint,
+		contract.EnvWorkspace:       spec.WorkspacePath,
+		contract.EnvRepository:      "file:///srv/house.git",
+		contract.EnvBranch:          spec.Branch,
+		contract.EnvWorkerHandle:    spec.Handle,
 		"LANG":                      "C.UTF-8",
 		"PROVIDER_KEY_FOR_TEST":     "provider-test-value",
 		"EXTRA_FOR_TEST":            "extra-value",
 		"GALLEY_HEARTBEAT_INTERVAL": "1s",
-		EnvLogLimit:                 strconv.Itoa(harness.DefaultLogLimit),
-		EnvNetwork:                  string(r.Network().Mode),
+		contract.EnvLogLimit:        strconv.Itoa(harness.DefaultLogLimit),
+		contract.EnvAgentNetwork:    string(r.Network().Mode),
 	}
 	for k, v := range want {
 		if env[k] != v {
@@ -496,7 +497,7 @@ func countLeaders(t *testing.T, r *Runtime, handle string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	needle := []byte("\x00" + EnvTokenFile + "=" + r.tokenFile(handle) + "\x00")
+	needle := []byte("\x00" + contract.EnvWorkerTokenFile + "=" + r.tokenFile(handle) + "\x00")
 	n := 0
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -880,8 +881,8 @@ func TestConfinementChosen(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := awaitRecord(t, spec.WorkspacePath)
-	if !slices.Contains(rec.Env, EnvConfine+"="+string(e.Mode)) {
-		t.Errorf("the harness was not told %s=%s: %v", EnvConfine, e.Mode, rec.Env)
+	if !slices.Contains(rec.Env, contract.EnvAgentConfine+"="+string(e.Mode)) {
+		t.Errorf("the harness was not told %s=%s: %v", contract.EnvAgentConfine, e.Mode, rec.Env)
 	}
 	if ok, _ := harness.CanSwitchUser(); ok {
 		for path, want := range map[string]os.FileMode{dir: 0o711, r.WorkspacesDir(): 0o711, secret: 0o600} {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/service"
 )
@@ -20,7 +21,7 @@ import (
 func TestLogCutToItsBudget(t *testing.T) {
 	const limit = 64 << 10
 	script := filepath.Join(t.TempDir(), "harness")
-	body := "#!/bin/sh\necho \"budget $" + harness.EnvLogLimit + "\"\nhead -c 1048576 /dev/zero | tr '\\000' x\nexit 0\n"
+	body := "#!/bin/sh\necho \"budget $" + contract.EnvLogLimit + "\"\nhead -c 1048576 /dev/zero | tr '\\000' x\nexit 0\n"
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}

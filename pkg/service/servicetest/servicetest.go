@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/doorbell/localbell"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/service"
@@ -197,7 +198,7 @@ type Env struct {
 
 // Config is the configuration tests use: house origin89, backend galley.
 func Config(t testing.TB) service.Config {
-	return service.Config{House: "origin89", Backend: "galley", Credential: "galley-token",
+	return service.Config{House: "origin89", Backend: contract.DefaultBackend, Credential: contract.DefaultCredential,
 		Families: []string{"claude", "codex"}, Model: true, Effort: "with-model",
 		WorkerSecret: []byte("0123456789abcdef0123456789abcdef"), WorkspaceRoot: t.TempDir(),
 		AwaitCap: 5 * time.Second,

@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/dpop"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -38,9 +39,10 @@ const (
 	DefaultAttempts    = 5
 	DefaultBackoffBase = 250 * time.Millisecond
 	DefaultBackoffCap  = 5 * time.Second
-	// MaxInboxWait caps one long poll's waitMs, below the 55 s most
-	// gateways allow for a whole request.
-	MaxInboxWait = 25 * time.Second
+	// MaxInboxWait caps one long poll's waitMs at the longest galley
+	// holds a call, below the 55 s most gateways allow for a whole
+	// request (and API Gateway's 30 s).
+	MaxInboxWait = contract.AwaitCap
 )
 
 // maxAnswer bounds what is read of one answer: an inbox answer may carry
@@ -259,7 +261,7 @@ type attemptError struct {
 }
 
 func (c *Client) call(ctx context.Context, path string, in, out any, extra time.Duration, policy retryPolicy) error {
-	op := galleyerr.Op("workerapi" + strings.TrimPrefix(path, "/worker/v1"))
+	op := galleyerr.Op("workerapi/" + strings.TrimPrefix(path, contract.WorkerAPIPrefix))
 	if c.base == nil {
 		return galleyerr.E(galleyerr.Invalid, op, "no valid endpoint")
 	}

@@ -19,8 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/history"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/protocol/client"
 )
 
 // ReadsConfig is a read-throughput run: Clients concurrent clients call
@@ -83,8 +85,9 @@ type Reads struct {
 }
 
 type readCall struct {
-	name, method, path string
-	body               []byte
+	name  string
+	route contract.Route
+	body  []byte
 }
 
 // RunReads runs the read-throughput comparison.
@@ -119,23 +122,24 @@ func RunReads(ctx context.Context, cfg ReadsConfig) (*Reads, error) {
 		_, _ = c.apply(context.WithoutCancel(ctx), "reads", cancel, time.Minute)
 	}()
 	calls := []readCall{
-		{"descriptor", "GET", "/v1/descriptor", nil},
-		{"observe", "POST", "/v1/workers/observe", mustJSON(protocol.WorkerCall{Worker: c.worker(handle)})},
-		{"inventory", "GET", "/v1/inventory", nil},
-		{"next", "POST", "/v1/deliveries/next", mustJSON(protocol.MailboxCall{Run: run + "-empty", Coordinator: "reader"})},
+		{"descriptor", contract.RouteDescriptor, nil},
+		{"observe", contract.RouteObserve, mustJSON(protocol.WorkerCall{Worker: c.worker(handle)})},
+		{"inventory", contract.RouteInventory, nil},
+		{"next", contract.RouteNext, mustJSON(protocol.MailboxCall{Run: run + "-empty", Coordinator: "reader"})},
 	}
 	hc := newHTTPClient(cfg.Clients, cfg.NewConn)
 	// galley's own answers, which the bare server answers too.
 	answers := map[string][]byte{}
+	kc := kitchnClient(hc, cfg.Endpoint, cfg.Token)
 	for _, rc := range calls {
-		st, body, err := readOnce(ctx, hc, cfg.Endpoint, cfg.Token, rc)
-		if err != nil || st != http.StatusOK {
-			return nil, fmt.Errorf("reads: %s answered %d %v", rc.name, st, err)
+		a, err := kc.Call(ctx, rc.route, rc.body, "", 0)
+		if err != nil || a.Status != http.StatusOK {
+			return nil, fmt.Errorf("reads: %s answered %d %v", rc.name, a.Status, err)
 		}
-		answers[rc.path] = body
+		answers[rc.route.Path] = a.Body
 	}
 	var inv protocol.Inventory
-	_ = json.Unmarshal(answers["/v1/inventory"], &inv)
+	_ = json.Unmarshal(answers[contract.PathInventory], &inv)
 
 	bareURL, barePID, stopBare, err := cfg.bare(answers)
 	if err != nil {
@@ -211,27 +215,10 @@ func newHTTPClient(clients int, newConn bool) *http.Client {
 	}
 }
 
-func readOnce(ctx context.Context, hc *http.Client, base, token string, rc readCall) (int, []byte, error) {
-	var body io.Reader
-	if rc.body != nil {
-		body = bytes.NewReader(rc.body)
-	}
-	req, err := http.NewRequestWithContext(ctx, rc.method, base+rc.path, body)
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Accept", "application/json")
-	if rc.body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, b, err
+// kitchnClient calls base as kitchn does, through hc's transport and
+// within its deadline.
+func kitchnClient(hc *http.Client, base, token string) *client.Client {
+	return client.New(base, token, client.WithTransport(hc.Transport), client.WithTimeout(hc.Timeout))
 }
 
 // readFunc makes one call and answers its status.
@@ -242,10 +229,11 @@ type readFunc func(rc readCall) (int, error)
 // else net/http's client, shared.
 func (cfg ReadsConfig) caller(hc *http.Client, base string) func() (readFunc, func()) {
 	if cfg.NewConn || cfg.NetHTTP {
+		kc := kitchnClient(hc, base, cfg.Token)
 		return func() (readFunc, func()) {
 			return func(rc readCall) (int, error) {
-				st, _, err := readOnce(context.Background(), hc, base, cfg.Token, rc)
-				return st, err
+				a, err := kc.Call(context.Background(), rc.route, rc.body, "", 0)
+				return a.Status, err
 			}, func() {}
 		}
 	}
@@ -255,7 +243,7 @@ func (cfg ReadsConfig) caller(hc *http.Client, base string) func() (readFunc, fu
 			return func(readCall) (int, error) { return 0, err }, func() {}
 		}
 		return func(rc readCall) (int, error) {
-			st, _, err := c.do(rc.method, rc.path, cfg.Token, rc.body)
+			st, _, err := c.do(rc.route.Method, rc.route.Path, cfg.Token, rc.body)
 			return st, err
 		}, c.close
 	}
@@ -359,9 +347,9 @@ func ServeBare(spec BareSpec) (net.Listener, error) {
 	var obs protocol.Observation
 	var inv protocol.Inventory
 	var next protocol.MailboxAnswer
-	_ = json.Unmarshal(answers["/v1/workers/observe"], &obs)
-	_ = json.Unmarshal(answers["/v1/inventory"], &inv)
-	_ = json.Unmarshal(answers["/v1/deliveries/next"], &next)
+	_ = json.Unmarshal(answers[contract.PathObserve], &obs)
+	_ = json.Unmarshal(answers[contract.PathInventory], &inv)
+	_ = json.Unmarshal(answers[contract.PathNext], &next)
 	auth := func(r *http.Request) bool {
 		return subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+token)) == 1
 	}
@@ -384,15 +372,15 @@ func ServeBare(spec BareSpec) (net.Listener, error) {
 		return d.Decode(v) == nil
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/descriptor", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(contract.RouteDescriptor.Pattern(), func(w http.ResponseWriter, r *http.Request) {
 		if !auth(r) {
 			w.WriteHeader(http.StatusForbidden)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(answers["/v1/descriptor"])
+		_, _ = w.Write(answers[contract.PathDescriptor])
 	})
-	mux.HandleFunc("POST /v1/workers/observe", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(contract.RouteObserve.Pattern(), func(w http.ResponseWriter, r *http.Request) {
 		var call protocol.WorkerCall
 		if !auth(r) || !strict(r, &call) {
 			w.WriteHeader(http.StatusBadRequest)
@@ -400,14 +388,14 @@ func ServeBare(spec BareSpec) (net.Listener, error) {
 		}
 		write(w, obs)
 	})
-	mux.HandleFunc("GET /v1/inventory", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(contract.RouteInventory.Pattern(), func(w http.ResponseWriter, r *http.Request) {
 		if !auth(r) {
 			w.WriteHeader(http.StatusForbidden)
 			return
 		}
 		write(w, inv)
 	})
-	mux.HandleFunc("POST /v1/deliveries/next", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(contract.RouteNext.Pattern(), func(w http.ResponseWriter, r *http.Request) {
 		var call protocol.MailboxCall
 		if !auth(r) || !strict(r, &call) {
 			w.WriteHeader(http.StatusBadRequest)
