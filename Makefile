@@ -63,11 +63,12 @@ image:
 test-go bench-smoke: export GALLEY_WORKER_IMAGE = $(shell scripts/worker-image.sh --print-ref)
 
 # Each Go module's go.mod and go.sum must be what `go mod tidy` makes.
-GO_MODULES := . infra tools/rie
+GO_MODULES := . infra tools/rie scripts/efsbench
 
 vet:
 	@bad=$$(gofmt -l $(wildcard cmd pkg local worker functions scripts)); if [ -n "$$bad" ]; then echo "not gofmt-clean: $$bad"; exit 1; fi
 	$(GO) vet $(PKGS)
+	cd scripts/efsbench && $(GO) vet ./...
 	@for m in $(GO_MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "$$m/go.mod is not tidy: run go mod tidy there" >&2; exit 1; }; done
 
 # The test pass lists the two longest packages first: go test starts
@@ -88,6 +89,7 @@ test-go:
 	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) \
 	  GALLEY_AWSLOCAL_TEMPLATE=$(CURDIR)/$(LOCAL_TEMPLATE) GALLEY_REQUIRE_REAL_CLIS=1 GALLEY_AGENT_CLIS_BIN="$$clis" \
 	  GALLEY_REQUIRE_BROWSER=1 bash -c '$(GO) test -count=1 -timeout 45m $(TEST_PKGS) && \
+	    (cd scripts/efsbench && $(GO) test -count=1 -timeout 2m ./delayfs/) && \
 	    $(GO) test -count=1 -timeout 20m -run "^$$" -bench . -benchtime 1x $(BENCH_PKGS)'
 
 # The console's browser test drives Debian's Chromium with playwright-core.
