@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -43,8 +44,23 @@ type bell interface {
 const (
 	// sqsWaitSeconds is one receive's long poll: SQS's maximum.
 	sqsWaitSeconds = 20
-	// ringVisibility hides a received ring (seconds) until it is deleted.
-	ringVisibility = 30
+	// ringVisibility hides a received ring (seconds) for longer than its
+	// queue keeps it (sqsbell's 60 s retention): a ring that would not
+	// delete is never received again from the copy that returned it.
+	ringVisibility = 90
+	// ringMemory is how long the bell remembers a ring it acted on: the
+	// queue's retention, with room for clock skew.
+	ringMemory = 2 * time.Minute
+	// maxRemembered bounds that memory (a receive takes 10 rings at most).
+	maxRemembered = 1000
+	// staleFirst and staleMost bound the pause after a receive that
+	// returned only rings already acted on (SQS delivers at least once: a
+	// copy of a deleted ring may come back, and a long poll answers it at
+	// once). The pause doubles while such receives follow one another, to
+	// a long poll's length, so a copy that keeps coming back costs a few
+	// receives a minute and a new ring waits one pause at most.
+	staleFirst = time.Second
+	staleMost  = sqsWaitSeconds * time.Second
 	// renewBefore: a grant is renewed this long before it expires.
 	renewBefore = 10 * time.Minute
 	// bellRetry bounds the pause after a bell failed before the harness
@@ -66,6 +82,10 @@ type wakeBell struct {
 	grant   workerapi.WakeGrant
 	sqs     sqsReceiver
 	failure time.Duration // the pause after the latest failure
+	// acted: the rings (message ids) that woke the harness, and when;
+	// stale: the pause after the latest receive of only such rings.
+	acted map[string]time.Time
+	stale time.Duration
 	// dial makes the SQS client of a grant (tests replace it).
 	dial func(workerapi.SQSWake) (sqsReceiver, error)
 }
@@ -77,7 +97,7 @@ type sqsReceiver interface {
 }
 
 func newWakeBell(api wakeAPI, log *slog.Logger, inboxWait time.Duration, endpoint, caBundle string) *wakeBell {
-	b := &wakeBell{api: api, log: log, inboxWait: inboxWait, endpoint: endpoint, caBundle: caBundle}
+	b := &wakeBell{api: api, log: log, inboxWait: inboxWait, endpoint: endpoint, caBundle: caBundle, acted: map[string]time.Time{}}
 	b.dial = b.dialSQS
 	return b
 }
@@ -182,13 +202,18 @@ func caClient(file string, proxy *url.URL) (*http.Client, error) {
 	return &http.Client{Transport: t}, nil
 }
 
-// receive long-polls the worker's queue once. Any message is a ring: the
-// rings received are deleted and the inbox is read. The receive hides what
-// it takes for ringVisibility, so its receipt handles still delete (the
-// queue's own visibility is 0, for the service's listeners, and a handle of
-// a receive whose visibility has lapsed may not delete). A ring that would
-// not delete, even once more, comes back after ringVisibility and wakes the
-// harness once more: one inbox read, not a receive that answers at once.
+// receive long-polls the worker's queue once (always the 20 s maximum, so
+// a quiet queue costs three receives a minute). Any message is a ring: the
+// rings received are deleted before the harness reads the inbox, so a ring
+// that comes after the read is a new one. The receive hides what it takes
+// for ringVisibility, longer than the queue keeps a ring, so its receipt
+// handles still delete (the queue's own visibility is 0, for the service's
+// listeners, and a handle of a receive whose visibility has lapsed may not
+// delete), and a ring that would not delete, even once more, never comes
+// back from that copy. A ring the harness already acted on (SQS delivers
+// at least once) wakes nothing: it is deleted again, and the bell pauses
+// before the next receive (staleFirst doubling to staleMost), as a long
+// poll would answer such a copy at once again.
 func (b *wakeBell) receive(ctx context.Context) bool {
 	url := b.grant.SQS.QueueURL
 	out, err := b.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
@@ -205,25 +230,64 @@ func (b *wakeBell) receive(ctx context.Context) bool {
 	}
 	b.failure = 0
 	if len(out.Messages) == 0 {
+		b.stale = 0
 		return false
 	}
-	entries := make([]types.DeleteMessageBatchRequestEntry, 0, len(out.Messages))
-	for i, m := range out.Messages {
-		entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(string(rune('a' + i))), ReceiptHandle: m.ReceiptHandle})
+	fresh := b.remember(out.Messages)
+	b.deleteAll(ctx, url, out.Messages)
+	if fresh {
+		b.stale = 0
+		return true
 	}
+	b.stale = min(max(2*b.stale, staleFirst), staleMost)
+	b.log.Debug("the wake queue returned only rings already acted on; pausing", "rings", len(out.Messages), "in", b.stale)
+	_ = sleepCtx(ctx, b.stale)
+	return false
+}
+
+// remember records the rings of ms as acted on (the harness reads its
+// inbox after them) and reports whether any was new. A ring without an id
+// is new. Rings older than ringMemory are forgotten: the queue no longer
+// holds them.
+func (b *wakeBell) remember(ms []types.Message) bool {
+	now := time.Now()
+	for id, at := range b.acted {
+		if now.Sub(at) > ringMemory {
+			delete(b.acted, id)
+		}
+	}
+	fresh := false
+	for _, m := range ms {
+		id := aws.ToString(m.MessageId)
+		if _, seen := b.acted[id]; id != "" && seen {
+			continue
+		}
+		fresh = true
+		if id != "" && len(b.acted) < maxRemembered {
+			b.acted[id] = now
+		}
+	}
+	return fresh
+}
+
+// deleteAll deletes the rings of ms, once more after a failure, and logs
+// those that would not delete: hidden for ringVisibility, they expire
+// before they could be received again.
+func (b *wakeBell) deleteAll(ctx context.Context, url string, ms []types.Message) {
+	entries := make([]types.DeleteMessageBatchRequestEntry, 0, len(ms))
+	for i, m := range ms {
+		entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+	}
+	var err error
 	for try := 0; len(entries) > 0 && ctx.Err() == nil; try++ {
 		var failed []string
 		entries, failed, err = b.deleteRings(ctx, url, entries)
-		if len(entries) == 0 {
-			break
-		}
-		if try == 1 {
-			b.log.Warn("deleting rings failed; they wake the harness once more when their visibility ends",
+		if len(entries) > 0 && try == 1 {
+			b.log.Warn("deleting rings failed; hidden longer than the queue keeps them, they do not come back",
 				"rings", len(entries), "codes", failed, "err", err, "visibility", time.Duration(ringVisibility)*time.Second)
-			break
+			return
 		}
 	}
-	return true
 }
 
 // deleteRings deletes entries and returns those that did not delete (all

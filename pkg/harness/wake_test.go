@@ -47,6 +47,7 @@ func (f *fakeWake) Wait(_ context.Context, after int64, _ time.Duration) error {
 type fakeQueue struct {
 	mu       sync.Mutex
 	rings    []string // receipt handles of rings not yet received
+	ids      []string // their message ids, when set
 	deleted  []string
 	receives int
 	fail     error
@@ -63,10 +64,14 @@ func (q *fakeQueue) ReceiveMessage(_ context.Context, in *sqs.ReceiveMessageInpu
 		return nil, q.fail
 	}
 	out := &sqs.ReceiveMessageOutput{}
-	for _, h := range q.rings {
-		out.Messages = append(out.Messages, types.Message{ReceiptHandle: aws.String(h)})
+	for i, h := range q.rings {
+		m := types.Message{ReceiptHandle: aws.String(h)}
+		if i < len(q.ids) {
+			m.MessageId = aws.String(q.ids[i])
+		}
+		out.Messages = append(out.Messages, m)
 	}
-	q.rings = nil
+	q.rings, q.ids = nil, nil
 	return out, nil
 }
 
@@ -171,5 +176,47 @@ func TestWakeBellWaitsThroughGalley(t *testing.T) {
 	}
 	if len(api.waits) != 2 || api.waits[0] != 7 || api.waits[1] != 9 || api.asked != 1 || dials != 0 {
 		t.Fatalf("waits %v, asked %d, dials %d", api.waits, api.asked, dials)
+	}
+}
+
+// A ring delivered again (SQS delivers at least once) after the harness
+// acted on it wakes nothing, is deleted again, and makes the bell pause
+// before its next receive, longer while such receives follow one another;
+// a new ring beside it wakes the harness.
+func TestWakeBellIgnoresRingsActedOn(t *testing.T) {
+	api := &fakeWake{grants: []workerapi.WakeGrant{sqsGrant(time.Now().Add(time.Hour))}}
+	q := &fakeQueue{rings: []string{"h1"}, ids: []string{"m1"}}
+	dials := 0
+	b := newTestBell(api, q, &dials)
+	if !b.wait(context.Background(), 0) {
+		t.Fatal("a ring did not wake the harness")
+	}
+	// The pauses are cut short by a context that has ended.
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, want := range []time.Duration{staleFirst, 2 * staleFirst, 4 * staleFirst} {
+		q.rings, q.ids = []string{"h1b"}, []string{"m1"}
+		if b.wait(ended, 0) {
+			t.Fatal("a copy of a ring acted on woke the harness")
+		}
+		if b.stale != want {
+			t.Fatalf("pause %v after a copy, want %v", b.stale, want)
+		}
+	}
+	q.rings, q.ids = []string{"h1c", "h2"}, []string{"m1", "m2"}
+	if !b.wait(context.Background(), 0) {
+		t.Fatal("a new ring beside a copy did not wake the harness")
+	}
+	// (The copies received under the ended context were not deleted.)
+	if b.stale != 0 || len(q.deleted) != 3 || q.deleted[1] != "h1c" || q.deleted[2] != "h2" {
+		t.Fatalf("pause %v, deleted %v; want 0 and h1, h1c, h2", b.stale, q.deleted)
+	}
+	b.stale = staleMost
+	for range 3 {
+		q.rings, q.ids = []string{"h2b"}, []string{"m2"}
+		b.wait(ended, 0)
+	}
+	if b.stale != staleMost {
+		t.Fatalf("pause %v, want at most %v", b.stale, staleMost)
 	}
 }

@@ -15,7 +15,8 @@
 // wake (its caller re-reads the store after it), so one ring wakes it
 // once. While only such rings are visible it looks again every Recheck
 // instead of long-polling, and the first listener to see a ring older than
-// KeepRings deletes it.
+// KeepRings deletes it (through a one-second long poll, which cannot miss
+// it as a short poll may).
 //
 // A listener that cannot reach its queue (Listen's CreateQueue failed, a
 // receive failed, the queue was swept) does not fail and does not sleep:
@@ -86,6 +87,9 @@ const (
 	// enough to delete them (a receipt handle of a receive whose
 	// visibility has lapsed may not delete).
 	collectSeconds = 1
+	// collectWaitSeconds: the collecting receive is a long poll, which no
+	// server's sampling can leave empty while old rings are visible.
+	collectWaitSeconds = 1
 	// nameVersion is hashed into queue names: the queues of the version
 	// that hid rings for 2 s had other attributes, and CreateQueue refuses
 	// a name with different attributes. Those idle out by the sweep.
@@ -432,10 +436,16 @@ func (l *listener) Wait(ctx context.Context) error {
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameSentTimestamp},
 		}
 		if collect {
-			// A short receive that hides what it takes for a second, so
-			// that its receipt handles delete. The young rings it takes
-			// reach the other listeners a second late.
+			// A receive that hides what it takes for a second, so that its
+			// receipt handles delete. The young rings it takes reach the
+			// other listeners a second late. It long-polls (a second): a
+			// short poll samples some of SQS's servers and may miss the
+			// old rings, and the long poll after it would answer them at
+			// once again, a loop of receives while they stay (up to a
+			// minute); a long poll asks every server, and returns at once
+			// as they are there.
 			in.VisibilityTimeout = collectSeconds
+			in.WaitTimeSeconds = collectWaitSeconds
 		} else {
 			// Long polls count whole seconds: round up, and let the
 			// deadline cut the last one short. That hides nothing, as
@@ -471,18 +481,9 @@ func (l *listener) Wait(ctx context.Context) error {
 			return nil
 		}
 		switch {
-		case len(out.Messages) == 0 && collected:
-			// A short poll samples some of SQS's servers, and may miss
-			// what waits: pause as below rather than long-poll at once,
-			// which would answer the same old rings again at once.
-			select {
-			case <-b.after(Recheck):
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-l.closed.Done():
-				return errClosed
-			}
 		case len(out.Messages) == 0:
+			// Nothing visible (after a cleanup receive too: another
+			// listener took the old rings): long-poll again.
 			_ = b.touch(wctx, l.url, false)
 		case !collected && len(old) > 0:
 			collect = true
