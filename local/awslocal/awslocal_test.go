@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -140,6 +141,83 @@ func startStackLogged(t testing.TB, mods ...func(*awslocal.Config)) (*awslocal.S
 	return s, strings.TrimSpace(string(tok)), logs
 }
 
+// shared is the stack the tests share that only read it or launch workers
+// of their own (their own run, keys and handles) and count, stop or change
+// nothing stack-wide: one deployment instead of one each. The first such
+// test starts it (sharedStack); TestMain closes it. A test that sets the
+// stack's config, stops or counts what is not its own, or needs a fresh
+// table starts its own (startStack).
+var shared struct {
+	once  sync.Once
+	s     *awslocal.Stack
+	token string
+	logs  *syncBuffer
+	data  string
+	err   error
+}
+
+// sharedStack is the package's shared stack and its kitchn token, started
+// on first use. A test that fails gets the stack's output (everything the
+// sharing tests did) in its log.
+func sharedStack(t testing.TB) (*awslocal.Stack, string) {
+	t.Helper()
+	requireStandins(t)
+	requireWorkerImage(t)
+	shared.once.Do(func() {
+		shared.err = errors.New("its binaries or template are missing (see the first test that asked for it)")
+		bin, tpl := binaries(t), template(t)
+		data, err := os.MkdirTemp("", "awslocal-shared-")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		shared.data, shared.logs = data, &syncBuffer{}
+		cfg := awslocal.Config{
+			Options: localserver.Options{Listen: "127.0.0.1:0", Data: data,
+				Logger: slog.New(slog.NewJSONHandler(shared.logs, nil))},
+			Bin: bin, Template: tpl, FunctionOutput: shared.logs, WorkerGrace: 3 * time.Second,
+		}
+		s, err := awslocal.Start(context.Background(), cfg)
+		if err != nil {
+			shared.err = err
+			return
+		}
+		tok, err := os.ReadFile(s.TokenFile())
+		if err != nil {
+			s.Close()
+			shared.err = err
+			return
+		}
+		shared.s, shared.token = s, strings.TrimSpace(string(tok))
+	})
+	if shared.s == nil {
+		t.Fatalf("the shared stack did not start: %v", shared.err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logContainers(t, shared.s)
+			b := []byte(shared.logs.String())
+			if len(b) > 64<<10 {
+				b = b[len(b)-64<<10:]
+			}
+			t.Logf("shared stack output (tail):\n%s", b)
+		}
+	})
+	return shared.s, shared.token
+}
+
+// TestMain closes the shared stack after the package's tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.s != nil {
+		shared.s.Close()
+	}
+	if shared.data != "" {
+		os.RemoveAll(shared.data)
+	}
+	os.Exit(code)
+}
+
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
@@ -150,6 +228,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // stand-in, whose workers are real harness processes with the scripted
 // agent, and whose task state changes reach the reconciler function.
 func TestConformanceAWSLocal(t *testing.T) {
+	t.Parallel() // its own stack: it counts the stack's RunTasks and invocations
 	s, token := startStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -222,6 +301,7 @@ func call(t *testing.T, s *awslocal.Stack, token, method, path, body string, out
 // failed by the reconciler function from the ECS stand-in's task state
 // change, and its coordinator gets a worker-done row saying why.
 func TestTaskStoppedWithoutReportAWSLocal(t *testing.T) {
+	t.Parallel()
 	s, token := startStack(t, func(c *awslocal.Config) { c.WorkerBin = "/bin/false" })
 	launch := `{"run":"run-crash","request":{"house":"` + s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse] + `","backend":"galley","credential":"galley-token",` +
 		`"task":"t-1","attempt":1,"key":"k-crash-1","effect":{"executor":"worker","effect":` +

@@ -13,6 +13,7 @@ import (
 // stack cannot stream through Lambda): the worker's events appear live
 // without a stream request.
 func TestConsoleLongPollAWSLocal(t *testing.T) {
+	t.Parallel()
 	shapetest.Console(t, shapetest.Consoled{
 		Name: "aws-local",
 		Live: operator.LivePoll,

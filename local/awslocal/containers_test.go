@@ -50,8 +50,9 @@ func TestWorkerContainerReachesOnlyTheEgressService(t *testing.T) {
 	if img == "" {
 		t.Skipf("%s is not set: workers run as host programs", awslocal.EnvWorkerImage)
 	}
+	t.Parallel()
 	beyond := hostBeyond(t)
-	s, _ := startStack(t)
+	s, _ := sharedStack(t)
 	name, gw := s.WorkerNetwork()
 	if name == "" {
 		t.Fatal("the stack runs no container network although a worker image is set")
@@ -178,6 +179,7 @@ func workerLinux(res map[string]any) (map[string]any, error) {
 // worker adds a capability other than SYS_PTRACE does not deploy: ECS
 // refuses the task definition, as it refuses it on Fargate.
 func TestTemplateAddsACapabilityFargateRefuses(t *testing.T) {
+	t.Parallel()
 	for _, add := range []string{"SYS_ADMIN", "FOWNER"} {
 		t.Run(add, func(t *testing.T) {
 			tpl := mutatedTemplate(t, func(res map[string]any) error {

@@ -17,6 +17,7 @@ import (
 // afterwards: launches beyond the template's maxWorkers still meet the
 // quota, never the cap, and the inventory lists no worker.
 func TestFreshAccountVCPUQuotaZeroAWSLocal(t *testing.T) {
+	t.Parallel()
 	s, token := startStack(t, func(c *awslocal.Config) { c.ECS = append(c.ECS, ecsstandin.WithVCPUQuota(0)) })
 	env := s.FunctionEnv(lambdaapp.Effects)
 	var maxWorkers int

@@ -217,6 +217,7 @@ func functionByPath(res map[string]any, name string) (map[string]any, error) {
 // message naming what is missing — and passes on the template as it is.
 // A local stack configured beside the template could not tell.
 func TestTemplateMutations(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		mutate func(res map[string]any) error
@@ -308,6 +309,7 @@ func TestTemplateMutations(t *testing.T) {
 // containers apply a task definition's capabilities: this test needs the
 // worker image, and fails without it under GALLEY_REQUIRE_STANDINS=1.
 func TestTemplateDropsACapabilityTheHarnessNeeds(t *testing.T) {
+	t.Parallel()
 	if img := requireWorkerImage(t); img == "" {
 		t.Skipf("%s is not set: a task definition's capabilities apply only to containers", awslocal.EnvWorkerImage)
 	}

@@ -32,6 +32,7 @@ import (
 // have — a Container Insights metric of a service the cluster does not
 // run — fails it.
 func TestAlarmsHaveEmittedMetrics(t *testing.T) {
+	t.Parallel()
 	s, token := startStack(t)
 	// A live worker, so the gauges count something.
 	k := newKitchn(t, s, token, "run-gauges")
@@ -125,6 +126,7 @@ func asList(v any) []any {
 // then puts it in the on-failure destination queue, which an alarm
 // watches; the event is not lost.
 func TestReconcilerFailuresKept(t *testing.T) {
+	t.Parallel()
 	tpl := mutatedTemplate(t, func(res map[string]any) error {
 		fn, err := functionByPath(res, "Reconciler")
 		if err != nil {
@@ -199,7 +201,8 @@ func TestReconcilerFailuresKept(t *testing.T) {
 // burst beyond the limit on one route gets API Gateway's 429 before any
 // function runs, and another route keeps its budget.
 func TestStageThrottleAWSLocal(t *testing.T) {
-	s, token := startStack(t)
+	// Shared, but not parallel: its burst would throttle the others.
+	s, token := sharedStack(t)
 	var burst float64
 	for _, p := range s.Resources("AWS::ApiGatewayV2::Stage") {
 		burst, _ = p["DefaultRouteSettings"].(map[string]any)["ThrottlingBurstLimit"].(float64)
@@ -248,7 +251,8 @@ func TestStageThrottleAWSLocal(t *testing.T) {
 // (the template's catch-all route): no token or a wrong one answers 401,
 // the right one 404.
 func TestAuthBeforeRoutingAWSLocal(t *testing.T) {
-	s, token := startStack(t)
+	t.Parallel()
+	s, token := sharedStack(t)
 	for _, c := range []struct {
 		token string
 		want  int

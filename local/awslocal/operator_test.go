@@ -79,6 +79,7 @@ func launchScript(t testing.TB, s *awslocal.Stack, token, run, key, script strin
 // session's cookie is refused after its logout; and the galley commands
 // work against the stack.
 func TestOperatorAPIAWSLocal(t *testing.T) {
+	t.Parallel()
 	shapetest.Operator(t, shapetest.Operated{
 		Live:    operator.LivePoll,
 		Compute: shapetest.Compute{Running: "task-running", Stopped: "task-stopped", StopFields: []string{"stopCode"}, Code: "0"},

@@ -21,6 +21,7 @@ import (
 // and the reconciler's asynchronous invocations from its task state
 // changes.
 func TestUsageAWSLocal(t *testing.T) {
+	t.Parallel()
 	s, token := startStack(t)
 	before := s.Usage()
 	k := newKitchn(t, s, token, "run-usage")

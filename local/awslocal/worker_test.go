@@ -127,6 +127,7 @@ func randomValue(t *testing.T, prefix string) string {
 // provider key and none of kitchn's token, the task role's credentials, the
 // worker signing key or the git credential.
 func TestWorkerFromTemplateAWSLocal(t *testing.T) {
+	t.Parallel()
 	const (
 		anthropicOrigin = "https://anthropic.llm-gateway.example"
 		openaiOrigin    = "https://openai.llm-gateway.example"
@@ -321,15 +322,19 @@ func TestWorkerFromTemplateAWSLocal(t *testing.T) {
 // read the house's secrets with them: the IAM gate answers
 // AccessDeniedException naming the action.
 func TestTaskRoleIsCheckedAWSLocal(t *testing.T) {
-	s, token := startStack(t)
+	t.Parallel()
+	s, token := sharedStack(t)
 	k := newKitchn(t, s, token, "run-role")
-	if st, _ := k.effect("k-role", `{"type":"launch-worker","role":"station-cook","workspace":{"type":"isolated"},"brief":"idle"}`); st != "applied" {
+	st, receipt := k.effect("k-role", `{"type":"launch-worker","role":"station-cook","workspace":{"type":"isolated"},"brief":"idle"}`)
+	if st != "applied" || len(receipt.Created) == 0 {
 		t.Fatalf("launch: %s", st)
 	}
 	var uri string
 	for deadline := time.Now().Add(30 * time.Second); uri == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		for _, task := range s.ECS().Tasks() {
-			uri = task.Env["AWS_CONTAINER_CREDENTIALS_FULL_URI"]
+			if task.Env["GALLEY_WORKER_HANDLE"] == receipt.Created[0].Handle { // its own task: the stack is shared
+				uri = task.Env["AWS_CONTAINER_CREDENTIALS_FULL_URI"]
+			}
 		}
 	}
 	if uri == "" {
@@ -390,6 +395,7 @@ func withGateways(anthropicOrigin, openaiOrigin string) func(res map[string]any)
 // tools: it commits and pushes its branch through the harness's push gate
 // and finishes.
 func TestImageCLIsWorkerAWSLocal(t *testing.T) {
+	t.Parallel()
 	if img := requireWorkerImage(t); img == "" {
 		t.Skipf("%s is not set: the image's CLIs run only in its containers", awslocal.EnvWorkerImage)
 	}
