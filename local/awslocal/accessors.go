@@ -9,6 +9,7 @@ import (
 
 	"github.com/galley-run/galley/local/ecsstandin"
 	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/localserver"
 )
@@ -82,7 +83,7 @@ func (s *Stack) Instances() map[lambdaapp.Function]int {
 // Binding is the kitchn backend binding for the stack.
 func (s *Stack) Binding() string {
 	env := s.model.functions[s.kinds[lambdaapp.Effects]].Env
-	return localserver.Binding(env[lambdaapp.EnvBackend], env[lambdaapp.EnvCredential], s.endpoint)
+	return localserver.Binding(env[contract.EnvBackend], env[contract.EnvCredential], s.endpoint)
 }
 
 // PutSecret puts a new current value of a template's secret (by name or

@@ -22,6 +22,7 @@ import (
 	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/local/shapetest"
 	"github.com/galley-run/galley/local/standin-cli/standin"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/egress"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/lambdaapp"
@@ -157,7 +158,7 @@ func startAdversarialStack(t *testing.T, w shapetest.World) shapetest.House {
 			t.Fatal(err)
 		}
 	}
-	h.adv = &stackAdversary{w: w, workerEndpoint: s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkerEndpoint]}
+	h.adv = &stackAdversary{w: w, workerEndpoint: s.FunctionEnv(lambdaapp.Effects)[contract.EnvWorkerEndpoint]}
 	return h
 }
 
@@ -190,7 +191,7 @@ func (h *stackHouse) Aim(t *testing.T, v shapetest.Victim, tg *standin.Targets) 
 	victimTask := workerTask(t, s, v.Handle)
 	// The shared file system as the host and the containers see it: the
 	// victim's worktree, the cache beside it.
-	a.shared = sharedFSOf(t, victimTask, s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkspaceRoot])
+	a.shared = sharedFSOf(t, victimTask, s.FunctionEnv(lambdaapp.Effects)[contract.EnvWorkspaceRoot])
 	a.victimWS = victimTask.Env[harness.EnvWorkspace]
 	cache := filepath.Join(a.shared.ctr, harness.DefaultGitCacheName)
 	if c := victimTask.Env[harness.EnvGitCache]; c != "" {
@@ -663,11 +664,11 @@ func checkNoResolver(t *testing.T, v string, servers []string) {
 // credential: that proves it genuine.
 func victimCredential(t *testing.T, s *awslocal.Stack, handle, launchKey string) string {
 	t.Helper()
-	secret, err := s.SecretValue(t.Context(), s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkerSecretArn])
+	secret, err := s.SecretValue(t.Context(), s.FunctionEnv(lambdaapp.Effects)[contract.EnvWorkerSecretArn])
 	if err != nil {
 		t.Fatal(err)
 	}
-	house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
+	house := s.FunctionEnv(lambdaapp.Effects)[contract.EnvHouse]
 	sum := sha256.Sum256([]byte(house + "\x00" + launchKey))
 	nonce := "n-" + hex.EncodeToString(sum[:10])
 	m := hmac.New(sha256.New, []byte(secret))

@@ -234,8 +234,8 @@ func TestConformanceAWSLocal(t *testing.T) {
 	defer cancel()
 	env := s.FunctionEnv(lambdaapp.Effects)
 	rep := conformance.Run(ctx, conformance.Config{
-		Endpoint: s.Endpoint(), Token: token, House: env[lambdaapp.EnvHouse], Backend: env[lambdaapp.EnvBackend],
-		Credential: env[lambdaapp.EnvCredential],
+		Endpoint: s.Endpoint(), Token: token, House: env[contract.EnvHouse], Backend: env[contract.EnvBackend],
+		Credential: env[contract.EnvCredential],
 		Timeout:    15 * time.Second, Wait: 90 * time.Second,
 	})
 	if rep.Err != nil {
@@ -303,7 +303,7 @@ func call(t *testing.T, s *awslocal.Stack, token, method, path, body string, out
 func TestTaskStoppedWithoutReportAWSLocal(t *testing.T) {
 	t.Parallel()
 	s, token := startStack(t, func(c *awslocal.Config) { c.WorkerBin = "/bin/false" })
-	launch := `{"run":"run-crash","request":{"house":"` + s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse] + `","backend":"galley","credential":"galley-token",` +
+	launch := `{"run":"run-crash","request":{"house":"` + s.FunctionEnv(lambdaapp.Effects)[contract.EnvHouse] + `","backend":"galley","credential":"galley-token",` +
 		`"task":"t-1","attempt":1,"key":"k-crash-1","effect":{"executor":"worker","effect":` +
 		`{"type":"launch-worker","role":"station-cook","workspace":{"type":"isolated"},"brief":"crash"}}}}`
 	var applied struct {

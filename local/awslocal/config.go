@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 )
 
@@ -80,8 +81,8 @@ func (s *Stack) checkOptions() error {
 	var errs []string
 	// What the local stack itself reads from the template (the git
 	// server's credential, kitchn's token, the binding).
-	for _, name := range []string{lambdaapp.EnvHouse, lambdaapp.EnvBackend, lambdaapp.EnvCredential,
-		lambdaapp.EnvTokenSecretArn, lambdaapp.EnvSecretGit, lambdaapp.EnvRepository} {
+	for _, name := range []string{contract.EnvHouse, contract.EnvBackend, contract.EnvCredential,
+		contract.EnvTokenSecretArn, contract.EnvSecretGit, contract.EnvRepository} {
 		if env[name] == "" {
 			errs = append(errs, fmt.Sprintf("the template's effects function sets no %s", name))
 		}
@@ -97,9 +98,9 @@ func (s *Stack) checkOptions() error {
 			errs = append(errs, flag+": the template sets it (synthesize with the value you want)")
 		}
 	}
-	check("--house", o.House, lambdaapp.EnvHouse)
-	check("--backend", o.Backend, lambdaapp.EnvBackend)
-	check("--credential", o.Credential, lambdaapp.EnvCredential)
+	check("--house", o.House, contract.EnvHouse)
+	check("--backend", o.Backend, contract.EnvBackend)
+	check("--credential", o.Credential, contract.EnvCredential)
 	if len(errs) > 0 {
 		return errors.New("aws-local: " + strings.Join(errs, "; "))
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/galley-run/galley/local/container"
 	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/local/testnet"
+	"github.com/galley-run/galley/pkg/contract"
 	egresspkg "github.com/galley-run/galley/pkg/egress"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/localserver"
@@ -75,7 +76,7 @@ func TestWorkerContainerReachesOnlyTheEgressService(t *testing.T) {
 	if egress == "" {
 		t.Fatal("the stack runs no egress service")
 	}
-	api := hostPort(s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkerEndpoint])
+	api := hostPort(s.FunctionEnv(lambdaapp.Effects)[contract.EnvWorkerEndpoint])
 	closed := map[string]string{"the API": api, "the git server": hostPort(s.GitURL()),
 		"a host beyond": net.JoinHostPort(beyond.Addr.String(), "443")}
 	for _, svc := range iamgate.Services {

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 )
 
@@ -258,8 +259,8 @@ func TestDeployDocCommands(t *testing.T) {
 	defer func() { <-done }()
 
 	s, _ := startStack(t)
-	house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
-	cluster := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvCluster]
+	house := s.FunctionEnv(lambdaapp.Effects)[contract.EnvHouse]
+	cluster := s.FunctionEnv(lambdaapp.Effects)[contract.EnvCluster]
 	galley := filepath.Join(filepath.Dir(binaries(t).ECS), "galley")
 	ecsURL := httptest.NewServer(s.ECS())
 	defer ecsURL.Close()

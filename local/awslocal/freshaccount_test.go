@@ -21,14 +21,14 @@ func TestFreshAccountVCPUQuotaZeroAWSLocal(t *testing.T) {
 	s, token := startStack(t, func(c *awslocal.Config) { c.ECS = append(c.ECS, ecsstandin.WithVCPUQuota(0)) })
 	env := s.FunctionEnv(lambdaapp.Effects)
 	var maxWorkers int
-	if _, err := fmt.Sscan(env[lambdaapp.EnvMaxWorkers], &maxWorkers); err != nil || maxWorkers < 1 {
-		t.Fatalf("the template's maxWorkers %q: %v", env[lambdaapp.EnvMaxWorkers], err)
+	if _, err := fmt.Sscan(env[contract.EnvMaxWorkers], &maxWorkers); err != nil || maxWorkers < 1 {
+		t.Fatalf("the template's maxWorkers %q: %v", env[contract.EnvMaxWorkers], err)
 	}
 	for i := range maxWorkers + 2 {
 		launch := fmt.Sprintf(`{"run":"run-fresh","request":{"house":%q,"backend":"galley","credential":"galley-token",`+
 			`"task":"t-1","attempt":1,"key":"k-fresh-%d","effect":{"executor":"worker","effect":`+
 			`{"type":"launch-worker","role":"station-cook","workspace":{"type":"isolated"},"brief":"b"}}}}`,
-			env[lambdaapp.EnvHouse], i)
+			env[contract.EnvHouse], i)
 		var out struct {
 			Status            string
 			Reason            string

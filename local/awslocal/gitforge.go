@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/galley-run/galley/pkg/cfntemplate"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/gitserve"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/lambdaapp"
@@ -23,12 +24,12 @@ import (
 // (GALLEY_REPOSITORY of its functions, a literal context value).
 func templateRepository(t *cfntemplate.Template) (string, error) {
 	for _, id := range t.OfType("AWS::Lambda::Function") {
-		vars, _ := asMap(asMap(t.Resources[id].Properties["Environment"])["Variables"])[lambdaapp.EnvRepository].(string)
+		vars, _ := asMap(asMap(t.Resources[id].Properties["Environment"])["Variables"])[contract.EnvRepository].(string)
 		if vars != "" {
 			return vars, nil
 		}
 	}
-	return "", fmt.Errorf("the template sets no %s on any function: synthesize with -c repository=https://...", lambdaapp.EnvRepository)
+	return "", fmt.Errorf("the template sets no %s on any function: synthesize with -c repository=https://...", contract.EnvRepository)
 }
 
 // localRepositoryURL is where the local git server serves the template's
@@ -83,16 +84,16 @@ func (s *Stack) gitCredentialNames() (user, secretArn string) {
 			}
 		}
 	}
-	return user, s.model.functions[s.kinds[lambdaapp.Effects]].Env[lambdaapp.EnvSecretGit]
+	return user, s.model.functions[s.kinds[lambdaapp.Effects]].Env[contract.EnvSecretGit]
 }
 
 // syncToken keeps kitchn's token across restarts: a token file that exists
 // becomes the bearer-token secret's current value; otherwise the
 // deployment's generated value is written to it (mode 600).
 func (s *Stack) syncToken(ctx context.Context) error {
-	arn := s.model.functions[s.kinds[lambdaapp.Effects]].Env[lambdaapp.EnvTokenSecretArn]
+	arn := s.model.functions[s.kinds[lambdaapp.Effects]].Env[contract.EnvTokenSecretArn]
 	if arn == "" {
-		return fmt.Errorf("the effects function has no %s", lambdaapp.EnvTokenSecretArn)
+		return fmt.Errorf("the effects function has no %s", contract.EnvTokenSecretArn)
 	}
 	if b, err := os.ReadFile(s.tokenFile); err == nil && len(bytes.TrimSpace(b)) > 0 {
 		_, err := s.sm.Put(arn, string(bytes.TrimSpace(b)))
@@ -112,9 +113,9 @@ func (s *Stack) syncToken(ctx context.Context) error {
 // token file in step, as syncToken does kitchn's: the file (written from
 // the generated secret on first start) is what the galley commands read.
 func (s *Stack) syncOperatorToken(ctx context.Context) error {
-	arn := s.model.functions[s.kinds[lambdaapp.Operator]].Env[lambdaapp.EnvOperatorTokenSecretArn]
+	arn := s.model.functions[s.kinds[lambdaapp.Operator]].Env[contract.EnvOperatorTokenSecretArn]
 	if arn == "" {
-		return fmt.Errorf("the operator function has no %s", lambdaapp.EnvOperatorTokenSecretArn)
+		return fmt.Errorf("the operator function has no %s", contract.EnvOperatorTokenSecretArn)
 	}
 	if b, err := os.ReadFile(s.operatorTokenFile); err == nil && len(bytes.TrimSpace(b)) > 0 {
 		_, err := s.sm.Put(arn, string(bytes.TrimSpace(b)))

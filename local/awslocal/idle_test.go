@@ -22,6 +22,7 @@ import (
 
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/doorbell/sqsbell"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -71,13 +72,13 @@ func TestIdleWorkersHoldNoInvocationAWSLocal(t *testing.T) {
 	}
 
 	// Every harness waits on its own queue, as its own session.
-	prefix := s.FunctionEnv(lambdaapp.WorkerAPI)[lambdaapp.EnvQueuePrefix]
+	prefix := s.FunctionEnv(lambdaapp.WorkerAPI)[contract.EnvQueuePrefix]
 	bell, err := sqsbell.New(nil, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	queueOf := func(h string) string { return bell.QueueName(service.InboxTopic(h)) }
-	wakeRole := s.FunctionEnv(lambdaapp.WorkerAPI)[lambdaapp.EnvWakeRoleArn]
+	wakeRole := s.FunctionEnv(lambdaapp.WorkerAPI)[contract.EnvWakeRoleArn]
 	wakeRoleName := wakeRole[strings.LastIndex(wakeRole, "/")+1:]
 	receives := func() map[string]int {
 		n := map[string]int{}
@@ -200,7 +201,7 @@ func newGranter(t *testing.T, s *awslocal.Stack, prefix string) *sqsbell.Granter
 	}
 	stsc := sts.New(sts.Options{Region: s.Region(), Credentials: creds, HTTPClient: caClient(t, s),
 		BaseEndpoint: aws.String(s.GateURL(iamgate.STS))})
-	g, err := sqsbell.NewGranter(bell, stsc, s.FunctionEnv(lambdaapp.WorkerAPI)[lambdaapp.EnvWakeRoleArn], s.Region())
+	g, err := sqsbell.NewGranter(bell, stsc, s.FunctionEnv(lambdaapp.WorkerAPI)[contract.EnvWakeRoleArn], s.Region())
 	if err != nil {
 		t.Fatal(err)
 	}

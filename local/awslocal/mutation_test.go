@@ -61,7 +61,7 @@ func smoke(s *awslocal.Stack, token string, logs *syncBuffer) error {
 		}
 		return json.Unmarshal(a.Body, out)
 	}
-	house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
+	house := s.FunctionEnv(lambdaapp.Effects)[contract.EnvHouse]
 	launch := func(run, key, brief, branch, agent string) (string, error) {
 		b, _ := json.Marshal(brief)
 		sel := ""
@@ -276,7 +276,7 @@ func TestTemplateMutations(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tpl := mutatedTemplate(t, tc.mutate)
 			s, token, logs := startStackLogged(t, func(c *awslocal.Config) { c.Template = tpl })
-			house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
+			house := s.FunctionEnv(lambdaapp.Effects)[contract.EnvHouse]
 			if err := s.PutSecret(context.Background(), "galley/"+house+"/anthropic", randomValue(t, "sk-ant-test-")); err != nil {
 				t.Fatal(err)
 			}
@@ -340,7 +340,7 @@ func TestTemplateDropsACapabilityTheHarnessNeeds(t *testing.T) {
 				return nil
 			})
 			s, token, logs := startStackLogged(t, func(c *awslocal.Config) { c.Template = tpl })
-			house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
+			house := s.FunctionEnv(lambdaapp.Effects)[contract.EnvHouse]
 			if err := s.PutSecret(context.Background(), "galley/"+house+"/anthropic", randomValue(t, "sk-ant-test-")); err != nil {
 				t.Fatal(err)
 			}

@@ -46,7 +46,7 @@ func TestAlarmsHaveEmittedMetrics(t *testing.T) {
 	for _, m := range s.Metrics() {
 		emitted[metricKey(m.Namespace, m.Name, m.Dimensions)] = m.Value
 	}
-	house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
+	house := s.FunctionEnv(lambdaapp.Effects)[contract.EnvHouse]
 	if v, ok := emitted[metricKey("galley", "LiveWorkers", map[string]string{"House": house})]; !ok || v < 1 {
 		t.Errorf("LiveWorkers with a live worker: %v (emitted %v)", v, emitted)
 	}

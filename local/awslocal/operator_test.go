@@ -18,6 +18,7 @@ import (
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/local/shapetest"
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/operator"
@@ -50,7 +51,7 @@ func status(t testing.TB, s *awslocal.Stack, token, method, path, body string) (
 func launchScript(t testing.TB, s *awslocal.Stack, token, run, key, script string) string {
 	t.Helper()
 	brief, _ := json.Marshal(script)
-	launch := `{"run":"` + run + `","request":{"house":"` + s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse] +
+	launch := `{"run":"` + run + `","request":{"house":"` + s.FunctionEnv(lambdaapp.Effects)[contract.EnvHouse] +
 		`","backend":"galley","credential":"galley-token","task":"t-1","attempt":1,"key":"` + key +
 		`","effect":{"executor":"worker","effect":{"type":"launch-worker","role":"station-cook",` +
 		`"workspace":{"type":"isolated"},"brief":` + string(brief) + `,"branch":"op/` + key + `"}}}}`
@@ -98,7 +99,7 @@ func functionStore(t *testing.T, s *awslocal.Stack, fn lambdaapp.Function) *dyna
 		Credentials:      credentials.NewStaticCredentialsProvider(c.AccessKeyID, c.SecretAccessKey, c.SessionToken),
 		BaseEndpoint:     aws.String(s.GateURL(iamgate.DynamoDB)),
 		RetryMaxAttempts: 5, DisableValidateResponseChecksum: true})
-	return dynamostore.New(db, s.FunctionEnv(fn)[lambdaapp.EnvTable])
+	return dynamostore.New(db, s.FunctionEnv(fn)[contract.EnvTable])
 }
 
 // BenchmarkEventFollowAWSLocal is the time from a worker's post to its

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/localserver"
 )
@@ -95,7 +96,7 @@ func ServeAWSLocal(ctx context.Context, cfg Config, stdout, stderr io.Writer) er
 	}
 	o := cfg.Options
 	env := s.FunctionEnv(lambdaapp.Effects)
-	o.House, o.Backend, o.Credential = env[lambdaapp.EnvHouse], env[lambdaapp.EnvBackend], env[lambdaapp.EnvCredential]
+	o.House, o.Backend, o.Credential = env[contract.EnvHouse], env[contract.EnvBackend], env[contract.EnvCredential]
 	o.OperatorTokenFile = s.OperatorTokenFile()
 	localserver.PrintReady(stdout, o, s.Endpoint(), s.TokenFile())
 	<-ctx.Done()

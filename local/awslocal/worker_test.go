@@ -45,7 +45,7 @@ type kitchn struct {
 }
 
 func newKitchn(t *testing.T, s *awslocal.Stack, token, run string) *kitchn {
-	return &kitchn{t: t, s: s, token: token, house: s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse], run: run}
+	return &kitchn{t: t, s: s, token: token, house: s.FunctionEnv(lambdaapp.Effects)[contract.EnvHouse], run: run}
 }
 
 func (k *kitchn) effect(key, effect string) (status string, receipt protocol.Receipt) {
@@ -143,17 +143,17 @@ func TestWorkerFromTemplateAWSLocal(t *testing.T) {
 		c.WorkerServices = map[string]http.Handler{anthropicOrigin: provs["claude"].Config.Handler, openaiOrigin: provs["codex"].Config.Handler}
 	})
 	ctx := context.Background()
-	house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
+	house := s.FunctionEnv(lambdaapp.Effects)[contract.EnvHouse]
 	for name, v := range keys {
 		if err := s.PutSecret(ctx, "galley/"+house+"/"+name, v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	gitCred, err := s.SecretValue(ctx, s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvSecretGit])
+	gitCred, err := s.SecretValue(ctx, s.FunctionEnv(lambdaapp.Effects)[contract.EnvSecretGit])
 	if err != nil {
 		t.Fatal(err)
 	}
-	signingKey, err := s.SecretValue(ctx, s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvWorkerSecretArn])
+	signingKey, err := s.SecretValue(ctx, s.FunctionEnv(lambdaapp.Effects)[contract.EnvWorkerSecretArn])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +344,7 @@ func TestTaskRoleIsCheckedAWSLocal(t *testing.T) {
 	creds := endpointcreds.New(uri)
 	sm := secretsmanager.New(secretsmanager.Options{Region: "us-east-1", Credentials: aws.NewCredentialsCache(creds),
 		BaseEndpoint: aws.String(s.GateURL(iamgate.SecretsManager)), HTTPClient: caClient(t, s)})
-	for _, env := range []string{lambdaapp.EnvSecretGit, lambdaapp.EnvTokenSecretArn, lambdaapp.EnvWorkerSecretArn} {
+	for _, env := range []string{contract.EnvSecretGit, contract.EnvTokenSecretArn, contract.EnvWorkerSecretArn} {
 		arn := s.FunctionEnv(lambdaapp.Effects)[env]
 		_, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
 		var api smithy.APIError
@@ -436,7 +436,7 @@ func TestImageCLIsWorkerAWSLocal(t *testing.T) {
 		c.ImageAgentCLIs = true
 		c.WorkerServices = map[string]http.Handler{anthropicOrigin: provs["claude"].Config.Handler, openaiOrigin: provs["codex"].Config.Handler}
 	})
-	house := s.FunctionEnv(lambdaapp.Effects)[lambdaapp.EnvHouse]
+	house := s.FunctionEnv(lambdaapp.Effects)[contract.EnvHouse]
 	for name, fam := range map[string]string{"anthropic": "claude", "openai": "codex"} {
 		if err := s.PutSecret(context.Background(), "galley/"+house+"/"+name, keys[fam]); err != nil {
 			t.Fatal(err)

@@ -12,27 +12,6 @@ import (
 	"github.com/galley-run/galley/pkg/service"
 )
 
-// The names of the contract that aws-local (local/awslocal) takes from
-// this package; everything else reads them from package contract, which
-// says what each means.
-const (
-	EnvTable                  = contract.EnvTable
-	EnvHouse                  = contract.EnvHouse
-	EnvBackend                = contract.EnvBackend
-	EnvCredential             = contract.EnvCredential
-	EnvTokenSecretArn         = contract.EnvTokenSecretArn
-	EnvWorkerSecretArn        = contract.EnvWorkerSecretArn
-	EnvOperatorTokenSecretArn = contract.EnvOperatorTokenSecretArn
-	EnvSecretGit              = contract.EnvSecretGit
-	EnvQueuePrefix            = contract.EnvQueuePrefix
-	EnvCluster                = contract.EnvCluster
-	EnvMaxWorkers             = contract.EnvMaxWorkers
-	EnvRepository             = contract.EnvRepository
-	EnvWorkerEndpoint         = contract.EnvWorkerEndpoint
-	EnvWakeRoleArn            = contract.EnvWakeRoleArn
-	EnvWorkspaceRoot          = contract.EnvWorkspaceRoot
-)
-
 // Function names one of galley's Lambda functions; each serves one route
 // group with a role of its own (docs/architecture.md).
 type Function string
