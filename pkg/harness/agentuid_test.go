@@ -18,16 +18,23 @@ import (
 )
 
 // idDriver runs an agent that prints its uid, its gid and its
-// workspace's owner, and keeps what it printed.
+// workspace's owner (or runs script, needing cli), and keeps what it
+// printed.
 type idDriver struct {
-	mu  *sync.Mutex
-	out *string
+	mu     *sync.Mutex
+	out    *string
+	script string
+	cli    string
 }
 
-func (d idDriver) Needs() harness.AgentNeeds { return harness.AgentNeeds{} }
+func (d idDriver) Needs() harness.AgentNeeds { return harness.AgentNeeds{CLI: d.cli} }
 
 func (d idDriver) Command(_ workerapi.Self, _, _, workspace string) (*exec.Cmd, error) {
-	cmd := exec.Command("sh", "-c", `echo started; echo "$(id -u) $(id -g) $(stat -c %u .)"`)
+	script := d.script
+	if script == "" {
+		script = `echo started; echo "$(id -u) $(id -g) $(stat -c %u .)"`
+	}
+	cmd := exec.Command("sh", "-c", script)
 	cmd.Dir = workspace
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	return cmd, nil

@@ -1,11 +1,9 @@
 package harness_test
 
 import (
-	"io"
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,32 +13,6 @@ import (
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
-
-// viewDriver runs an agent script and keeps what it printed.
-type viewDriver struct {
-	script string
-	mu     *sync.Mutex
-	out    *string
-}
-
-func (d viewDriver) Needs() harness.AgentNeeds { return harness.AgentNeeds{CLI: "probe"} }
-
-func (d viewDriver) Command(_ workerapi.Self, _, _, workspace string) (*exec.Cmd, error) {
-	cmd := exec.Command("sh", "-c", d.script)
-	cmd.Dir = workspace
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	return cmd, nil
-}
-
-func (d viewDriver) Observe(stdout io.Reader, ev harness.Events) {
-	b, _ := io.ReadAll(stdout)
-	d.mu.Lock()
-	*d.out = string(b)
-	d.mu.Unlock()
-	if strings.Contains(string(b), "started") {
-		ev.Started("the probe said started")
-	}
-}
 
 // An agent under its own uid, in a view of its own, reaches its worktree
 // and its CLI though the folders above them are closed to other users (a
@@ -98,7 +70,7 @@ true`
 		out string
 	)
 	uid := workerapi.AgentUIDBase + rand.N(uint32(1_000_000))
-	d := viewDriver{script: "set -- " + strings.Join(socks, " ") + "\n" + script, mu: &mu, out: &out}
+	d := idDriver{script: "set -- " + strings.Join(socks, " ") + "\n" + script, cli: "probe", mu: &mu, out: &out}
 	_, err := confinedWithConfig(t, workerapi.Self{Handle: "w-view-" + strconv.Itoa(int(uid)), Run: "run-1", Brief: "x", Branch: testBranch, AgentUID: uid},
 		harness.ConfineUser, "probe", d, func(c *harness.Config) {
 			c.Workspace = filepath.Join(closed, "data", "ws")
