@@ -139,8 +139,9 @@ build-aws-local: build $(BIN)/aws-lambda-rie
 synth-local: build-aws-local node_modules/.package-lock.json
 	$(CDK) synth -q $(LOCAL_CDK_CONTEXT) > /dev/null
 
-## run-aws-local: galley in its AWS shape on this machine (stand-ins started and stopped with it; galley-dev, the development binary)
-run-aws-local: synth-local
+## run-aws-local: galley in its AWS shape on this machine (stand-ins started and stopped with it; galley-dev, the development binary), its workers containers of the worker image as on Fargate
+run-aws-local: export GALLEY_WORKER_IMAGE = $(shell scripts/worker-image.sh --print-ref)
+run-aws-local: synth-local image
 	$(BIN)/galley-dev serve --stack aws-local --template $(LOCAL_TEMPLATE) $(RUN_FLAGS)
 
 ## lambdas: bin/lambda/<function>/bootstrap for provided.al2023 on arm64
