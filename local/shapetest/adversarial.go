@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/galley-run/galley/pkg/egress/egresstest"
 	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/store"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
 
@@ -346,6 +348,35 @@ func Adversarial(t *testing.T, a Adversary) {
 			for _, e := range es {
 				if e.Fields["event"] == workerapi.EventEgress {
 					t.Logf("egress event: %s %v", e.Text, e.Fields)
+				}
+			}
+		}
+	})
+	t.Run("confinement and pushes in the event log", func(t *testing.T) {
+		es := Events(t, h, attacker)
+		confined := slices.ContainsFunc(es, func(e store.Event) bool {
+			return e.Kind == eventlog.KindHarness && e.Fields["event"] == workerapi.EventConfinement &&
+				e.Fields["mode"] != "" && e.Fields["mode"] != "none"
+		})
+		if !confined {
+			t.Error("no confinement event naming an enforced mode in the attacker's log")
+		}
+		pushed := func(ref string, refused bool) bool {
+			return slices.ContainsFunc(es, func(e store.Event) bool {
+				return e.Kind == eventlog.KindHarness && e.Fields["event"] == workerapi.EventPush &&
+					e.Fields["ref"] == ref && strings.HasPrefix(e.Text, "push refused") == refused
+			})
+		}
+		if !pushed("refs/heads/"+attackerBranch, false) {
+			t.Error("no event of the honest push to the attacker's branch")
+		}
+		if !pushed("refs/heads/main", true) {
+			t.Error("no event of the push to main refused")
+		}
+		if t.Failed() {
+			for _, e := range es {
+				if e.Kind == eventlog.KindHarness {
+					t.Logf("harness event: %s %v", e.Text, e.Fields)
 				}
 			}
 		}
