@@ -5,12 +5,19 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/galley-run/galley/pkg/agents/effort"
+	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/store"
 )
+
+// The effects: a request is checked, its key claimed (claims.go), and its
+// effect performed: a launch (launch.go), or a message, reply, cancel or
+// release (this file).
 
 // Apply performs one effect and returns the encoded receipt. Errors carry
 // the kind that decides the answer (see package api).
@@ -146,4 +153,187 @@ func quoteShort(v string) string {
 	}
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+func (s *Service) message(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
+	handle := eff.Worker.Handle
+	if _, _, err := s.liveWorker(ctx, handle); err != nil {
+		return s.actedBefore(ctx, c, handle, err)
+	}
+	if err := s.act(ctx, c); err != nil {
+		return nil, err
+	}
+	item := store.InboxItem{Key: c.rec.Key, Kind: "message", Body: *eff.Body, At: s.clock.Now()}
+	seq, err := s.store.AppendInbox(ctx, handle, item)
+	if err != nil {
+		return nil, err
+	}
+	s.event(handle, eventlog.KindMailbox, *eff.Body, "kind", "message", "inbox", strconv.FormatInt(seq, 10))
+	s.ring(ctx, inboxTopic(handle))
+	return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
+}
+
+func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
+	handle, question, body := eff.Worker.Handle, *eff.Question, *eff.Body
+	res, _, err := s.liveWorker(ctx, handle)
+	if err != nil {
+		if c.acted && galleyerr.Is(galleyerr.Invalid, err) {
+			// Taken over after the worker moved on (settled, released). A
+			// reply reaches the agent only once its answer is recorded, and
+			// none can be recorded any more: recorded with this body, it
+			// was delivered; otherwise it never will be, whatever the
+			// holder before did, and not applied is a promise galley keeps.
+			if res.Worker != nil && answerMatches(res.Worker.Questions[question], body) {
+				return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
+			}
+			c.acted = false
+		}
+		return nil, err
+	}
+	answer, asked := res.Worker.Questions[question]
+	switch {
+	case !asked:
+		return nil, galleyerr.Errorf(galleyerr.Invalid, "worker never asked question %s", quoteShort(question))
+	case answer != "" && !answerMatches(answer, body):
+		// Answered with another body: only the recorded answer reaches the
+		// agent, so whatever an earlier holder appended never will.
+		c.acted = false
+		return nil, galleyerr.Errorf(galleyerr.Invalid, "question %s was already answered", quoteShort(question))
+	}
+	if answer == "" {
+		// The copy it names reaches the agent once (deliverReply).
+		if err := s.act(ctx, c); err != nil {
+			return nil, err
+		}
+		if err := s.deliverReply(ctx, c, handle, question, body); err != nil {
+			return nil, err
+		}
+	}
+	return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
+}
+
+func (s *Service) cancel(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
+	handle := eff.Worker.Handle
+	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
+	switch {
+	case galleyerr.Is(galleyerr.NotFound, err) || (err == nil && res.Worker == nil):
+		// A worker that never existed (records are never deleted): nothing
+		// to cancel, and nothing any holder can have done.
+		c.acted = false
+		return nil, galleyerr.Errorf(galleyerr.Invalid, "worker %s does not exist", quoteShort(handle))
+	case err != nil:
+		return nil, err
+	case res.Released && !c.acted:
+		// Gone before this key acted: refused, definitely.
+		return nil, galleyerr.Errorf(galleyerr.Invalid, "worker %s does not exist", quoteShort(handle))
+	}
+	if err := s.act(ctx, c); err != nil {
+		return nil, err
+	}
+	if err := s.settle(ctx, handle, protocol.OutcomeCancelled, settleOther); err != nil {
+		if galleyerr.Is(galleyerr.Invalid, err) {
+			// Released since this key began (by a holder this claim was
+			// taken over from, or by another key): it is stopped and
+			// settled, as asked.
+			if res, _, rerr := s.store.GetResource(ctx, protocol.KindWorker, handle); rerr == nil && res.Released {
+				return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
+			}
+		}
+		return nil, err
+	}
+	if err := s.stopOwed(ctx, handle); err != nil {
+		return nil, err
+	}
+	s.event(handle, eventlog.KindCompute, "compute stop requested (cancel)", "event", "stop-requested")
+	return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
+}
+
+func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
+	r := *eff.Resource
+	res, _, err := s.store.GetResource(ctx, r.Kind, r.Handle)
+	if err == nil && res.Released && c.acted {
+		// Released by the holder this claim was taken over from (or by
+		// another key): what this release asked for holds.
+		return s.touchedReceipt(c, s.resource(r.Kind, r.Handle))
+	}
+	if galleyerr.Is(galleyerr.NotFound, err) || (err == nil && res.Released) {
+		return nil, galleyerr.Errorf(galleyerr.Invalid, "%s %s does not exist", r.Kind, quoteShort(r.Handle))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r.Kind == protocol.KindWorker || r.Kind == protocol.KindBranch {
+		if err := s.act(ctx, c); err != nil {
+			return nil, err
+		}
+	}
+	switch r.Kind {
+	case protocol.KindWorker:
+		if err := s.settle(ctx, r.Handle, protocol.OutcomeCancelled, settleOther); err != nil {
+			return nil, err
+		}
+		if err := s.stopOwed(ctx, r.Handle); err != nil {
+			return nil, err
+		}
+	case protocol.KindWorktree:
+		if busy, err := s.worktreeBusy(ctx, r.Handle); err != nil {
+			return nil, err
+		} else if busy {
+			return nil, galleyerr.Errorf(galleyerr.Invalid, "worktree %s is in use by a running worker", quoteShort(r.Handle))
+		}
+		if err := s.act(ctx, c); err != nil {
+			return nil, err
+		}
+		ref, err := s.startRemoval(ctx, r.Handle, res.Path, res.CleanupTries)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.markReleasedOwing(ctx, r.Kind, r.Handle, ref); err != nil {
+			return nil, err
+		}
+		return s.touchedReceipt(c, s.resource(r.Kind, r.Handle))
+	case protocol.KindBranch:
+		if err := s.git.DeleteBranch(ctx, r.Handle); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, galleyerr.Errorf(galleyerr.Invalid, "%s resources cannot be released here", r.Kind)
+	}
+	if err := s.markReleased(ctx, r.Kind, r.Handle); err != nil {
+		return nil, err
+	}
+	return s.touchedReceipt(c, s.resource(r.Kind, r.Handle))
+}
+
+func (s *Service) touchedReceipt(c *claim, touched ...protocol.Resource) (json.RawMessage, error) {
+	return protocol.EncodeReceipt(protocol.Receipt{
+		Reference: s.derive("req-", c.rec.Key), Created: []protocol.Resource{}, Touched: touched,
+	})
+}
+
+func (s *Service) resource(kind, handle string) protocol.Resource {
+	return protocol.Resource{Kind: kind, Backend: s.cfg.Backend, Handle: handle}
+}
+
+// actedBefore answers a message that found its worker gone
+// (settled or released: refused) when its claim was taken over from a
+// holder that acted and then failed to record the receipt: the worker moved
+// on meanwhile, so the operation cannot run again, yet it happened if the
+// worker's inbox holds the item the holder appended under this key. Then
+// the answer is the receipt the holder would have recorded; otherwise
+// refused stays refused (uncertain, as a taken-over claim counts as acted).
+func (s *Service) actedBefore(ctx context.Context, c *claim, handle string, refused error) (json.RawMessage, error) {
+	if !c.acted || !galleyerr.Is(galleyerr.Invalid, refused) {
+		return nil, refused
+	}
+	items, err := s.store.ListInbox(ctx, handle, 0)
+	if err != nil {
+		return nil, err
+	}
+	for _, it := range items {
+		if it.Key == c.rec.Key {
+			return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
+		}
+	}
+	return nil, refused
 }

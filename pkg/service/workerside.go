@@ -699,3 +699,12 @@ func AgentExitedBody(code int) string {
 	}
 	return fmt.Sprintf("the agent exited with code %d without reporting an outcome", code)
 }
+
+func hasOpenQuestion(w *store.Worker) bool {
+	for _, a := range w.Questions {
+		if a == "" {
+			return true
+		}
+	}
+	return false
+}
