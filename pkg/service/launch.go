@@ -12,10 +12,6 @@ import (
 	"github.com/galley-run/galley/pkg/store"
 )
 
-// launch makes a worker: a plan saved in the claim, then a branch, the
-// records, the compute, the receipt. Every attempt of a key converges on
-// the same plan, so a retry after a lost lease makes nothing twice.
-
 // launchPlan is what a launch decides before acting, saved in the claim so
 // a retry after a lost lease converges on the same resources.
 type launchPlan struct {
@@ -30,200 +26,312 @@ type launchPlan struct {
 	Branch string `json:"branch,omitempty"`
 }
 
+// launching is one attempt at a launch: what it was asked, the plan it
+// follows, and what its phases have learnt so far.
+type launching struct {
+	c    *claim
+	call protocol.EffectCall
+	eff  protocol.WorkerEffect
+	key  string
+	plan launchPlan
+	// fresh is set when no predecessor planned: this attempt decided the
+	// plan, and nothing it names can have been made before.
+	fresh bool
+	// branch is the worker's branch ("" for none); created is set when the
+	// launch makes it.
+	branch  string
+	created bool
+	// agent and worktreePath are set by recordWorker, nonce (the worker's
+	// credential nonce, as its record holds it) by checkStartable.
+	agent        protocol.AgentSelection
+	worktreePath string
+	nonce        string
+}
+
+// launchPhase is one step of a launch after its plan. answered reports
+// that the launch is over and answers by its receipt: it happened, and
+// nothing more is to be done.
+type launchPhase func(ctx context.Context, l *launching) (answered bool, err error)
+
+// launch makes a worker, in phases: a plan saved in the claim before
+// anything is made, then the branch, the records, the compute, and the
+// receipt. Every attempt of a key follows the same plan, so a retry after a
+// lost lease converges on the same resources; a phase that finds the launch
+// over (its worker gone, started, or failed) answers with the receipt.
 func (s *Service) launch(ctx context.Context, c *claim, call protocol.EffectCall, eff protocol.WorkerEffect) (json.RawMessage, error) {
-	req := call.Request
-	branch := ""
-	if eff.Branch != nil {
-		branch = *eff.Branch
+	l, err := s.planLaunch(ctx, c, call, eff)
+	if err != nil {
+		return nil, err
 	}
-	var plan launchPlan
+	for _, phase := range []launchPhase{
+		s.convergeIfGone,
+		s.makeBranch,
+		s.recordWorker,
+		s.checkStartable,
+		s.startCompute,
+		s.stopIfSettledWhileStarting,
+	} {
+		if answered, err := phase(ctx, l); err != nil {
+			return nil, err
+		} else if answered {
+			break
+		}
+	}
+	return s.launchReceipt(l.key, l.plan, l.branch, l.created)
+}
+
+// planLaunch reads the plan a predecessor saved in the claim, or decides
+// and saves one (decidePlan).
+func (s *Service) planLaunch(ctx context.Context, c *claim, call protocol.EffectCall, eff protocol.WorkerEffect) (*launching, error) {
+	l := &launching{c: c, call: call, eff: eff, key: call.Request.Key}
+	if eff.Branch != nil {
+		l.branch = *eff.Branch
+	}
 	if c.resumed && len(c.rec.Plan) > 0 {
-		if err := json.Unmarshal(c.rec.Plan, &plan); err != nil {
+		if err := json.Unmarshal(c.rec.Plan, &l.plan); err != nil {
 			return nil, galleyerr.E(galleyerr.Other, "unreadable launch plan", err)
 		}
 	}
-	fresh := plan.Worker == ""
-	if fresh {
-		plan.Worker = s.derive("w-", req.Key)
-		if eff.Workspace.Type == "existing" {
-			wt, err := s.usableWorktree(ctx, eff.Workspace.Resource.Handle)
-			if err != nil {
-				return nil, err
-			}
-			plan.Worktree, plan.Existing = wt.Handle, true
-			// A worktree is a clone on one branch: a worker reusing it works
-			// on that branch, and cannot be handed another.
-			wtBranch, err := s.worktreeBranch(ctx, wt.Handle)
-			if err != nil {
-				return nil, err
-			}
-			if branch != "" && branch != wtBranch {
-				return nil, galleyerr.Errorf(galleyerr.Invalid, "worktree %s is on branch %s; an existing workspace keeps its branch",
-					quoteShort(wt.Handle), quoteShort(wtBranch))
-			}
-			plan.Branch = wtBranch
-		} else {
-			plan.Worktree = s.derive("wt-", req.Key)
-		}
-		if branch != "" && !plan.Existing {
-			if _, exists, err := s.git.BranchHead(ctx, branch); err != nil {
-				return nil, err
-			} else if exists {
-				return nil, galleyerr.Errorf(galleyerr.Invalid, "branch %s already exists", quoteShort(branch))
-			}
-			base, err := s.git.DefaultHead(ctx)
-			if err != nil {
-				return nil, err
-			}
-			plan.Base = base
-		}
-		if err := s.checkPinned(ctx, eff.Pinned, plan); err != nil {
-			return nil, err
-		}
-		if err := s.checkCapacity(ctx); err != nil {
-			return nil, err
-		}
-		if err := s.savePlan(ctx, c, plan); err != nil {
+	l.fresh = l.plan.Worker == ""
+	if l.fresh {
+		if err := s.decidePlan(ctx, l); err != nil {
 			return nil, err
 		}
 	}
+	l.created = l.branch != "" && !l.plan.Existing
+	if l.plan.Existing {
+		l.branch = l.plan.Branch
+	}
+	return l, nil
+}
 
-	created := branch != "" && !plan.Existing
-	if plan.Existing {
-		branch = plan.Branch
+// decidePlan decides a fresh launch's plan: its worker and worktree, the
+// base of the branch it makes, after the checks that need the house (the
+// pinned head, the capacity); then saves it in the claim before anything
+// is made.
+func (s *Service) decidePlan(ctx context.Context, l *launching) error {
+	l.plan.Worker = s.derive("w-", l.key)
+	if err := s.planWorktree(ctx, l); err != nil {
+		return err
 	}
-	receipt := func() (json.RawMessage, error) { return s.launchReceipt(req.Key, plan, branch, created) }
-	if !fresh {
-		// A predecessor acted. If what it made has been settled or released
-		// since (a cancel, a cleanup by another key), the launch happened
-		// and its worker is gone: nothing is made again, nothing started.
-		if gone, err := s.launchGone(ctx, req.Key, plan, branch, created); err != nil {
-			return nil, err
-		} else if gone {
-			return receipt()
-		}
+	if err := s.planBase(ctx, l); err != nil {
+		return err
 	}
-	if created {
-		err := s.git.CreateBranch(ctx, branch, plan.Base)
+	if err := s.checkPinned(ctx, l.eff.Pinned, l.plan); err != nil {
+		return err
+	}
+	if err := s.checkCapacity(ctx); err != nil {
+		return err
+	}
+	return s.savePlan(ctx, l.c, l.plan)
+}
+
+// planWorktree names the worktree: the existing one the request names (and
+// its branch), or a new one derived from the key.
+func (s *Service) planWorktree(ctx context.Context, l *launching) error {
+	if l.eff.Workspace.Type != "existing" {
+		l.plan.Worktree = s.derive("wt-", l.key)
+		return nil
+	}
+	wt, err := s.usableWorktree(ctx, l.eff.Workspace.Resource.Handle)
+	if err != nil {
+		return err
+	}
+	l.plan.Worktree, l.plan.Existing = wt.Handle, true
+	// A worktree is a clone on one branch: a worker reusing it works
+	// on that branch, and cannot be handed another.
+	wtBranch, err := s.worktreeBranch(ctx, wt.Handle)
+	if err != nil {
+		return err
+	}
+	if l.branch != "" && l.branch != wtBranch {
+		return galleyerr.Errorf(galleyerr.Invalid, "worktree %s is on branch %s; an existing workspace keeps its branch",
+			quoteShort(wt.Handle), quoteShort(wtBranch))
+	}
+	l.plan.Branch = wtBranch
+	return nil
+}
+
+// planBase refuses a requested branch that exists already and records the
+// commit a new one starts at: the default branch's head.
+func (s *Service) planBase(ctx context.Context, l *launching) error {
+	if l.branch == "" || l.plan.Existing {
+		return nil
+	}
+	if _, exists, err := s.git.BranchHead(ctx, l.branch); err != nil {
+		return err
+	} else if exists {
+		return galleyerr.Errorf(galleyerr.Invalid, "branch %s already exists", quoteShort(l.branch))
+	}
+	base, err := s.git.DefaultHead(ctx)
+	if err != nil {
+		return err
+	}
+	l.plan.Base = base
+	return nil
+}
+
+// convergeIfGone answers a launch a predecessor acted on whose records
+// have been settled or released since (a cancel, a cleanup by another
+// key): the launch happened and its worker is gone, so nothing is made
+// again, nothing started.
+func (s *Service) convergeIfGone(ctx context.Context, l *launching) (bool, error) {
+	if l.fresh {
+		return false, nil
+	}
+	return s.launchGone(ctx, l.key, l.plan, l.branch, l.created)
+}
+
+// makeBranch creates the branch the launch makes, or accepts the one its
+// predecessor made (branchOurs). From here on the launch has acted.
+func (s *Service) makeBranch(ctx context.Context, l *launching) (bool, error) {
+	if l.created {
+		err := s.git.CreateBranch(ctx, l.branch, l.plan.Base)
 		if err == nil {
-			c.acted = true
+			l.c.acted = true
 		} else {
 			if !galleyerr.Is(galleyerr.Conflict, err) {
-				return nil, err
+				return false, err
 			}
-			if ours, err := s.branchOurs(ctx, req.Key, branch, plan, fresh); err != nil {
-				return nil, err
+			if ours, err := s.branchOurs(ctx, l.key, l.branch, l.plan, l.fresh); err != nil {
+				return false, err
 			} else if !ours {
-				return nil, galleyerr.Errorf(galleyerr.Invalid, "branch %s already exists", quoteShort(branch))
+				return false, galleyerr.Errorf(galleyerr.Invalid, "branch %s already exists", quoteShort(l.branch))
 			}
 		}
 	}
-	c.acted = true
+	l.c.acted = true
+	return false, nil
+}
 
+// recordWorker writes the launch's records: the worktree (unless reused),
+// the branch it made, and the worker, starting. A record found released
+// since an earlier attempt made it answers the launch (errReleased).
+func (s *Service) recordWorker(ctx context.Context, l *launching) (bool, error) {
 	now := s.clock.Now()
-	agent := protocol.AgentSelection{Agent: s.cfg.DefaultAgent}
-	if eff.Agent != nil {
-		agent = *eff.Agent
+	l.agent = protocol.AgentSelection{Agent: s.cfg.DefaultAgent}
+	if l.eff.Agent != nil {
+		l.agent = *l.eff.Agent
 	}
 	// Only a fresh plan may replace a released record of its own key: one
 	// its own undo released (the launch answered not-applied). A record a
 	// predecessor made and someone released since stays released.
-	worktreePath := path.Join(s.cfg.WorkspaceRoot, plan.Worktree)
-	if plan.Existing {
-		wt, _, err := s.store.GetResource(ctx, protocol.KindWorktree, plan.Worktree)
+	l.worktreePath = path.Join(s.cfg.WorkspaceRoot, l.plan.Worktree)
+	if l.plan.Existing {
+		wt, _, err := s.store.GetResource(ctx, protocol.KindWorktree, l.plan.Worktree)
 		if err != nil {
-			return nil, err
+			return false, err
 		}
-		worktreePath = wt.Path
-	} else if err := s.createResource(ctx, store.Resource{Kind: protocol.KindWorktree, Handle: plan.Worktree,
-		Owner: req.Key, Created: now, Path: worktreePath}, fresh); err != nil {
-		return s.goneOr(err, receipt)
+		l.worktreePath = wt.Path
+	} else if err := s.createResource(ctx, store.Resource{Kind: protocol.KindWorktree, Handle: l.plan.Worktree,
+		Owner: l.key, Created: now, Path: l.worktreePath}, l.fresh); err != nil {
+		return releasedSince(err)
 	}
-	if created {
-		if err := s.createResource(ctx, store.Resource{Kind: protocol.KindBranch, Handle: branch, Owner: req.Key, Created: now}, fresh); err != nil {
-			return s.goneOr(err, receipt)
+	if l.created {
+		if err := s.createResource(ctx, store.Resource{Kind: protocol.KindBranch, Handle: l.branch, Owner: l.key, Created: now}, l.fresh); err != nil {
+			return releasedSince(err)
 		}
 	}
-	uid, err := s.launchAgentUID(ctx, plan.Worker, req.Key)
+	uid, err := s.launchAgentUID(ctx, l.plan.Worker, l.key)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
-	worker := store.Resource{Kind: protocol.KindWorker, Handle: plan.Worker, Owner: req.Key, Created: now,
+	req, eff := l.call.Request, l.eff
+	worker := store.Resource{Kind: protocol.KindWorker, Handle: l.plan.Worker, Owner: l.key, Created: now,
 		Worker: &store.Worker{
-			Run: call.Run, Task: req.Task, Role: eff.Role, Branch: branch, Worktree: plan.Worktree,
-			Brief: *eff.Brief, Agent: &agent, State: protocol.StateStarting, Updated: now,
-			CredentialNonce: s.launchNonce(req.Key), AgentUID: uid,
+			Run: l.call.Run, Task: req.Task, Role: eff.Role, Branch: l.branch, Worktree: l.plan.Worktree,
+			Brief: *eff.Brief, Agent: &l.agent, State: protocol.StateStarting, Updated: now,
+			CredentialNonce: s.launchNonce(l.key), AgentUID: uid,
 		}}
-	if err := s.createResource(ctx, worker, fresh); err != nil {
-		return s.goneOr(err, receipt)
+	if err := s.createResource(ctx, worker, l.fresh); err != nil {
+		return releasedSince(err)
 	}
+	return false, nil
+}
+
+// checkStartable reads the worker's record back and answers the launch
+// without starting anything when its compute must not start (any more).
+func (s *Service) checkStartable(ctx context.Context, l *launching) (bool, error) {
 	// The credential is made with the nonce the record holds: an earlier
 	// attempt's record is the one kept.
-	made, _, err := s.store.GetResource(ctx, protocol.KindWorker, plan.Worker)
+	made, _, err := s.store.GetResource(ctx, protocol.KindWorker, l.plan.Worker)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	if made.Worker == nil {
-		return nil, galleyerr.Errorf(galleyerr.Other, "worker %s has no worker record", quoteShort(plan.Worker))
+		return false, galleyerr.Errorf(galleyerr.Other, "worker %s has no worker record", quoteShort(l.plan.Worker))
 	}
 	switch {
 	case workerGone(made):
 		// Cancelled or released before it was started (or while): a
 		// settled worker never runs again.
-		return receipt()
+		return true, nil
 	case made.Worker.State != protocol.StateStarting:
 		// Its harness has reported: an earlier attempt started it.
-		return receipt()
-	case !fresh && s.startExpired(made.Created, made.Worker.CredentialClaim):
+		return true, nil
+	case !l.fresh && s.startExpired(made.Created, made.Worker.CredentialClaim):
 		// A retry long after the first attempt (kitchn's, after a lost
 		// answer): a task started now could never get its credential, and
 		// past ECS's clientToken window would be a second task.
-		if err := s.failStart(ctx, plan.Worker, "its launch was retried after its start window had passed"); err != nil {
-			return nil, err
+		if err := s.failStart(ctx, l.plan.Worker, "its launch was retried after its start window had passed"); err != nil {
+			return false, err
 		}
-		return receipt()
+		return true, nil
 	}
+	l.nonce = made.Worker.CredentialNonce
+	return false, nil
+}
+
+// startCompute asks the runtime for the worker's compute. A refusal for
+// capacity undoes a fresh launch (its answer is not applied); a definite
+// refusal fails the worker.
+func (s *Service) startCompute(ctx context.Context, l *launching) (bool, error) {
+	req := l.call.Request
 	spec := WorkerSpec{
-		Handle: plan.Worker, Token: s.workerToken(plan.Worker, made.Worker.CredentialNonce), IdempotencyToken: s.derive("t-", req.Key),
-		Workspace: plan.Worktree, WorkspacePath: worktreePath, Branch: branch, Agent: agent.Agent,
-		Run: call.Run, Task: req.Task, Key: req.Key,
+		Handle: l.plan.Worker, Token: s.workerToken(l.plan.Worker, l.nonce), IdempotencyToken: s.derive("t-", req.Key),
+		Workspace: l.plan.Worktree, WorkspacePath: l.worktreePath, Branch: l.branch, Agent: l.agent.Agent,
+		Run: l.call.Run, Task: req.Task, Key: req.Key,
 	}
 	if err := s.runtime.Start(ctx, spec); err != nil {
-		if galleyerr.Is(galleyerr.RateLimited, err) && fresh {
+		if galleyerr.Is(galleyerr.RateLimited, err) && l.fresh {
 			// No compute could be had (ECS capacity, a quota, throttling)
 			// and no earlier attempt may have started any: undo what this
 			// launch made, so that its not-applied answer is true.
-			return nil, s.undoLaunch(ctx, c, plan, branch, created, err)
+			return false, s.undoLaunch(ctx, l.c, l.plan, l.branch, l.created, err)
 		}
 		if definiteStart(err) {
 			// Refused for good, or rate-limited after an earlier attempt
 			// that may have acted: the launch happened and its worker
 			// failed, rather than a worker left starting for ever.
-			if ferr := s.failStart(ctx, plan.Worker, err.Error()); ferr != nil {
-				return nil, ferr
+			if ferr := s.failStart(ctx, l.plan.Worker, err.Error()); ferr != nil {
+				return false, ferr
 			}
-			return receipt()
+			return true, nil
 		}
-		return nil, err
+		return false, err
 	}
-	s.event(plan.Worker, eventlog.KindCompute, "compute start requested", "event", "started", "agent", agent.Agent, "branch", branch)
-	// A cancel or release may have settled the worker while it was being
-	// started, its Stop before this Start. Either this read sees it settled
-	// and stops the compute, or the settling write (and so its Stop) came
-	// after the Start.
-	if cur, _, err := s.store.GetResource(ctx, protocol.KindWorker, plan.Worker); err != nil {
-		return nil, err
+	s.event(l.plan.Worker, eventlog.KindCompute, "compute start requested", "event", "started", "agent", l.agent.Agent, "branch", l.branch)
+	return false, nil
+}
+
+// stopIfSettledWhileStarting stops the compute of a worker a cancel or
+// release settled while it was being started, its Stop before this Start.
+// Either this read sees it settled and stops the compute, or the settling
+// write (and so its Stop) came after the Start.
+func (s *Service) stopIfSettledWhileStarting(ctx context.Context, l *launching) (bool, error) {
+	if cur, _, err := s.store.GetResource(ctx, protocol.KindWorker, l.plan.Worker); err != nil {
+		return false, err
 	} else if workerGone(cur) {
 		// The settle's own stop came before this Start, and may have
 		// cleared the stop its record owed: owe this one again.
-		if err := s.oweStop(ctx, plan.Worker); err != nil {
-			return nil, err
+		if err := s.oweStop(ctx, l.plan.Worker); err != nil {
+			return false, err
 		}
-		if err := s.stopOwed(ctx, plan.Worker); err != nil {
-			return nil, err
+		if err := s.stopOwed(ctx, l.plan.Worker); err != nil {
+			return false, err
 		}
 	}
-	return receipt()
+	return false, nil
 }
 
 // launchReceipt is a launch's receipt, the same on every attempt.
@@ -245,13 +353,13 @@ func (s *Service) launchReceipt(key string, plan launchPlan, branch string, crea
 // the same key, and was released since.
 var errReleased = errors.New("released since it was made")
 
-// goneOr answers a launch whose record was found released: the launch
-// happened, and its receipt is the answer; any other error stays.
-func (s *Service) goneOr(err error, receipt func() (json.RawMessage, error)) (json.RawMessage, error) {
+// releasedSince answers a launch whose record was found released: the
+// launch happened, and its receipt is the answer; any other error stays.
+func releasedSince(err error) (answered bool, _ error) {
 	if errors.Is(err, errReleased) {
-		return receipt()
+		return true, nil
 	}
-	return nil, err
+	return false, err
 }
 
 // workerGone reports whether a worker record is settled or released: the
