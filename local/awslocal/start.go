@@ -43,7 +43,6 @@ import (
 // cfg.Listen with each function under the emulator. It returns once the
 // gateway listens; functions start on their first request, as Lambda's do.
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
-	o := &cfg.Options
 	if err := fillDefaults(&cfg); err != nil {
 		return nil, err
 	}
@@ -51,92 +50,185 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (synthesize it with `make synth-local`)", err)
 	}
-	data, err := filepath.Abs(o.Data)
+	data, err := filepath.Abs(cfg.Data)
 	if err != nil {
 		return nil, err
 	}
 	s := &Stack{cfg: cfg, dir: filepath.Join(data, "aws-local"), pools: map[string]*gateway.Pool{},
 		envs: map[string][]string{}, gates: map[iamgate.Service]*iamgate.Gate{}, kinds: map[lambdaapp.Function]string{},
 		stopped: make(chan struct{}), metrics: newMetricSink()}
+	st := &startup{s: s, tpl: tpl, data: data}
 	ok := false
 	defer func() {
 		if !ok {
-			s.Close()
+			st.abandon()
 		}
 	}()
+	for _, phase := range []func(context.Context) error{
+		st.prepareDataDir,
+		st.startStoreStandins,
+		st.startContainerNetwork,
+		st.listenForAPI,
+		st.makeCA,
+		st.startSecretsAndSTS,
+		st.reserveGateAddresses,
+		st.startECSStandin,
+		st.startGates,
+		st.startGitForge,
+		st.prepareDeployment,
+		st.reserveEgress,
+		st.deployResources,
+		st.startEgressService,
+		st.seedSecrets,
+		st.startFunctionsAndGateway,
+		st.startSchedules,
+	} {
+		if err := phase(ctx); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	return s, nil
+}
+
+// startup is one Start under way: the stack it builds, and what a phase
+// hands on to the later ones.
+type startup struct {
+	s    *Stack
+	tpl  *cfntemplate.Template
+	data string // the data directory, absolute
+
+	awsEnv map[string]string // DynamoDB's and SQS's endpoints
+	// ln is the gateway's listener, whose address is the API's endpoint;
+	// apiLn where worker tasks reach the API (ln, or one on the container
+	// network's host side), at apiURL.
+	ln, apiLn net.Listener
+	apiURL    string
+	gwSrv     *http.Server
+
+	serverTLS *tls.Config
+	caPEM     []byte
+	caFile    string
+	gateLns   map[iamgate.Service]net.Listener
+	gitLn     net.Listener
+	d         *deployment
+	repoURL   string       // the template's repository
+	egressLn  net.Listener // nil: no egress service
+}
+
+// abandon undoes a start that failed: the listeners no server serves on
+// yet, then everything the stack started.
+func (st *startup) abandon() {
+	if st.egressLn != nil && st.s.egress == nil {
+		st.egressLn.Close() // once the egress service serves on it, s.Close closes it
+	}
+	if st.ln != nil {
+		st.ln.Close()
+	}
+	st.s.Close()
+}
+
+// prepareDataDir makes the stack's folder and resolves the token files.
+func (st *startup) prepareDataDir(context.Context) error {
+	s, o := st.s, &st.s.cfg.Options
+	var err error
 	if err := os.MkdirAll(filepath.Join(s.dir, "logs"), 0o700); err != nil {
-		return nil, fmt.Errorf("data directory: %w", err)
+		return fmt.Errorf("data directory: %w", err)
 	}
 	// Workers' agents run under uids of their own (docs/security.md): they
 	// may pass through the data folder and the stack's folder to their
 	// worktree on the file system's folder, and list and read nothing else.
-	for _, d := range []string{data, s.dir} {
+	for _, d := range []string{st.data, s.dir} {
 		if err := os.Chmod(d, 0o711); err != nil {
-			return nil, fmt.Errorf("data directory: %w", err)
+			return fmt.Errorf("data directory: %w", err)
 		}
 	}
 	if s.tokenFile, err = filepath.Abs(o.TokenFile); err != nil {
-		return nil, err
+		return err
 	}
 	if s.operatorTokenFile, err = filepath.Abs(o.OperatorTokenFile); err != nil {
-		return nil, err
+		return err
 	}
+	return nil
+}
 
-	awsEnv, stop, err := standins(ctx, cfg.StandinsScript, cfg.Bin)
+// startStoreStandins starts DynamoDB Local and fauxqs, unless their
+// endpoints are set.
+func (st *startup) startStoreStandins(ctx context.Context) error {
+	awsEnv, stop, err := standins(ctx, st.s.cfg.StandinsScript, st.s.cfg.Bin)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	s.stopStandin = stop
-	if s.ctrs, err = startContainers(ctx, cfg.WorkerImage, s.dir, data, o.Logger); err != nil {
-		return nil, err
+	st.awsEnv = awsEnv
+	st.s.stopStandin = stop
+	return nil
+}
+
+// startContainerNetwork starts the worker containers' network, when
+// workers run as containers of the worker image.
+func (st *startup) startContainerNetwork(ctx context.Context) error {
+	s, o := st.s, &st.s.cfg.Options
+	var err error
+	if s.ctrs, err = startContainers(ctx, s.cfg.WorkerImage, s.dir, st.data, o.Logger); err != nil {
+		return err
 	}
 	if s.ctrs == nil {
 		o.Logger.Warn(HostProgramsNotice)
 	}
+	return nil
+}
 
+// listenForAPI opens the gateway's listener, whose address is the API's
+// endpoint, and the one worker tasks reach the API on.
+func (st *startup) listenForAPI(context.Context) error {
+	s, o := st.s, &st.s.cfg.Options
 	if n, err := connlimit.RaiseNoFile(); err != nil {
 		o.Logger.Warn("could not raise the open-file limit", "limit", n, "err", err)
 	}
 	// The gateway's listener first: its address is the API's endpoint.
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("listen: %w", err)
+		return fmt.Errorf("listen: %w", err)
 	}
+	st.ln = ln
 	s.endpoint = "http://" + localserver.LoopbackAddr(ln.Addr().String())
-	gwSrv := &http.Server{}
-	gateway.ServerLimits(gwSrv)
-	s.servers = append(s.servers, gwSrv)
-	defer func() {
-		if !ok {
-			ln.Close()
-		}
-	}()
+	st.gwSrv = &http.Server{}
+	gateway.ServerLimits(st.gwSrv)
+	s.servers = append(s.servers, st.gwSrv)
 	// Worker tasks reach the API here: the same listener, or one on the
 	// container network's host side.
-	apiURL, apiLn := s.endpoint, ln
+	st.apiURL, st.apiLn = s.endpoint, ln
 	if s.ctrs != nil {
-		if apiLn, err = s.ctrs.listenClosed(); err != nil {
-			return nil, err
+		if st.apiLn, err = s.ctrs.listenClosed(); err != nil {
+			return err
 		}
-		apiURL = "http://" + apiLn.Addr().String()
+		st.apiURL = "http://" + st.apiLn.Addr().String()
 	}
+	return nil
+}
 
-	// Stand-ins and the IAM gates in front of them, over TLS so that
-	// aws:SecureTransport means what it means on AWS.
-	serverTLS, caPEM, err := iamgate.NewLocalCA(s.ctrs.caIPs()...)
+// makeCA makes the stack's certificate authority: the stand-ins and the
+// IAM gates in front of them serve over TLS, so that aws:SecureTransport
+// means what it means on AWS.
+func (st *startup) makeCA(context.Context) error {
+	serverTLS, caPEM, err := iamgate.NewLocalCA(st.s.ctrs.caIPs()...)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	caFile := filepath.Join(s.dir, "ca.pem")
-	if err := os.WriteFile(caFile, caPEM, 0o644); err != nil {
-		return nil, err
-	}
+	st.serverTLS, st.caPEM = serverTLS, caPEM
+	st.caFile = filepath.Join(st.s.dir, "ca.pem")
+	return os.WriteFile(st.caFile, caPEM, 0o644)
+}
+
+// startSecretsAndSTS starts the Secrets Manager and STS stand-ins.
+func (st *startup) startSecretsAndSTS(context.Context) error {
+	s, o := st.s, &st.s.cfg.Options
+	var err error
 	if s.sm, err = smstandin.New(smstandin.WithRegion(localRegion), smstandin.WithAccount(localAccount),
 		smstandin.WithLogger(o.Logger)); err != nil {
-		return nil, err
+		return err
 	}
-	principals := newPrincipals()
-	s.principals = principals
+	s.principals = newPrincipals()
 	// STS issues sessions of the template's roles (the worker API grants
 	// each harness one, scoped to its queue); every gate knows them.
 	s.sts, err = stsstandin.New(func(arn string) (stsstandin.Role, bool) {
@@ -149,38 +241,47 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}
 		return stsstandin.Role{ARN: r.Arn, Trust: r.Trust, MaxSessionDuration: r.MaxSession, Policies: r.Policies}, true
 	}, stsstandin.WithAccount(localAccount), stsstandin.WithLogger(o.Logger))
-	if err != nil {
-		return nil, err
-	}
-	allPrincipals := iamgate.Chain(principals, s.sts)
-	// The gates' addresses before anything uses them: the worker image
-	// names the SQS gate (its harness waits on its own queue).
-	gateLns := map[iamgate.Service]net.Listener{}
+	return err
+}
+
+// reserveGateAddresses opens the IAM gates' listeners before anything uses
+// their addresses: the worker image names the SQS gate (its harness waits
+// on its own queue).
+func (st *startup) reserveGateAddresses(context.Context) error {
+	st.gateLns = map[iamgate.Service]net.Listener{}
 	gateURLs := map[iamgate.Service]string{}
 	for _, svc := range iamgate.Services {
-		ln, err := s.ctrs.listenClosed()
+		ln, err := st.s.ctrs.listenClosed()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		gateLns[svc], gateURLs[svc] = ln, "https://"+ln.Addr().String()
+		st.gateLns[svc], gateURLs[svc] = ln, "https://"+ln.Addr().String()
 	}
-	s.gateURLs = gateURLs
+	st.s.gateURLs = gateURLs
+	return nil
+}
+
+// startECSStandin starts the ECS stand-in with the template's file
+// systems, running worker tasks as containers or host programs.
+func (st *startup) startECSStandin(context.Context) error {
+	s, o, cfg, tpl := st.s, &st.s.cfg.Options, &st.s.cfg, st.tpl
+	principals, caPEM := s.principals, st.caPEM
 	fileSystems, err := accessPoints(tpl)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ctrOpts, err := s.ctrs.ecsOptions(s)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	fileSystems = append(fileSystems, ctrOpts...)
 	for _, id := range tpl.OfType("AWS::EFS::FileSystem") {
 		dir := filepath.Join(s.dir, "efs", efsID(id))
 		if err := os.MkdirAll(dir, 0o711); err != nil {
-			return nil, err
+			return err
 		}
 		if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
-			return nil, err
+			return err
 		}
 		fileSystems = append(fileSystems, ecsstandin.WithFileSystem(efsID(id), dir))
 	}
@@ -211,19 +312,27 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}),
 	), cfg.ECS...)...)
 	if err != nil {
-		return nil, fmt.Errorf("ECS stand-in: %w", err)
+		return fmt.Errorf("ECS stand-in: %w", err)
 	}
-	ddbUp, err := iamgate.Proxy(awsEnv["AWS_ENDPOINT_URL_DYNAMODB"])
+	return nil
+}
+
+// startGates serves an IAM gate in front of each AWS endpoint, on the
+// listeners reserveGateAddresses opened.
+func (st *startup) startGates(context.Context) error {
+	s, o := st.s, &st.s.cfg.Options
+	allPrincipals := iamgate.Chain(s.principals, s.sts)
+	ddbUp, err := iamgate.Proxy(st.awsEnv["AWS_ENDPOINT_URL_DYNAMODB"])
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// fauxqs as AWS's SQS behaves where fauxqs is kinder: a deleted name
 	// refused for 60 s, short polls that miss, expired receipt handles
 	// (docs/aws-local.md).
 	s.harshSQS = awsfault.NewHarshSQS(nil, 1)
-	sqsUp, err := iamgate.ProxyVia(awsEnv["AWS_ENDPOINT_URL_SQS"], s.harshSQS)
+	sqsUp, err := iamgate.ProxyVia(st.awsEnv["AWS_ENDPOINT_URL_SQS"], s.harshSQS)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	taskDefs := func(ref string) (iamgate.TaskDefinition, bool) { return s.taskDefinition(ref) }
 	for svc, up := range map[iamgate.Service]http.Handler{
@@ -233,24 +342,30 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			iamgate.WithLogger(o.Logger), iamgate.WithSecretResolver(s.sm.Resolve), iamgate.WithTaskDefinitions(taskDefs),
 			iamgate.WithUsage(s.metrics.call))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		s.gates[svc] = g
-		s.serveTLS(gateLns[svc], g, serverTLS)
+		s.serveTLS(st.gateLns[svc], g, st.serverTLS)
 	}
+	return nil
+}
 
-	// The house repository, served by the git server that requires the
-	// git credential, as a forge would.
-	if s.repo, err = githost.InitBare(ctx, filepath.Join(data, "repository.git")); err != nil {
-		return nil, fmt.Errorf("repository: %w", err)
+// startGitForge serves the house repository by the git server that
+// requires the git credential, as a forge would.
+func (st *startup) startGitForge(ctx context.Context) error {
+	s, o := st.s, &st.s.cfg.Options
+	var err error
+	if s.repo, err = githost.InitBare(ctx, filepath.Join(st.data, "repository.git")); err != nil {
+		return fmt.Errorf("repository: %w", err)
 	}
 	if err := os.Chmod(s.repo, 0o700); err != nil { // the forge's storage: the git server's alone
-		return nil, fmt.Errorf("repository: %w", err)
+		return fmt.Errorf("repository: %w", err)
 	}
 	gitLn, err := s.ctrs.listenClosed()
 	if err != nil {
-		return nil, err
+		return err
 	}
+	st.gitLn = gitLn
 	gitHandler := &gitServer{stack: s}
 	// No body deadline: a push may be large; the header and idle bounds
 	// stand.
@@ -262,18 +377,25 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	// container's is not. The bound counts the connections under TLS.
 	var gitL net.Listener = gitLn
 	if s.ctrs != nil {
-		gitL = tls.NewListener(gitLn, serverTLS)
+		gitL = tls.NewListener(gitLn, st.serverTLS)
 	}
 	gitLim := connlimit.Wrap(gitL, connlimit.Limits{}, o.Logger)
 	gitLim.Install(gitSrv)
 	go gitSrv.Serve(gitLim)
+	return nil
+}
 
-	// Deploy: every resource in order, created through the stand-ins' own
-	// APIs with the deployment's (CloudFormation's) rights, not through the
-	// gates.
+// prepareDeployment sets up the deployment, which creates every resource
+// through the stand-ins' own APIs with the deployment's
+// (CloudFormation's) rights, not through the gates, and the URLs it
+// rewrites: the template's repository to the git server, the worker
+// services' origins to where they are served.
+func (st *startup) prepareDeployment(context.Context) error {
+	s, cfg, tpl, awsEnv := st.s, &st.s.cfg, st.tpl, st.awsEnv
 	stackName := strings.TrimSuffix(filepath.Base(cfg.Template), ".template.json")
-	d := newDeployment(tpl, stackName, apiURL)
-	d.salt = data
+	d := newDeployment(tpl, stackName, st.apiURL)
+	st.d = d
+	d.salt = st.data
 	admin := credentials.NewStaticCredentialsProvider("cloudformation", "cloudformation", "")
 	d.ddb = dynamodb.New(dynamodb.Options{Region: localRegion, Credentials: admin,
 		BaseEndpoint: aws.String(awsEnv["AWS_ENDPOINT_URL_DYNAMODB"]), DisableValidateResponseChecksum: true})
@@ -285,30 +407,33 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		HTTPClient: handlerClient(s.ecs)})
 	repoURL, err := templateRepository(tpl)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	s.gitURL = localRepositoryURL(repoURL, gitLn.Addr().String())
+	st.repoURL = repoURL
+	s.gitURL = localRepositoryURL(repoURL, st.gitLn.Addr().String())
 	if s.ctrs != nil {
 		s.gitURL = "https://" + strings.TrimPrefix(s.gitURL, "http://")
 	}
 	d.substitute = map[string]string{repoURL: s.gitURL}
-	if d.origins, err = s.serveWorkerServices(serverTLS); err != nil {
-		return nil, err
+	if d.origins, err = s.serveWorkerServices(st.serverTLS); err != nil {
+		return err
 	}
-	// The worker task's way out, when the template gives it one: the
-	// egress service, where worker containers reach it.
+	return nil
+}
+
+// reserveEgress opens the listener of the worker task's way out, when the
+// template gives it one: the egress service, where worker containers
+// reach it.
+func (st *startup) reserveEgress(context.Context) error {
+	s, o, d := st.s, &st.s.cfg.Options, st.d
 	upstream := workerEgressUpstream(d)
-	var egressLn net.Listener
 	switch {
 	case upstream != "" && s.ctrs != nil:
-		if egressLn, err = s.ctrs.listen(); err != nil {
-			return nil, err
+		egressLn, err := s.ctrs.listen()
+		if err != nil {
+			return err
 		}
-		defer func() {
-			if !ok && s.egress == nil {
-				egressLn.Close() // once the egress service serves on it, s.Close closes it
-			}
-		}()
+		st.egressLn = egressLn
 		d.substitute[upstream] = "http://" + egressLn.Addr().String()
 	case upstream != "":
 		// A host program's network is this machine's, whatever the
@@ -316,66 +441,96 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		o.Logger.Warn("aws-local: worker tasks run as host programs, whose network nothing confines: their harness calls the stack directly, not through the egress service")
 		d.substitute[upstream] = ""
 	}
+	return nil
+}
+
+// deployResources creates every resource of the template in order, reads
+// the deployed model (roles, functions, routes) and checks the options
+// against it.
+func (st *startup) deployResources(ctx context.Context) error {
+	s, d, tpl := st.s, st.d, st.tpl
 	if err := d.deploy(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	s.deploy = d
-	if s.model, err = readModel(d, filepath.Dir(cfg.Template)); err != nil {
-		return nil, err
+	var err error
+	if s.model, err = readModel(d, filepath.Dir(s.cfg.Template)); err != nil {
+		return err
 	}
 	for _, r := range s.model.roles {
-		principals.add(r)
+		s.principals.add(r)
 	}
 	for id := range s.model.functions {
 		kind := lambdaapp.Function(functionKind(tpl, id))
 		if _, ok := Functions[kind]; !ok {
-			return nil, fmt.Errorf("function %s: its construct path names no galley function (want one of %v)", id, lambdaapp.Functions)
+			return fmt.Errorf("function %s: its construct path names no galley function (want one of %v)", id, lambdaapp.Functions)
 		}
 		s.kinds[kind] = id
 	}
-	if err := s.checkOptions(); err != nil {
-		return nil, err
-	}
-	if egressLn != nil {
-		// The harness's destinations, named as on AWS, are where this
-		// machine serves them.
-		hosts := map[string]string{
-			"sqs." + localRegion + ".amazonaws.com": hostOf(gateURLs[iamgate.SQS]),
-		}
-		if u, err := url.Parse(repoURL); err == nil {
-			hosts[strings.ToLower(u.Hostname())] = hostOf(s.gitURL)
-		}
-		for from, to := range d.origins {
-			if u, err := url.Parse(from); err == nil {
-				hosts[strings.ToLower(u.Hostname())] = hostOf(to)
-			}
-		}
-		if s.egress, err = s.startEgress(ctx, egressLn, hosts); err != nil {
-			return nil, err
-		}
-	}
+	return s.checkOptions()
+}
 
-	// Operator seeds (provider keys), then kitchn's token: kept across
-	// restarts in the token file, as an operator reads it once after a
-	// deploy.
-	specs, err := smstandin.ParseSeedSpecs(cfg.Secrets)
+// startEgressService starts the egress service on the listener
+// reserveEgress opened, if it opened one.
+func (st *startup) startEgressService(ctx context.Context) error {
+	s := st.s
+	if st.egressLn == nil {
+		return nil
+	}
+	// The harness's destinations, named as on AWS, are where this
+	// machine serves them.
+	hosts := map[string]string{
+		"sqs." + localRegion + ".amazonaws.com": hostOf(s.gateURLs[iamgate.SQS]),
+	}
+	if u, err := url.Parse(st.repoURL); err == nil {
+		hosts[strings.ToLower(u.Hostname())] = hostOf(s.gitURL)
+	}
+	for from, to := range st.d.origins {
+		if u, err := url.Parse(from); err == nil {
+			hosts[strings.ToLower(u.Hostname())] = hostOf(to)
+		}
+	}
+	var err error
+	s.egress, err = s.startEgress(ctx, st.egressLn, hosts)
+	return err
+}
+
+// seedSecrets seeds the operator's secrets (provider keys), then kitchn's
+// and the operator's tokens: kept across restarts in their token files, as
+// an operator reads them once after a deploy.
+func (st *startup) seedSecrets(ctx context.Context) error {
+	s := st.s
+	specs, err := smstandin.ParseSeedSpecs(s.cfg.Secrets)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := s.sm.Seed(specs...); err != nil {
-		return nil, err
+		return err
 	}
 	if err := s.syncToken(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	if err := s.syncOperatorToken(ctx); err != nil {
-		return nil, err
-	}
+	return s.syncOperatorToken(ctx)
+}
 
-	// Functions behind the gateway.
+// startFunctionsAndGateway puts each function, under the emulator with its
+// role's session and the stack's endpoints, behind the gateway, and serves
+// the gateway on the API's listeners.
+func (st *startup) startFunctionsAndGateway(context.Context) error {
+	invokers, err := st.functionPools()
+	if err != nil {
+		return err
+	}
+	return st.serveGateway(invokers)
+}
+
+// functionPools makes each function's pool of emulator instances; they
+// start on their first request, as Lambda's do.
+func (st *startup) functionPools() (map[string]gateway.Invoker, error) {
+	s, tpl := st.s, st.tpl
 	invokers := map[string]gateway.Invoker{}
 	for id, f := range s.model.functions {
-		p, _ := principals.role(f.Role)
+		p, _ := s.principals.role(f.Role)
 		env := map[string]string{}
 		for k, v := range f.Env {
 			env[k] = v
@@ -385,17 +540,17 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			"AWS_ACCESS_KEY_ID": p.AccessKeyID, "AWS_SECRET_ACCESS_KEY": p.SecretAccessKey, "AWS_SESSION_TOKEN": p.SessionToken,
 			"AWS_LAMBDA_FUNCTION_NAME": f.Name, "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": strconv.Itoa(f.Memory),
 			"AWS_LAMBDA_FUNCTION_VERSION": "$LATEST", "AWS_LAMBDA_LOG_GROUP_NAME": "/aws/lambda/" + f.Name,
-			"TZ": ":UTC", "AWS_CA_BUNDLE": caFile,
-			"AWS_ENDPOINT_URL_DYNAMODB":        gateURLs[iamgate.DynamoDB],
-			"AWS_ENDPOINT_URL_SQS":             gateURLs[iamgate.SQS],
-			"AWS_ENDPOINT_URL_SECRETS_MANAGER": gateURLs[iamgate.SecretsManager],
-			"AWS_ENDPOINT_URL_ECS":             gateURLs[iamgate.ECS],
-			"AWS_ENDPOINT_URL_STS":             gateURLs[iamgate.STS],
+			"TZ": ":UTC", "AWS_CA_BUNDLE": st.caFile,
+			"AWS_ENDPOINT_URL_DYNAMODB":        s.gateURLs[iamgate.DynamoDB],
+			"AWS_ENDPOINT_URL_SQS":             s.gateURLs[iamgate.SQS],
+			"AWS_ENDPOINT_URL_SECRETS_MANAGER": s.gateURLs[iamgate.SecretsManager],
+			"AWS_ENDPOINT_URL_ECS":             s.gateURLs[iamgate.ECS],
+			"AWS_ENDPOINT_URL_STS":             s.gateURLs[iamgate.STS],
 		} {
 			env[k] = v
 		}
 		if s.ctrs != nil {
-			env["SSL_CERT_FILE"] = caFile // go-git to the forge over TLS
+			env["SSL_CERT_FILE"] = st.caFile // go-git to the forge over TLS
 		}
 		out, err := s.output(functionKind(tpl, id))
 		if err != nil {
@@ -419,11 +574,18 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		s.mu.Unlock()
 		invokers[id] = pool
 	}
+	return invokers, nil
+}
+
+// serveGateway routes the template's routes, with its throttles, to the
+// functions' invokers and serves them on the API's listeners.
+func (st *startup) serveGateway(invokers map[string]gateway.Invoker) error {
+	s, o := st.s, &st.s.cfg.Options
 	var routes []gateway.Route
 	for _, r := range s.model.routes {
 		method, path, ok := strings.Cut(r.Key, " ")
 		if !ok {
-			return nil, fmt.Errorf("route key %q: want METHOD /path", r.Key)
+			return fmt.Errorf("route key %q: want METHOD /path", r.Key)
 		}
 		routes = append(routes, gateway.Route{Method: method, Path: path, Function: r.Function})
 	}
@@ -433,14 +595,15 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	gw, err := gateway.New(routes, invokers, gwOpts...)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	gwSrv := st.gwSrv
 	gwSrv.Handler = gw
 	s.gateway = gw
 	// Every server here bounds its connections per peer (per uid on
 	// loopback) and in all: a worker's agent cannot take the descriptors
 	// kitchn's calls need.
-	for _, l := range slices.Compact([]net.Listener{ln, apiLn}) {
+	for _, l := range slices.Compact([]net.Listener{st.ln, st.apiLn}) {
 		lim := connlimit.Wrap(l, o.Conns, o.Logger)
 		lim.Install(gwSrv)
 		go func() {
@@ -449,9 +612,8 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			}
 		}()
 	}
-	if err := s.startSchedules(); err != nil {
-		return nil, err
-	}
-	ok = true
-	return s, nil
+	return nil
 }
+
+// startSchedules runs the template's schedule rules at their rates.
+func (st *startup) startSchedules(context.Context) error { return st.s.startSchedules() }
