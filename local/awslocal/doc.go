@@ -9,7 +9,8 @@
 // changes to the reconciler function. It drives the stand-ins beside it in
 // local/, which is why it lives here and not under pkg/.
 //
-// Files: stack.go starts the stack from a template, deploy.go and model.go
+// Files: stack.go holds the Config and the Stack, start.go Start, the
+// phases that start the stack from a template, deploy.go and model.go
 // deploy its resources, config.go holds the defaults, principals.go the
 // IAM principals and TLS, gitforge.go the git host, functions.go the
 // emulators, workerimage.go the worker tasks' image, containers.go the

@@ -19,4 +19,13 @@
 // the GALLEY_* variables below, so no credential of the server (kitchn's
 // bearer token above all) reaches a worker. It implements service.Runtime
 // and passes the shared suite in package runtimetest.
+//
+// Files: runtime.go holds the Runtime, its options, New and Close;
+// start.go starting a harness; stop.go stopping its process group (and
+// the stops an earlier server left pending); liveness.go whether a harness
+// runs, the reaper and noticing an end; records.go each worker's folder
+// and reading it back after a restart; workerlog.go the harness's log and
+// its budget; workspace.go the workspaces folder; env.go the harness's
+// environment; confine.go how agents are confined; proc*.go what /proc
+// and wait4 say of a process.
 package localproc
