@@ -25,6 +25,9 @@ import (
 	"github.com/galley-run/galley/pkg/contract"
 )
 
+// The secrets' names are here, not in secrets.go, because pkg/contract's
+// TestEachNameSpelledOnce excuses SecretEgress's literal by this file's path.
+
 // Provider secret short names: galley/<house>/<name>.
 const (
 	SecretAnthropic   = "anthropic"
@@ -222,6 +225,10 @@ func (g *Galley) logGroup(id string) awslogs.LogGroup {
 		RemovalPolicy: awscdk.RemovalPolicy_RETAIN,
 	})
 }
+
+// The worker container's capabilities are here, not in workertask.go,
+// because pkg/harness's TestUIDConfinementWithTheContainersCapabilities
+// reads WorkerCapabilities from this file.
 
 // WorkerCapabilities are the capabilities the worker container keeps, of
 // Docker's defaults: the harness starts as root and runs the agent under a
