@@ -1,0 +1,144 @@
+package stack
+
+import (
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsecrassets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsecs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/jsii-runtime-go"
+	"github.com/galley-run/galley/pkg/contract"
+)
+
+// addWorkers makes the network (addNetwork), the cluster and the worker
+// task definition. Worker tasks run in isolated subnets with no public
+// IP: they reach the galley API, the model providers, the git host and
+// SQS only through the egress proxy (addEgressProxy), and AWS only
+// through the VPC endpoints (addEndpoints).
+func (g *Galley) addWorkers() error {
+	cfg := g.Config
+	g.addNetwork()
+
+	g.Cluster = awsecs.NewCluster(g.Stack, jsii.String("Cluster"), &awsecs.ClusterProps{
+		Vpc:                 g.Vpc,
+		ContainerInsightsV2: awsecs.ContainerInsights_ENABLED,
+	})
+
+	g.TaskRole = awsiam.NewRole(g.Stack, jsii.String("WorkerTaskRole"), &awsiam.RoleProps{
+		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("ecs-tasks.amazonaws.com"), nil),
+		Description: jsii.String("galley worker task: mounts the workspaces; reads no secret"),
+	})
+	// The execution role is ECS's, never the task's: it pulls the image,
+	// writes the logs and reads the provider keys and the git credential
+	// once, at task start, into the container's environment.
+	g.ExecutionRole = awsiam.NewRole(g.Stack, jsii.String("WorkerExecutionRole"), &awsiam.RoleProps{
+		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("ecs-tasks.amazonaws.com"), nil),
+		Description: jsii.String("galley worker task execution: pulls the image, writes the task's logs, injects the provider and git secrets"),
+	})
+	g.addWorkspaces()
+
+	g.TaskDefinition = awsecs.NewFargateTaskDefinition(g.Stack, jsii.String("WorkerTask"), &awsecs.FargateTaskDefinitionProps{
+		Family:         jsii.String(cfg.Prefix() + "-worker"),
+		Cpu:            jsii.Number(float64(cfg.WorkerCPU)),
+		MemoryLimitMiB: jsii.Number(float64(cfg.WorkerMemory)),
+		RuntimePlatform: &awsecs.RuntimePlatform{
+			CpuArchitecture:       awsecs.CpuArchitecture_ARM64(),
+			OperatingSystemFamily: awsecs.OperatingSystemFamily_LINUX(),
+		},
+		TaskRole:      g.TaskRole,
+		ExecutionRole: g.ExecutionRole,
+	})
+	exclude, err := dockerIgnore(filepath.Join(cfg.WorkerContext, filepath.Dir(cfg.WorkerDockerfile), ".dockerignore"))
+	if err != nil {
+		return err
+	}
+	g.WorkerImage = awsecrassets.NewDockerImageAsset(g.Stack, jsii.String("WorkerImage"), &awsecrassets.DockerImageAssetProps{
+		Directory:  jsii.String(cfg.WorkerContext),
+		File:       jsii.String(cfg.WorkerDockerfile),
+		Platform:   awsecrassets.Platform_LINUX_ARM64(),
+		Exclude:    &exclude,
+		IgnoreMode: awscdk.IgnoreMode_DOCKER,
+	})
+	g.TaskDefinition.AddVolume(&awsecs.Volume{
+		Name: jsii.String(workspacesVolume),
+		EfsVolumeConfiguration: &awsecs.EfsVolumeConfiguration{
+			FileSystemId:      g.Workspaces.FileSystemId(),
+			TransitEncryption: jsii.String("ENABLED"),
+			// IAM authorization: the mount is made with the task role, which
+			// may mount only through the access point.
+			AuthorizationConfig: &awsecs.AuthorizationConfig{
+				AccessPointId: g.WorkspacesAccessPoint.AccessPointId(),
+				Iam:           jsii.String("ENABLED"),
+			},
+		},
+	})
+	g.WorkerLogs = g.logGroup("WorkerLogs")
+	linux := awsecs.NewLinuxParameters(g.Stack, jsii.String("WorkerLinux"), &awsecs.LinuxParametersProps{
+		// An init process reaps the agents' child processes.
+		InitProcessEnabled: jsii.Bool(true),
+	})
+	// Fargate can add no capability but SYS_PTRACE, so the harness keeps
+	// what it needs by dropping every other one of Docker's defaults.
+	linux.DropCapabilities(WorkerDroppedCapabilities()...)
+	workerEnv := map[string]*string{
+		contract.EnvHouse:          jsii.String(cfg.House),
+		contract.EnvRepository:     jsii.String(cfg.Repository),
+		contract.EnvWorkerEndpoint: g.Endpoint,
+		contract.EnvWorkspace:      jsii.String(contract.DefaultWorkspace),
+		contract.EnvWorkspaceRoot:  jsii.String(contract.WorkspaceMount),
+		contract.EnvGitUsername:    jsii.String(cfg.GitUsername),
+		// The task's only way out, and what the agent may reach by it.
+		contract.EnvEgressUpstream: jsii.String(cfg.EgressUpstream()),
+		contract.EnvEgressAllow:    jsii.String(strings.Join(cfg.EgressAllowlist, ",")),
+		contract.EnvAgentNetwork:   jsii.String(contract.AgentNetworkTask),
+	}
+	if cfg.ModelCapTokens > 0 {
+		workerEnv[contract.EnvModelCapTokens] = jsii.String(strconv.FormatInt(cfg.ModelCapTokens, 10))
+	}
+	if cfg.ModelCapUSD != "" {
+		workerEnv[contract.EnvModelCapUSD] = jsii.String(cfg.ModelCapUSD)
+	}
+	if cfg.AnthropicBaseURL != "" {
+		workerEnv[contract.EnvAnthropicBaseURL] = jsii.String(cfg.AnthropicBaseURL)
+	}
+	if cfg.OpenAIBaseURL != "" {
+		workerEnv[contract.EnvOpenAIBaseURL] = jsii.String(cfg.OpenAIBaseURL)
+	}
+	worker := g.TaskDefinition.AddContainer(jsii.String(contract.WorkerContainer), &awsecs.ContainerDefinitionOptions{
+		ContainerName:   jsii.String(contract.WorkerContainer),
+		Image:           awsecs.ContainerImage_FromDockerImageAsset(g.WorkerImage),
+		Essential:       jsii.Bool(true),
+		LinuxParameters: linux,
+		// The harness reports its outcome on SIGTERM; Fargate's maximum.
+		StopTimeout: awscdk.Duration_Seconds(jsii.Number(120)),
+		Logging: awsecs.LogDriver_AwsLogs(&awsecs.AwsLogDriverProps{
+			StreamPrefix: jsii.String("worker"),
+			LogGroup:     g.WorkerLogs,
+		}),
+		// Configuration only.
+		Environment: &workerEnv,
+		// ECS reads these with the execution role at task start (the
+		// definition holds only the ARNs), so the task role, which the
+		// agent might reach, needs no secret; a value put later reaches
+		// only tasks started later.
+		Secrets: &map[string]awsecs.Secret{
+			contract.EnvAnthropicAPIKey: awsecs.Secret_FromSecretsManager(g.ProviderSecrets[SecretAnthropic], nil),
+			contract.EnvOpenAIAPIKey:    awsecs.Secret_FromSecretsManager(g.ProviderSecrets[SecretOpenAI], nil),
+			contract.EnvGitCredential:   awsecs.Secret_FromSecretsManager(g.ProviderSecrets[SecretGit], nil),
+			// The harness proves itself to the egress proxy with it.
+			contract.EnvEgressSecret: awsecs.Secret_FromSecretsManager(g.EgressSecret, nil),
+		},
+	})
+	worker.AddMountPoints(&awsecs.MountPoint{
+		ContainerPath: jsii.String(contract.WorkspaceMount),
+		SourceVolume:  jsii.String(workspacesVolume),
+		ReadOnly:      jsii.Bool(false),
+	})
+	return nil
+}
+
+// workspacesVolume names the task definition's EFS volume.
+const workspacesVolume = "workspaces"
