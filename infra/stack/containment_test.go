@@ -23,7 +23,7 @@ var dockerDefaults = []string{
 
 // harnessCapabilities are what the harness needs to run the agent under a
 // uid of its own (harness.UIDCapabilities; pkg/harness's
-// TestUIDConfinementWithTheContainersCapabilities reads stack.go's
+// TestUIDConfinementWithTheContainersCapabilities reads workertask.go's
 // WorkerCapabilities, checks they are the harness's and runs the uid
 // confinement with exactly those; docs/security.md).
 var harnessCapabilities = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"}

@@ -6,6 +6,22 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
+// Provider secret short names: galley/<house>/<name>.
+const (
+	SecretAnthropic   = "anthropic"
+	SecretOpenAI      = "openai"
+	SecretGit         = "git-credential"
+	SecretBearerToken = "bearer-token"
+	SecretWorkerKey   = "worker-signing-key"
+	// SecretOperatorToken opens the operator API and console; it opens
+	// nothing of kitchn's, and kitchn's token does not open it.
+	SecretOperatorToken = "operator-token"
+	// SecretEgress is what a harness proves itself to the egress proxy
+	// with: generated, read by the worker's and the proxy's execution
+	// roles only, for ECS to inject.
+	SecretEgress = "egress-proxy"
+)
+
 // addSecrets makes kitchn's bearer token (generated) and the named secrets
 // the operator fills in. Only names and ARNs ever leave Secrets Manager in
 // configuration; values are read at run time by the roles allowed to.

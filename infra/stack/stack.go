@@ -2,7 +2,6 @@ package stack
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
@@ -23,25 +22,6 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/galley-run/galley/pkg/contract"
-)
-
-// The secrets' names are here, not in secrets.go, because pkg/contract's
-// TestEachNameSpelledOnce excuses SecretEgress's literal by this file's path.
-
-// Provider secret short names: galley/<house>/<name>.
-const (
-	SecretAnthropic   = "anthropic"
-	SecretOpenAI      = "openai"
-	SecretGit         = "git-credential"
-	SecretBearerToken = "bearer-token"
-	SecretWorkerKey   = "worker-signing-key"
-	// SecretOperatorToken opens the operator API and console; it opens
-	// nothing of kitchn's, and kitchn's token does not open it.
-	SecretOperatorToken = "operator-token"
-	// SecretEgress is what a harness proves itself to the egress proxy
-	// with: generated, read by the worker's and the proxy's execution
-	// roles only, for ECS to inject.
-	SecretEgress = "egress-proxy"
 )
 
 // Galley is the synthesized deployment, with the constructs tests inspect.
@@ -224,58 +204,4 @@ func (g *Galley) logGroup(id string) awslogs.LogGroup {
 		Retention:     g.retention(),
 		RemovalPolicy: awscdk.RemovalPolicy_RETAIN,
 	})
-}
-
-// The worker container's capabilities are here, not in workertask.go,
-// because pkg/harness's TestUIDConfinementWithTheContainersCapabilities
-// reads WorkerCapabilities from this file.
-
-// WorkerCapabilities are the capabilities the worker container keeps, of
-// Docker's defaults: the harness starts as root and runs the agent under a
-// uid of its own, and keeps exactly what that calls for
-// (harness.UIDCapabilities says which call needs each; docs/security.md).
-// CHOWN gives the worktree, home and tmp to the agent's uid and back;
-// DAC_OVERRIDE walks and removes what the agent has closed; FOWNER sets the
-// mode of the worktree once the agent owns it and removes the agent's
-// files from sticky folders; KILL stops an agent of another uid; SETUID
-// and SETGID become it.
-var WorkerCapabilities = []awsecs.Capability{
-	awsecs.Capability_CHOWN,
-	awsecs.Capability_DAC_OVERRIDE,
-	awsecs.Capability_FOWNER,
-	awsecs.Capability_KILL,
-	awsecs.Capability_SETGID,
-	awsecs.Capability_SETUID,
-}
-
-// DockerDefaultCapabilities are the capabilities a container gets unless
-// its definition drops them (moby's oci/caps defaults), which is every one
-// a Fargate container can hold without adding SYS_PTRACE.
-var DockerDefaultCapabilities = []awsecs.Capability{
-	awsecs.Capability_AUDIT_WRITE,
-	awsecs.Capability_CHOWN,
-	awsecs.Capability_DAC_OVERRIDE,
-	awsecs.Capability_FOWNER,
-	awsecs.Capability_FSETID,
-	awsecs.Capability_KILL,
-	awsecs.Capability_MKNOD,
-	awsecs.Capability_NET_BIND_SERVICE,
-	awsecs.Capability_NET_RAW,
-	awsecs.Capability_SETFCAP,
-	awsecs.Capability_SETGID,
-	awsecs.Capability_SETPCAP,
-	awsecs.Capability_SETUID,
-	awsecs.Capability_SYS_CHROOT,
-}
-
-// WorkerDroppedCapabilities are Docker's defaults the worker container
-// drops: all but WorkerCapabilities, in DockerDefaultCapabilities' order.
-func WorkerDroppedCapabilities() []awsecs.Capability {
-	var out []awsecs.Capability
-	for _, c := range DockerDefaultCapabilities {
-		if !slices.Contains(WorkerCapabilities, c) {
-			out = append(out, c)
-		}
-	}
-	return out
 }

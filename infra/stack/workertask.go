@@ -2,6 +2,7 @@ package stack
 
 import (
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -142,3 +143,53 @@ func (g *Galley) addWorkers() error {
 
 // workspacesVolume names the task definition's EFS volume.
 const workspacesVolume = "workspaces"
+
+// WorkerCapabilities are the capabilities the worker container keeps, of
+// Docker's defaults: the harness starts as root and runs the agent under a
+// uid of its own, and keeps exactly what that calls for
+// (harness.UIDCapabilities says which call needs each; docs/security.md).
+// CHOWN gives the worktree, home and tmp to the agent's uid and back;
+// DAC_OVERRIDE walks and removes what the agent has closed; FOWNER sets the
+// mode of the worktree once the agent owns it and removes the agent's
+// files from sticky folders; KILL stops an agent of another uid; SETUID
+// and SETGID become it.
+var WorkerCapabilities = []awsecs.Capability{
+	awsecs.Capability_CHOWN,
+	awsecs.Capability_DAC_OVERRIDE,
+	awsecs.Capability_FOWNER,
+	awsecs.Capability_KILL,
+	awsecs.Capability_SETGID,
+	awsecs.Capability_SETUID,
+}
+
+// DockerDefaultCapabilities are the capabilities a container gets unless
+// its definition drops them (moby's oci/caps defaults), which is every one
+// a Fargate container can hold without adding SYS_PTRACE.
+var DockerDefaultCapabilities = []awsecs.Capability{
+	awsecs.Capability_AUDIT_WRITE,
+	awsecs.Capability_CHOWN,
+	awsecs.Capability_DAC_OVERRIDE,
+	awsecs.Capability_FOWNER,
+	awsecs.Capability_FSETID,
+	awsecs.Capability_KILL,
+	awsecs.Capability_MKNOD,
+	awsecs.Capability_NET_BIND_SERVICE,
+	awsecs.Capability_NET_RAW,
+	awsecs.Capability_SETFCAP,
+	awsecs.Capability_SETGID,
+	awsecs.Capability_SETPCAP,
+	awsecs.Capability_SETUID,
+	awsecs.Capability_SYS_CHROOT,
+}
+
+// WorkerDroppedCapabilities are Docker's defaults the worker container
+// drops: all but WorkerCapabilities, in DockerDefaultCapabilities' order.
+func WorkerDroppedCapabilities() []awsecs.Capability {
+	var out []awsecs.Capability
+	for _, c := range DockerDefaultCapabilities {
+		if !slices.Contains(WorkerCapabilities, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}

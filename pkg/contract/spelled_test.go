@@ -39,7 +39,7 @@ var elsewhere = map[string]map[string]string{
 	"pkg/store/records.go": {
 		"remove-workspace": "the stored kind of cleanup a record owes (persisted), not the command",
 	},
-	"infra/stack/stack.go": {
+	"infra/stack/secrets.go": {
 		"egress-proxy": "the egress secret's name, galley/<house>/egress-proxy (persisted)",
 	},
 	"infra/stack/egress.go": {

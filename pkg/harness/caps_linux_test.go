@@ -136,14 +136,14 @@ func TestUIDConfinementWithTheContainersCapabilities(t *testing.T) {
 // its source is read; its own test checks the template keeps exactly those).
 func containerCapabilities(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("../../infra/stack/stack.go")
+	b, err := os.ReadFile("../../infra/stack/workertask.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, body, ok := strings.Cut(string(b), "var WorkerCapabilities = []awsecs.Capability{")
 	body, _, _ = strings.Cut(body, "}")
 	if !ok {
-		t.Fatal("infra/stack/stack.go has no WorkerCapabilities list")
+		t.Fatal("infra/stack/workertask.go has no WorkerCapabilities list")
 	}
 	var names []string
 	for _, f := range strings.Fields(body) {
