@@ -103,7 +103,15 @@ func (v agentView) apply() error {
 		}
 	}()
 	for _, e := range v.expose {
-		fd, err := unix.Open(e.path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		// What the agent writes (its worktree, home and tmp) is opened
+		// without following a link at its last component: root binds what
+		// it opens. Programs may be links (/bin to usr/bin); the agent
+		// cannot change them.
+		flags := unix.O_PATH | unix.O_CLOEXEC
+		if e.rw {
+			flags |= unix.O_NOFOLLOW
+		}
+		fd, err := unix.Open(e.path, flags, 0)
 		if errors.Is(err, unix.ENOENT) {
 			continue
 		}
@@ -114,6 +122,10 @@ func (v agentView) apply() error {
 		if err := unix.Fstat(fd, &st); err != nil {
 			unix.Close(fd)
 			return err
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK { // O_PATH|O_NOFOLLOW opens the link itself
+			unix.Close(fd)
+			return fmt.Errorf("%s is a symbolic link: the agent's own folders are never one", e.path)
 		}
 		exp = append(exp, opened{e, fd, st.Mode&unix.S_IFMT == unix.S_IFDIR})
 	}
