@@ -165,3 +165,25 @@ func apiError(call string, err error) error {
 		return galleyerr.E(galleyerr.Other, call+": "+c.msg)
 	}
 }
+
+func rateLimited(msg string, retryAfter int) error {
+	return &galleyerr.Error{Kind: galleyerr.RateLimited, Msg: msg, RetryAfterSeconds: retryAfter}
+}
+
+// wrap names op on err, keeping its kind and retry hint where galleyerr
+// looks for them.
+func wrap(op galleyerr.Op, err error) error {
+	var e *galleyerr.Error
+	if errors.As(err, &e) && e.Op == "" {
+		e.Op = string(op)
+		return e
+	}
+	return galleyerr.E(op, err)
+}
+
+func wrapNil(op galleyerr.Op, err error) error {
+	if err == nil {
+		return nil
+	}
+	return wrap(op, err)
+}

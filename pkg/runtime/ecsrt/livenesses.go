@@ -15,6 +15,26 @@ import (
 	"github.com/galley-run/galley/pkg/service"
 )
 
+// Liveness reads the task's lastStatus: provisioning to running is live,
+// deactivating to stopped has exited. A task ECS does not show (just
+// launched and not yet visible, or stopped long ago and forgotten) is
+// unknown, never exited.
+func (r *Runtime) Liveness(ctx context.Context, handle string) (service.Liveness, error) {
+	const op = galleyerr.Op("ecsrt.liveness")
+	if handle == "" {
+		return service.LivenessUnknown, galleyerr.E(op, galleyerr.Invalid, "no worker handle")
+	}
+	arns, err := r.tasksOf(ctx, handle)
+	if err != nil || len(arns) == 0 {
+		return service.LivenessUnknown, wrapNil(op, err)
+	}
+	tasks, err := r.describe(ctx, arns)
+	if err != nil {
+		return service.LivenessUnknown, wrap(op, err)
+	}
+	return fold(tasks), nil
+}
+
 // maxDescribe is how many tasks one DescribeTasks names, ECS's limit.
 const maxDescribe = 100
 
@@ -139,30 +159,6 @@ func (r *Runtime) Livenesses(ctx context.Context, handles []string) (map[string]
 		delete(out, h)
 	}
 	return out, failed.err(op)
-}
-
-// remembered returns the task this runtime or its index has for handle,
-// without asking ECS.
-func (r *Runtime) remembered(ctx context.Context, handle string) (string, bool) {
-	if handle == "" {
-		return "", false
-	}
-	if arn, ok := r.memoGet(handle); ok {
-		return arn, true
-	}
-	if r.index == nil {
-		return "", false
-	}
-	arn, ok, err := r.index.TaskARN(ctx, handle)
-	if err != nil {
-		r.log.Warn("task index unreadable; listing tasks", "handle", handle, "err", err)
-		return "", false
-	}
-	if ok && arn != "" {
-		r.memoPut(handle, arn)
-		return arn, true
-	}
-	return "", false
 }
 
 // fold is a worker's liveness from its tasks: live while any runs (one
