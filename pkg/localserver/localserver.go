@@ -7,21 +7,15 @@ package localserver
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/galley-run/galley/pkg/agents"
@@ -37,105 +31,8 @@ import (
 	"github.com/galley-run/galley/pkg/operator"
 	"github.com/galley-run/galley/pkg/runtime/localproc"
 	"github.com/galley-run/galley/pkg/service"
-	"github.com/galley-run/galley/pkg/store"
 	"github.com/galley-run/galley/pkg/store/boltstore"
 )
-
-// Options are the server's settings; zero values take the defaults.
-type Options struct {
-	Listen     string // default 127.0.0.1:8080
-	House      string // default "local"
-	Backend    string // default contract.DefaultBackend
-	Credential string // default contract.DefaultCredential
-	TokenFile  string // default <data>/private/token
-	// OperatorTokenFile holds the operator token (the operator API and
-	// console, package operator); default <data>/private/operator-token.
-	OperatorTokenFile string
-	Data              string // default .galley
-	Repository        string // default a bare repository under <data>/repository.git
-	DefaultAgent      string // script, claude or codex; default script
-	WorkerBin         string // the galley-worker binary; default beside this executable or on PATH
-	AwaitCap          time.Duration
-	MaxWorkers        int
-
-	// Store and Doorbell, when set, replace the embedded store and the
-	// in-process doorbell (galley serve --store dynamodb --doorbell sqs).
-	Store    store.Store
-	Doorbell service.Doorbell
-	// Families are the agent families declared in workerSelection; empty
-	// means the families whose CLI is found (in AgentBinDir or on PATH).
-	Families []string
-	// AgentBinDir is where the claude and codex CLIs are looked up first.
-	AgentBinDir string
-	// AnthropicBaseURL and OpenAIBaseURL, when set, are where claude and
-	// codex workers send their model calls (an LLM gateway or proxy): the
-	// harness checks them (harness.ValidateBaseURL) and gives each to its
-	// own family's CLI.
-	AnthropicBaseURL string
-	OpenAIBaseURL    string
-	// EgressAllow is the house's allowlist (comma-separated host names or
-	// *.domain): what each agent may reach through its egress proxy;
-	// empty, no host. EgressResolver is a DNS server (host:port) the
-	// proxies resolve names with instead of the system's.
-	EgressAllow    string
-	EgressResolver string
-	// ModelCapTokens and ModelCapUSD cap each worker's model calls at its
-	// model proxy: tokens as the provider counts them, and dollars (a
-	// decimal) at galley's price table; zero and empty for no cap.
-	ModelCapTokens int64
-	ModelCapUSD    string
-	// Limits of the HTTP server; zero values take the Default* constants.
-	// BodyTimeout is how long a request's body may take to arrive after
-	// its headers; MaxUnauthenticated bounds the unauthenticated requests
-	// (the credential exchange) served at once. See newHTTPServer.
-	ReadHeaderTimeout  time.Duration
-	BodyTimeout        time.Duration
-	IdleTimeout        time.Duration
-	MaxHeaderBytes     int
-	MaxUnauthenticated int
-	// NoEventLog records nothing in the workers' event log: only for
-	// measuring what the log costs the worker's calls.
-	NoEventLog bool
-	// Conns bounds the connections held per peer and in all; kitchn's
-	// connections (once a call on one carried its token) are reserved
-	// capacity outside the counts (pkg/connlimit).
-	Conns connlimit.Limits
-	// WorkerLogLimit is each worker's log budget in bytes (default
-	// harness.DefaultLogLimit, 16 MiB): <data>/workers/<handle>/harness.log.
-	WorkerLogLimit int64
-	// PushLimit and PushBudget bound each worker's pushes, bytes per push
-	// and in all (0: harness.DefaultPushLimit, 100 MiB, and
-	// harness.DefaultPushBudget, 512 MiB).
-	PushLimit, PushBudget int64
-	// Logger receives the request log; default JSON on stderr, buffered
-	// (pkg/logbuf) and written out at least every 100 ms.
-	Logger *slog.Logger
-}
-
-// Defaults fills in the defaults of unset options.
-func (o *Options) Defaults() {
-	set := func(p *string, v string) {
-		if *p == "" {
-			*p = v
-		}
-	}
-	set(&o.Listen, "127.0.0.1:8080")
-	set(&o.House, "local")
-	set(&o.Backend, contract.DefaultBackend)
-	set(&o.Credential, contract.DefaultCredential)
-	set(&o.Data, ".galley")
-	set(&o.DefaultAgent, "script")
-	if o.TokenFile == "" {
-		o.TokenFile = filepath.Join(o.Data, PrivateDir, "token")
-	}
-	if o.OperatorTokenFile == "" {
-		o.OperatorTokenFile = filepath.Join(o.Data, PrivateDir, "operator-token")
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	}
-	o.limits()
-}
 
 // Server is a running local galley.
 type Server struct {
@@ -371,28 +268,6 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	return s, nil
 }
 
-// modelCapEnv is o's model cap as the harness reads it.
-func (o Options) modelCapEnv() func(string) string {
-	return func(name string) string {
-		switch {
-		case name == contract.EnvModelCapTokens && o.ModelCapTokens != 0:
-			return strconv.FormatInt(o.ModelCapTokens, 10)
-		case name == contract.EnvModelCapUSD:
-			return o.ModelCapUSD
-		}
-		return ""
-	}
-}
-
-// baseURLs are the providers' base URLs of o, each with the variable the
-// harness reads it from.
-func baseURLs(o Options) []struct{ what, env, v string } {
-	return []struct{ what, env, v string }{
-		{"Anthropic base URL (--anthropic-base-url)", contract.EnvAnthropicBaseURL, o.AnthropicBaseURL},
-		{"OpenAI base URL (--openai-base-url)", contract.EnvOpenAIBaseURL, o.OpenAIBaseURL},
-	}
-}
-
 func withEvents(rec *eventlog.Recorder, off bool) service.Option {
 	if off {
 		return func(*service.Service) {}
@@ -419,30 +294,6 @@ func (f closerFunc) Close() error { return f() }
 // agentEnv names the variables an operator sets for agents (provider keys),
 // passed to workers by name; nothing else of the server's environment is.
 var agentEnv = []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "CODEX_API_KEY"}
-
-// Binding is the kitchn backend binding for this server, to paste into the
-// house policy.
-func (s *Server) Binding() string { return Binding(s.opts.Backend, s.opts.Credential, s.Endpoint) }
-
-// Binding is the kitchn backend binding of an endpoint.
-func Binding(backend, credential, endpoint string) string {
-	b, _ := json.MarshalIndent(map[string]any{"backend": map[string]string{
-		"kind": "http", "backend": backend, "credential": credential, "endpoint": endpoint,
-	}}, "", "  ")
-	return string(b)
-}
-
-// PrintReady tells the operator where galley serves, where the token lives
-// and what to paste into the house policy.
-func PrintReady(w io.Writer, o Options, endpoint, tokenFile string) {
-	fmt.Fprintf(w, "galley serving house %s (backend %s) at %s\n", o.House, o.Backend, endpoint)
-	fmt.Fprintf(w, "bearer token: %s (mode 600; copy it to <registry>/private/%s/credentials/%s)\n",
-		tokenFile, o.House, o.Credential)
-	fmt.Fprintf(w, "kitchn binding for the house policy:\n%s\n", Binding(o.Backend, o.Credential, endpoint))
-	if o.OperatorTokenFile != "" {
-		fmt.Fprintf(w, "operator console: %s/operator/console (operator token: %s; bin/galley workers, events, cancel, revoke)\n", endpoint, o.OperatorTokenFile)
-	}
-}
 
 // OperatorTokenFile is where the operator token lives.
 func (s *Server) OperatorTokenFile() string { return s.opts.OperatorTokenFile }
@@ -472,45 +323,6 @@ func (s *Server) closeAll() {
 		_ = s.closers[i].Close()
 	}
 	s.closers = nil
-}
-
-// SecretFile reads a secret from path, or creates it with n random bytes
-// (base64url) and mode 600. A file readable by others is refused.
-func SecretFile(path string, n int) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		raw := make([]byte, n)
-		if _, err := rand.Read(raw); err != nil {
-			return nil, err
-		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, err
-		}
-		tok := base64.RawURLEncoding.EncodeToString(raw)
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := f.WriteString(tok + "\n"); err != nil {
-			f.Close()
-			return nil, err
-		}
-		if err := f.Close(); err != nil {
-			return nil, err
-		}
-		return []byte(tok), nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%s is readable by others (mode %v); chmod 600 it", path, fi.Mode().Perm())
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return nil, fmt.Errorf("%s is empty", path)
-	}
-	return []byte(tok), nil
 }
 
 func findWorkerBin(explicit string) (string, error) {

@@ -1,0 +1,31 @@
+package localserver
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// Binding is the kitchn backend binding for this server, to paste into the
+// house policy.
+func (s *Server) Binding() string { return Binding(s.opts.Backend, s.opts.Credential, s.Endpoint) }
+
+// Binding is the kitchn backend binding of an endpoint.
+func Binding(backend, credential, endpoint string) string {
+	b, _ := json.MarshalIndent(map[string]any{"backend": map[string]string{
+		"kind": "http", "backend": backend, "credential": credential, "endpoint": endpoint,
+	}}, "", "  ")
+	return string(b)
+}
+
+// PrintReady tells the operator where galley serves, where the token lives
+// and what to paste into the house policy.
+func PrintReady(w io.Writer, o Options, endpoint, tokenFile string) {
+	fmt.Fprintf(w, "galley serving house %s (backend %s) at %s\n", o.House, o.Backend, endpoint)
+	fmt.Fprintf(w, "bearer token: %s (mode 600; copy it to <registry>/private/%s/credentials/%s)\n",
+		tokenFile, o.House, o.Credential)
+	fmt.Fprintf(w, "kitchn binding for the house policy:\n%s\n", Binding(o.Backend, o.Credential, endpoint))
+	if o.OperatorTokenFile != "" {
+		fmt.Fprintf(w, "operator console: %s/operator/console (operator token: %s; bin/galley workers, events, cancel, revoke)\n", endpoint, o.OperatorTokenFile)
+	}
+}
