@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -97,6 +98,51 @@ func (h *Handler) auth(r *http.Request) (authn, *refusal, error) {
 		return refused, nil, err
 	}
 	return refused, nil, nil
+}
+
+// sameSite checks what a cookie-authenticated POST must carry: the custom
+// header (a cross-site form cannot send one, and a cross-site script
+// cannot without a CORS preflight galley never answers) and, when sent,
+// an Origin of this host.
+func sameSite(r *http.Request) bool {
+	if r.Header.Get(CSRFHeader) == "" {
+		return false
+	}
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	u, err := url.Parse(o)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	// Behind API Gateway and Lambda the request's Host is the gateway's
+	// domain name, without a port; the Host header the client sent is
+	// kept in the headers (with the port, where there is one: aws-local).
+	return u.Host == r.Host || u.Host == r.Header.Get("Host")
+}
+
+func (h *Handler) authed(action bool, next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		how, ref, err := h.auth(r)
+		switch {
+		case err != nil:
+			h.unavailable(w, "the operator's credentials cannot be checked now; try again", err)
+			return
+		case ref != nil:
+			ref.write(w)
+			return
+		case how == refused:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="galley operator"`)
+			writeJSON(w, http.StatusUnauthorized, errorJSON{"the operator token or session is missing, wrong or ended"})
+			return
+		}
+		if action && how == byCookie && !sameSite(r) {
+			writeJSON(w, http.StatusForbidden, errorJSON{"a console action needs the " + CSRFHeader + " header and this site's Origin"})
+			return
+		}
+		next(w, r)
+	}
 }
 
 // sessionOK reports whether id is a session that lives, by the store and
