@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -101,6 +102,8 @@ func (h *Handler) credential(ws Workers) http.HandlerFunc {
 		writeJSON(w, r, http.StatusOK, workerapi.CredentialAnswer{Token: token})
 	}
 }
+
+var errNoWorkerToken = errors.New("missing worker credential")
 
 func (h *Handler) worker(ws Workers, call func(ctx context.Context, handle string, body []byte) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
