@@ -15,10 +15,6 @@ import (
 	"github.com/stripe/smokescreen/pkg/smokescreen/hostport"
 )
 
-func basicAuth(secret string) string {
-	return "Basic " + base64.StdEncoding.EncodeToString([]byte(HarnessUser+":"+secret))
-}
-
 // exchange is one request's facts, kept while the front serves it so that
 // the decision smokescreen logs can be told apart and completed.
 type exchange struct {
@@ -126,6 +122,11 @@ func (p *Proxy) authenticate(r *http.Request) (Role, string) {
 		return "", "wrong egress proxy credentials"
 	}
 	return RoleHarness, ""
+}
+
+// basicAuth is the harness's Proxy-Authorization value for secret.
+func basicAuth(secret string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(HarnessUser+":"+secret))
 }
 
 // report completes d with the exchange's facts and hands it on, once.
