@@ -6,19 +6,6 @@ import (
 	"sync"
 )
 
-// stderrTail is the last lines the agent wrote to stderr, with every
-// secret the harness holds, and anything shaped like a credential,
-// redacted.
-func (h *harness) stderrTail() string {
-	if h.stderr == nil {
-		return ""
-	}
-	h.stderr.mu.Lock()
-	tail := h.stderr.tail.text()
-	h.stderr.mu.Unlock()
-	return redactSecrets(tail, h.secrets()...)
-}
-
 // lineLogger logs the agent's stderr one line at a time, so that the
 // harness's own stderr stays JSON lines.
 type lineLogger struct {
@@ -60,4 +47,17 @@ func (l *lineLogger) emit(line []byte) {
 	s := truncate(string(bytes.TrimRight(line, "\r")), 4096)
 	l.tail.add(s)
 	l.log.Info("agent stderr", "line", s)
+}
+
+// stderrTail is the last lines the agent wrote to stderr, with every
+// secret the harness holds, and anything shaped like a credential,
+// redacted.
+func (h *harness) stderrTail() string {
+	if h.stderr == nil {
+		return ""
+	}
+	h.stderr.mu.Lock()
+	tail := h.stderr.tail.text()
+	h.stderr.mu.Unlock()
+	return redactSecrets(tail, h.secrets()...)
 }
