@@ -165,3 +165,12 @@ func (p *Proxy) decided(data logrus.Fields) {
 	}
 	p.report(ex, Decision{Allowed: allowed, Reason: reason, Addr: addr})
 }
+
+// portList is ports for a reason text.
+func portList(ports []int) string {
+	s := make([]string, len(ports))
+	for i, p := range ports {
+		s[i] = strconv.Itoa(p)
+	}
+	return strings.Join(s, ", ")
+}

@@ -21,6 +21,31 @@ type UsageEvents interface {
 	Agent() protocol.AgentSelection
 }
 
+// events is the harness's side of a driver's Events.
+type events struct{ h *harness }
+
+// Started reports ready, and on failure retries in the background until it
+// is reported or the run ends, so the driver keeps reading the agent's
+// output.
+func (e events) Started(evidence string) {
+	if e.h.ensureReady(e.h.ctx, evidence) {
+		return
+	}
+	go func() {
+		retry := time.Second
+		for !e.h.ensureReady(e.h.ctx, evidence) {
+			if sleepCtx(e.h.ctx, retry) != nil {
+				return
+			}
+			retry = min(retry*2, 30*time.Second)
+		}
+	}()
+}
+
+func (e events) Note(msg string, args ...any) {
+	e.h.log.Info(msg, append([]any{"source", "agent"}, args...)...)
+}
+
 // Agent implements UsageEvents.
 func (e events) Agent() protocol.AgentSelection { return e.h.self.Agent }
 

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
+	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
 
@@ -153,5 +155,64 @@ func (b *inbox) await(ctx context.Context, take func() (string, bool)) (string, 
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}
+	}
+}
+
+// pollInbox reads the inbox when the worker's bell says it may hold
+// something new, and at least every QuietRead whatever the bell says (a
+// lost ring costs latency, not a message), until the worker is settled or
+// ctx ends.
+func (h *harness) pollInbox(ctx context.Context) {
+	var after int64
+	retry := time.Second
+	bell := h.cfg.newBell(h.api, h.log)
+	read, lastRead := true, time.Now()
+	for {
+		if !read && time.Since(lastRead) < h.cfg.QuietRead {
+			read = bell.wait(ctx, after)
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		ans, err := h.api.Inbox(ctx, after, 0)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if galleyerr.Is(galleyerr.Unauthorized, err) {
+				h.fatal <- err // galley no longer knows this worker's token
+				return
+			}
+			h.log.Warn("reading the inbox failed; retrying", "err", err, "in", retry)
+			if sleepCtx(ctx, retry) != nil {
+				return
+			}
+			retry = min(retry*2, 30*time.Second)
+			continue
+		}
+		retry, read, lastRead = time.Second, false, time.Now()
+		for _, it := range ans.Items {
+			if it.Seq <= after {
+				continue
+			}
+			after = it.Seq
+			h.log.Info("inbox item", "seq", it.Seq, "kind", it.Kind, "question", it.Question)
+			h.box.add(it)
+		}
+		if ans.Settled {
+			h.log.Info("galley settled the worker", "outcome", ans.Outcome)
+			close(h.settled)
+			return
+		}
+	}
+}
+
+func (h *harness) isSettled() bool {
+	select {
+	case <-h.settled:
+		return true
+	default:
+		return false
 	}
 }
