@@ -13,7 +13,7 @@ import (
 	"github.com/galley-run/galley/local/container"
 	"github.com/galley-run/galley/local/ecsstandin"
 	"github.com/galley-run/galley/local/iamgate"
-	"github.com/galley-run/galley/pkg/cfntemplate"
+	"github.com/galley-run/galley/local/cfntemplate"
 )
 
 // EnvWorkerImage names the local container image of the worker

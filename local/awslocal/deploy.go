@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/galley-run/galley/pkg/cfntemplate"
+	"github.com/galley-run/galley/local/cfntemplate"
 )
 
 // The local account and region every ARN of the stack names (the ECS and

@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
-	"github.com/galley-run/galley/pkg/cfntemplate"
+	"github.com/galley-run/galley/local/cfntemplate"
 	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/gitserve"
 	"github.com/galley-run/galley/pkg/harness"

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/galley-run/galley/pkg/cfntemplate"
+	"github.com/galley-run/galley/local/cfntemplate"
 	"github.com/galley-run/galley/pkg/iampolicy"
 )
 

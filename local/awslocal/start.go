@@ -29,7 +29,7 @@ import (
 	"github.com/galley-run/galley/local/smstandin"
 	"github.com/galley-run/galley/local/stsstandin"
 	"github.com/galley-run/galley/pkg/awsfault"
-	"github.com/galley-run/galley/pkg/cfntemplate"
+	"github.com/galley-run/galley/local/cfntemplate"
 	"github.com/galley-run/galley/pkg/connlimit"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/lambdaapp"
