@@ -278,14 +278,8 @@ func (x *extractor) entry(entry int, hdr *tar.Header, tr *tar.Reader) error {
 	if why != "" {
 		return refused(entry, why)
 	}
-	switch x.kinds[path.Dir(name)] {
-	case tar.TypeDir:
-	case tar.TypeSymlink:
-		return refused(entry, "a path beneath a symbolic link")
-	case tar.TypeReg:
-		return refused(entry, "a path beneath a file")
-	default:
-		return refused(entry, "a path whose folder is not in the archive before it")
+	if why := x.checkFolder(name); why != "" {
+		return refused(entry, why)
 	}
 	if _, dup := x.kinds[name]; dup {
 		return refused(entry, "a name the archive has already written")
@@ -339,6 +333,26 @@ func (x *extractor) entry(entry int, hdr *tar.Header, tr *tar.Reader) error {
 	default:
 		x.stats.Files++
 		return x.write(entry, name, mode, hdr, tr)
+	}
+}
+
+// checkFolder answers why name's folder is refused, if it is: it must be a
+// folder the archive made before; the nearest of its folders the archive
+// made says why not.
+func (x *extractor) checkFolder(name string) string {
+	dir := path.Dir(name)
+	if x.kinds[dir] == tar.TypeDir {
+		return ""
+	}
+	for ; ; dir = path.Dir(dir) {
+		switch x.kinds[dir] {
+		case tar.TypeSymlink:
+			return "a path beneath a symbolic link"
+		case tar.TypeReg:
+			return "a path beneath a file"
+		case tar.TypeDir:
+			return "a path whose folder is not in the archive before it"
+		}
 	}
 }
 
