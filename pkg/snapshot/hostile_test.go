@@ -243,6 +243,7 @@ func TestHostileArchivesRefused(t *testing.T) {
 			if strings.Contains(err.Error(), "evil") || strings.Contains(err.Error(), h.outside) || strings.Contains(err.Error(), big[:100]) {
 				t.Errorf("the refusal echoes the archive's names or contents: %v", err)
 			}
+			t.Logf("refused after %d bytes of the stream: %v", st.Stream, err)
 			if bound := cmp.Or(streamBound[tc.name], 64<<10); st.Stream > bound {
 				t.Errorf("read %d bytes of the stream before refusing, want at most %d", st.Stream, bound)
 			}

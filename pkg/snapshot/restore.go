@@ -102,7 +102,7 @@ func Restore(ctx context.Context, r io.Reader, dir string, limits Limits, opts .
 	if err := sameAsListed(parent, staging, root); err != nil {
 		return Stats{}, err
 	}
-	x := &extractor{ctx: ctx, root: root, cfg: cfg, limits: limits.orDefault(), kinds: map[string]byte{".": tar.TypeDir}}
+	x := &extractor{ctx: ctx, root: root, cfg: cfg, limits: limits.orDefault(), kinds: map[string]byte{".": tar.TypeDir}, buf: make([]byte, 32<<10)}
 	if err := x.extract(r); err != nil {
 		return x.stats, err
 	}
@@ -146,7 +146,13 @@ type extractor struct {
 	// file), so nothing is written through a link the archive made.
 	kinds map[string]byte
 	dirs  []dirEntry // folders, whose modes and times are set last
+	buf   []byte     // for copying the files' contents
 }
+
+// writerOnly hides all but Write.
+type writerOnly struct{ w io.Writer }
+
+func (w writerOnly) Write(p []byte) (int, error) { return w.w.Write(p) }
 
 type dirEntry struct {
 	name  string
@@ -199,7 +205,7 @@ func (x *extractor) readErr(what string, err error) error {
 	case errors.Is(err, io.EOF):
 		return malformed("the archive ends before its last header (truncated)", nil)
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return malformed("the archive is truncated in "+what, nil)
+		return malformed("the archive is cut short, in "+what+" (truncated or corrupt)", nil)
 	case errors.Is(err, tar.ErrInsecurePath):
 		return refusedPath(what)
 	default:
@@ -393,7 +399,9 @@ func (x *extractor) write(entry int, name string, mode os.FileMode, hdr *tar.Hea
 			return galleyerr.E(galleyerr.Op("snapshot.restore"), "cannot give a file to its owner", err)
 		}
 	}
-	n, err := io.Copy(f, tr)
+	// CopyBuffer with a buffer of the restore's own: *os.File's ReadFrom
+	// would take a new 32 KiB buffer for each file.
+	n, err := io.CopyBuffer(writerOnly{f}, tr, x.buf)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {

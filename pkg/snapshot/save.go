@@ -46,8 +46,9 @@ func Exclude(paths ...string) SaveOption {
 // regular file and symbolic link beneath it (links as links, never
 // followed) but its top-level .git and what Exclude names; sockets, fifos
 // and devices are skipped (counted in Stats.Skipped). Modes keep their
-// permission bits only (setuid, setgid and sticky are dropped); owners are
-// not kept (Restore gives every entry one owner).
+// permission bits only (setuid, setgid and sticky are dropped), times to
+// the nanosecond (in PAX records: build tools compare them); owners are not
+// kept (Restore gives every entry one owner).
 //
 // It reads the worktree through an os.Root and checks that each file and
 // folder it opens is the one it listed (same device and inode), so a link
@@ -179,7 +180,7 @@ func (s *saver) dir(rel string, want fs.FileInfo) error {
 				return err
 			}
 			s.stats.Dirs++
-			if err := s.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: child + "/", Mode: int64(mode.Perm()), ModTime: fi.ModTime()}); err != nil {
+			if err := s.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: child + "/", Mode: int64(mode.Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}); err != nil {
 				return err
 			}
 			if err := s.dir(child, fi); err != nil {
@@ -237,7 +238,7 @@ func (s *saver) file(rel string, want fs.FileInfo) error {
 		return err
 	}
 	s.stats.Files++
-	if err := s.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Size: size, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime()}); err != nil {
+	if err := s.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Size: size, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}); err != nil {
 		return err
 	}
 	n, err := io.CopyN(s.tw, ctxReader{s.ctx, f}, size)

@@ -93,7 +93,7 @@ func describe(t *testing.T, dir string, skip ...string) []string {
 			if err != nil {
 				return err
 			}
-			line += " " + fi.ModTime().UTC().Format(time.RFC3339) + " " + string(b[:min(len(b), 40)])
+			line += " " + fi.ModTime().UTC().Format(time.RFC3339Nano) + " " + string(b[:min(len(b), 40)])
 			line += " size=" + strconv.Itoa(len(b))
 		case fi.Mode()&fs.ModeSymlink != 0:
 			target, _ := os.Readlink(p)
