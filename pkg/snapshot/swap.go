@@ -58,7 +58,7 @@ func swapIn(parent *safepath.Dir, base, staging string) error {
 }
 
 // recoverSwap finishes or undoes a restore of base that was interrupted,
-// and removes what it left. While base is missing, a staging folder with
+// and removes what it left (and what a finished restore could not remove). While base is missing, a staging folder with
 // a .git was complete (swapIn moves the .git in only once the archive was
 // restored whole and checked), so it takes base's place; otherwise the old
 // folder goes back.
@@ -101,10 +101,11 @@ func recoverSwap(parent *safepath.Dir, base string) error {
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return galleyerr.E(galleyerr.Op("snapshot.restore"), "cannot read the worktree", err)
 	}
+	// What is left is removed as far as it can be: a leftover that cannot
+	// (a folder closed even to the process) is only disk, and must not
+	// keep every later restore of the worktree from running.
 	for _, n := range append(staged, replaced...) {
-		if err := parent.RemoveAll(n); err != nil {
-			return galleyerr.E(galleyerr.Op("snapshot.restore"), "cannot remove what an interrupted restore left", err)
-		}
+		_ = parent.RemoveAll(n)
 	}
 	return nil
 }
