@@ -1,0 +1,212 @@
+package snapshot_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/snapshot"
+	"github.com/galley-run/galley/pkg/snapshot/storetest"
+)
+
+func TestDirStore(t *testing.T) {
+	storetest.Run(t, storetest.Subject{
+		Open: func(t *testing.T) snapshot.Store {
+			s, err := snapshot.NewDirStore(filepath.Join(t.TempDir(), "snapshots"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
+		Large: 3 << 20,
+	})
+}
+
+// A failed or cancelled Put leaves no temporary file behind.
+func TestDirStoreLeavesNoTemporaryFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "snapshots")
+	s, err := snapshot.NewDirStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	key := snapshot.Key("h", "w", "worktree")
+	if err := s.Put(t.Context(), key, bytes.NewReader([]byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(t.Context(), key, failingReader{}); err == nil {
+		t.Fatal("a failing Put succeeded")
+	}
+	names, err := os.ReadDir(filepath.Join(dir, "h", "w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 1 || names[0].Name() != "worktree" {
+		t.Fatalf("the key's folder holds %v, want only worktree", names)
+	}
+}
+
+type failingReader struct{}
+
+func (failingReader) Read([]byte) (int, error) { return 0, fmt.Errorf("broken") }
+
+func TestS3Store(t *testing.T) {
+	var fakes []*fakeS3
+	storetest.Run(t, storetest.Subject{
+		Open: func(t *testing.T) snapshot.Store {
+			f := newFakeS3(t)
+			fakes = append(fakes, f)
+			return snapshot.NewS3Store(f.client, "snapshots", snapshot.WithPrefix("galley/"), snapshot.WithPartSize(5<<20))
+		},
+		Large: 11 << 20, // three parts
+	})
+	var multipart int
+	for _, f := range fakes {
+		f.mu.Lock()
+		multipart += f.created
+		if f.created != f.completed+f.aborted {
+			t.Errorf("multipart uploads: %d created, %d completed, %d aborted: some left open", f.created, f.completed, f.aborted)
+		}
+		f.mu.Unlock()
+	}
+	if multipart == 0 {
+		t.Error("the suite made no multipart upload: Large is too small to test that path")
+	}
+}
+
+// Every object is put with server-side encryption requested (the fake
+// refuses a put without it, as a bucket policy that requires it would),
+// SSE-KMS with its key when asked.
+func TestS3StoreRequestsEncryption(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []snapshot.S3Option
+		want string
+	}{
+		{"sse-s3", nil, "AES256"},
+		{"sse-kms", []snapshot.S3Option{snapshot.WithKMSKey("alias/galley-snapshots")}, "aws:kms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeS3(t)
+			s := snapshot.NewS3Store(f.client, "snapshots", append(tc.opts, snapshot.WithPartSize(5<<20))...)
+			key := snapshot.Key("h", "w", "worktree")
+			// The front is strict: a put that asks for no encryption fails.
+			if _, err := f.client.PutObject(t.Context(), &s3.PutObjectInput{
+				Bucket: aws.String("snapshots"), Key: aws.String(key), Body: bytes.NewReader([]byte("x")),
+			}); err == nil {
+				t.Fatal("the fake took a put without server-side encryption")
+			}
+			for _, size := range []int{10, 6 << 20} {
+				if err := s.Put(t.Context(), key, bytes.NewReader(make([]byte, size))); err != nil {
+					t.Fatalf("Put of %d bytes: %v", size, err)
+				}
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if len(f.sse) != 2 {
+				t.Fatalf("%d puts or uploads seen, want 2 (one PutObject, one multipart)", len(f.sse))
+			}
+			for _, got := range f.sse {
+				if got != tc.want {
+					t.Errorf("server-side encryption %q requested, want %q", got, tc.want)
+				}
+			}
+			if tc.want == "aws:kms" && f.kmsKey != "alias/galley-snapshots" {
+				t.Errorf("KMS key %q requested", f.kmsKey)
+			}
+		})
+	}
+}
+
+// A missing bucket is an error of its own, not a missing snapshot.
+func TestS3StoreMissingBucket(t *testing.T) {
+	f := newFakeS3(t)
+	s := snapshot.NewS3Store(f.client, "no-such-bucket")
+	_, err := s.Get(t.Context(), snapshot.Key("h", "w", "worktree"))
+	if err == nil || galleyerr.Is(galleyerr.NotFound, err) {
+		t.Fatalf("Get from a missing bucket: %v, want an error other than NotFound", err)
+	}
+}
+
+// fakeS3 is gofakes3 (an S3 at the wire, in memory) behind a front as
+// strict as S3 with a bucket policy requiring encryption: a PutObject or
+// CreateMultipartUpload without x-amz-server-side-encryption is refused
+// 403, an UploadPart with it 400 (S3 refuses SSE-S3/KMS headers on a
+// part). It counts multipart uploads created, completed and aborted.
+type fakeS3 struct {
+	client *s3.Client
+
+	mu                          sync.Mutex
+	sse                         []string
+	kmsKey                      string
+	created, completed, aborted int
+}
+
+func newFakeS3(t *testing.T) *fakeS3 {
+	t.Helper()
+	backend := s3mem.New()
+	if err := backend.CreateBucket("snapshots"); err != nil {
+		t.Fatal(err)
+	}
+	fake := gofakes3.New(backend)
+	f := &fakeS3{}
+	inner := fake.Server()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		sse := r.Header.Get("X-Amz-Server-Side-Encryption")
+		isPart := r.Method == http.MethodPut && q.Has("partNumber")
+		isPut := r.Method == http.MethodPut && !isPart && strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1
+		isCreate := r.Method == http.MethodPost && q.Has("uploads")
+		switch {
+		case isPart && sse != "":
+			s3Refuse(w, http.StatusBadRequest, "InvalidArgument")
+			return
+		case (isPut || isCreate) && sse != "AES256" && sse != "aws:kms":
+			s3Refuse(w, http.StatusForbidden, "AccessDenied")
+			return
+		}
+		f.mu.Lock()
+		switch {
+		case isPut || isCreate:
+			f.sse = append(f.sse, sse)
+			f.kmsKey = r.Header.Get("X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id")
+			if isCreate {
+				f.created++
+			}
+		case r.Method == http.MethodPost && q.Has("uploadId"):
+			f.completed++
+		case r.Method == http.MethodDelete && q.Has("uploadId"):
+			f.aborted++
+		}
+		f.mu.Unlock()
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	f.client = s3.New(s3.Options{
+		BaseEndpoint: aws.String(srv.URL),
+		Region:       "us-east-1",
+		Credentials:  credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "fake-secret-for-the-fake", ""),
+		UsePathStyle: true,
+	})
+	return f
+}
+
+func s3Refuse(w http.ResponseWriter, status int, code string) {
+	w.Header().Set("Content-Type", "application/xml")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>refused by the test's front</Message></Error>`, code)
+}
