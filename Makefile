@@ -71,10 +71,15 @@ vet:
 	cd scripts/efsbench && $(GO) vet ./...
 	@for m in $(GO_MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "$$m/go.mod is not tidy: run go mod tidy there" >&2; exit 1; }; done
 
-# The test pass lists the two longest packages first: go test starts
-# packages in the order given, -p at a time, so they run beside the rest
-# rather than after it.
-TEST_PKGS := ./local/awslocal ./local/e2e $(PKGS)
+# The test pass lists the longest packages first: go test starts packages
+# in the order given, -p at a time, so they run beside the rest rather than
+# after it. -p 3 on two cores: local/e2e and local/realcli mostly wait on
+# workers, so a third package fills the cores they leave idle.
+TEST_PKGS := ./local/awslocal ./local/e2e ./local/realcli ./pkg/harness $(PKGS)
+TEST_P ?= 3
+# More flags for both passes' go test, e.g. GOTESTFLAGS=-json for a
+# timeline of every package and test.
+GOTESTFLAGS ?=
 # The packages that hold benchmarks. They run in a pass of their own: with
 # -bench, go test runs every package one after another (and none before all
 # are built), which made the whole pass serial.
@@ -82,15 +87,20 @@ BENCH_PKGS := $(sort $(patsubst %/,./%,$(dir $(shell grep -rl --include='*_test.
 
 # The real agent CLIs (worker/agent-clis' pins, installed from npm with their
 # checksums) run in local/realcli; every stand-in a test needs is required.
-# Then every benchmark runs once (-benchtime 1x), so that none rots unseen,
-# against the same stand-ins.
+# Every benchmark runs once (-benchtime 1x), so that none rots unseen,
+# against the same stand-ins, in a pass of its own beside the tests (its
+# packages one after another: a smoke run, not a measurement); its output
+# is printed after theirs.
 test-go:
-	clis="$$(scripts/agent-clis.sh)"; \
+	clis="$$(scripts/agent-clis.sh)"; bench_log="$$(mktemp)"; trap 'rm -f "$$bench_log"' EXIT; \
 	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) \
 	  GALLEY_AWSLOCAL_TEMPLATE=$(CURDIR)/$(LOCAL_TEMPLATE) GALLEY_REQUIRE_REAL_CLIS=1 GALLEY_AGENT_CLIS_BIN="$$clis" \
-	  GALLEY_REQUIRE_BROWSER=1 bash -c '$(GO) test -count=1 -timeout 45m $(TEST_PKGS) && \
-	    (cd scripts/efsbench && $(GO) test -count=1 -timeout 2m ./delayfs/) && \
-	    $(GO) test -count=1 -timeout 20m -run "^$$" -bench . -benchtime 1x $(BENCH_PKGS)'
+	  GALLEY_REQUIRE_BROWSER=1 BENCH_LOG="$$bench_log" bash -c ' \
+	    $(GO) test -count=1 -timeout 20m $(GOTESTFLAGS) -run "^$$" -bench . -benchtime 1x $(BENCH_PKGS) > "$$BENCH_LOG" 2>&1 & bench=$$!; \
+	    tests=0; $(GO) test -count=1 -timeout 45m -p $(TEST_P) $(GOTESTFLAGS) $(TEST_PKGS) || tests=$$?; \
+	    (cd scripts/efsbench && $(GO) test -count=1 -timeout 2m $(GOTESTFLAGS) ./delayfs/) || tests=$$?; \
+	    benches=0; wait $$bench || benches=$$?; echo "--- the benchmarks, each once:"; cat "$$BENCH_LOG"; \
+	    [ $$tests = 0 ] && [ $$benches = 0 ]'
 
 # The console's browser test drives Debian's Chromium with playwright-core.
 browser-deps: node_modules/.package-lock.json

@@ -29,6 +29,7 @@ import (
 // one enforced mode must run: on a machine with neither the test fails
 // (galley serve would declare launch_isolated partial).
 func TestAdversarialAgent(t *testing.T) {
+	t.Parallel() // see server_test.go: the loads run alone, first
 	canUID, _ := harness.CanSwitchUser()
 	canLandlock := harness.ChooseConfinement("/", "").LandlockABI > 0
 	if !canUID && !canLandlock {
@@ -92,10 +93,7 @@ func localAdversary(want harness.Confinement) shapetest.Adversary {
 		Start: func(t *testing.T, w shapetest.World) shapetest.House {
 			data := t.TempDir()
 			openForAgents(t, data, want == harness.ConfineUser)
-			t.Setenv("HOME", t.TempDir())
-			t.Setenv("PATH", standins(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
-			t.Setenv("ANTHROPIC_API_KEY", w.AnthropicKey)
-			t.Setenv("CODEX_API_KEY", w.OpenAIKey)
+			env := withStandinCLIs(t, serveEnv{"HOME": t.TempDir(), "ANTHROPIC_API_KEY": w.AnthropicKey, "CODEX_API_KEY": w.OpenAIKey})
 			var workerBinFlag []string
 			if want == harness.ConfineLandlock && os.Geteuid() == 0 {
 				// Root picks a separate uid wherever one can run
@@ -103,7 +101,7 @@ func localAdversary(want harness.Confinement) shapetest.Adversary {
 				// Landlock.
 				workerBinFlag = []string{"--worker-bin", privateCopy(t, filepath.Join(binDir, "galley-worker"))}
 			}
-			s := startServer(t, data, append(workerBinFlag, "--families", "claude,codex", "--worker-log-limit", strconv.Itoa(floodLogLimit),
+			s := startServerEnv(t, env, data, append(workerBinFlag, "--families", "claude,codex", "--worker-log-limit", strconv.Itoa(floodLogLimit),
 				"--push-limit", strconv.Itoa(shapetest.FloodPushLimit), "--push-budget", strconv.Itoa(shapetest.FloodPushBudget),
 				"--anthropic-base-url", w.Provider.URL, "--openai-base-url", w.Provider.URL+"/v1",
 				"--egress-allow", shapetest.AllowedName, "--egress-resolver", w.DNS.Addr)...)

@@ -55,19 +55,16 @@ func standins(t *testing.T) string {
 // workers inherit both).
 func agentServer(t *testing.T, withCLIs bool, flags ...string) *server {
 	t.Helper()
-	bin := standins(t)
-	t.Setenv("HOME", t.TempDir())
 	// claude and codex workers refuse to start without their provider's
 	// key (random: nothing checks it).
-	t.Setenv("ANTHROPIC_API_KEY", randomHex(t))
-	t.Setenv("CODEX_API_KEY", randomHex(t))
+	env := serveEnv{"HOME": t.TempDir(), "ANTHROPIC_API_KEY": randomHex(t), "CODEX_API_KEY": randomHex(t)}
 	// A confined agent runs the binaries under a uid of its own (as root)
 	// or inside Landlock: let other users run them.
 	openForAgents(t, "", false)
 	if withCLIs {
-		t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		env = withStandinCLIs(t, env)
 	}
-	s := startServer(t, t.TempDir(), append([]string{"--families", "claude,codex"}, flags...)...)
+	s := startServerEnv(t, env, t.TempDir(), append([]string{"--families", "claude,codex"}, flags...)...)
 	t.Cleanup(func() { dumpWorkerLogs(t, s) })
 	return s
 }
@@ -203,6 +200,7 @@ func usageOf(t *testing.T, s *server, handle string) (string, protocol.UsageRepo
 // --anthropic-base-url and --openai-base-url name, the usage galley counted
 // there (never what the CLI says), and the outcome it reported.
 func TestAgentCLIs(t *testing.T) {
+	t.Parallel() // see server_test.go: the loads run alone, first
 	// Two model calls, each of the provider stand-in's fixed usage, priced
 	// at the launch's model (pkg/prices).
 	priced := func(model string, u providerstandin.Usage, calls int64) *protocol.Cost {
@@ -231,12 +229,9 @@ func TestAgentCLIs(t *testing.T) {
 	key := "sk-ant-test-" + randomHex(t)
 	prov := providerstandin.New(key, nil)
 	t.Cleanup(prov.Close)
-	t.Setenv("HOME", t.TempDir())
-	t.Setenv("ANTHROPIC_API_KEY", key)
-	t.Setenv("CODEX_API_KEY", key)
+	env := withStandinCLIs(t, serveEnv{"HOME": t.TempDir(), "ANTHROPIC_API_KEY": key, "CODEX_API_KEY": key})
 	openForAgents(t, "", false)
-	t.Setenv("PATH", standins(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
-	s := startServer(t, t.TempDir(), "--families", "claude,codex",
+	s := startServerEnv(t, env, t.TempDir(), "--families", "claude,codex",
 		"--anthropic-base-url", prov.URL, "--openai-base-url", prov.URL+"/v1")
 	t.Cleanup(func() { dumpWorkerLogs(t, s) })
 	for _, tc := range cases {
@@ -318,6 +313,7 @@ func tokens(in, out, cr, cw int64) *protocol.Tokens {
 // TestAgentCLIFailures covers an agent that cannot run or ends badly: each
 // settles failed with a body that says why.
 func TestAgentCLIFailures(t *testing.T) {
+	t.Parallel() // see server_test.go: the loads run alone, first
 	s := agentServer(t, true)
 	cases := []struct {
 		name, family, brief, want string
@@ -351,10 +347,10 @@ func TestAgentCLIFailures(t *testing.T) {
 // launch; a declared family whose CLI the worker cannot find settles failed
 // naming the missing CLI.
 func TestAgentCLIMissing(t *testing.T) {
+	t.Parallel() // see server_test.go: the loads run alone, first
 	t.Run("undeclared", func(t *testing.T) {
 		standins(t)
-		t.Setenv("HOME", t.TempDir())
-		s := startServer(t, t.TempDir())
+		s := startServerEnv(t, serveEnv{"HOME": t.TempDir()}, t.TempDir())
 		w, ans := agentLaunch(t, s, "run-undeclared", "k-undeclared", "hello", "missing/a", map[string]string{"agent": "claude"})
 		if w != "" || !strings.Contains(ans, `"not-applied"`) {
 			t.Fatalf("launch of an undeclared family: %s", ans)
@@ -377,6 +373,7 @@ func TestAgentCLIMissing(t *testing.T) {
 // launch, not-applied rejected, whatever the descriptor declares: never
 // passed to a worker, never silently dropped.
 func TestAgentSelectionRefused(t *testing.T) {
+	t.Parallel() // see server_test.go: the loads run alone, first
 	s := agentServer(t, true)
 	for i, sel := range []map[string]string{
 		{"agent": "claude", "model": "claude-sonnet-4-5", "effort": "turbo"},
@@ -395,6 +392,7 @@ func TestAgentSelectionRefused(t *testing.T) {
 // agent's environments and command lines, its workspace, or any file the
 // worker wrote.
 func TestAgentCLIHangCancelAndSecrets(t *testing.T) {
+	t.Parallel() // see server_test.go: the loads run alone, first
 	s := agentServer(t, true)
 	home := os.Getenv("HOME")
 	w, ans := agentLaunch(t, s, "run-hang", "k-hang", "#!standin\nhang", "hang/a", map[string]string{"agent": "claude"})

@@ -39,6 +39,7 @@ func realCLIs(t *testing.T) string {
 // no call is admitted past the cap, and the usage kitchn reads is the
 // proxy's count of what the provider answered.
 func TestModelCapThroughGalleyServe(t *testing.T) {
+	t.Parallel() // see server_test.go: the loads run alone, first
 	clis := realCLIs(t)
 	key := "sk-ant-test-" + randomHex(t)
 	// Every scripted step is a tool call: the CLI calls the model again
@@ -53,10 +54,9 @@ func TestModelCapThroughGalleyServe(t *testing.T) {
 	perCall := u.Input + u.Output + u.CacheRead + u.CacheWrite
 	capTokens := 3 * perCall
 
-	t.Setenv("HOME", t.TempDir())
-	t.Setenv("ANTHROPIC_API_KEY", key)
+	env := serveEnv{"HOME": t.TempDir(), "ANTHROPIC_API_KEY": key}
 	openForAgents(t, "", false)
-	s := startServer(t, t.TempDir(), "--families", "claude", "--agent-bin-dir", clis,
+	s := startServerEnv(t, env, t.TempDir(), "--families", "claude", "--agent-bin-dir", clis,
 		"--anthropic-base-url", prov.URL, "--model-cap-tokens", strconv.FormatInt(capTokens, 10))
 	t.Cleanup(func() { dumpWorkerLogs(t, s) })
 

@@ -19,6 +19,13 @@ import (
 
 var binDir string
 
+// The fault loads (SIGKILLs and AWS faults under load, the stalled
+// doorbell, the killed worker processes, the restarts) judge what a load
+// did, so each runs alone, one after another; go test runs them first.
+// Every other test calls t.Parallel and runs beside the others, -parallel
+// (GOMAXPROCS) at a time: they mostly wait on workers, and each has a
+// server, a data folder and an environment of its own (serveEnv).
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "galley-e2e-bin")
 	if err != nil {
@@ -49,7 +56,41 @@ type server struct {
 
 func startServer(t *testing.T, data string, flags ...string) *server {
 	t.Helper()
-	s, err := tryStartServer(t, data, flags...)
+	return startServerEnv(t, nil, data, flags...)
+}
+
+// serveEnv is what one galley serve (and so its workers) gets in its
+// environment over the test process's own: a home, the stand-in CLIs on
+// PATH, the provider keys. It is given per server, not by t.Setenv, so
+// that tests run in parallel.
+type serveEnv map[string]string
+
+// environ is the test process's environment with env's values in place.
+func (env serveEnv) environ() []string {
+	if env == nil {
+		return nil // exec: the process's own
+	}
+	var out []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); env[k] == "" {
+			out = append(out, kv)
+		}
+	}
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// withStandinCLIs is env with the stand-in CLIs first on PATH.
+func withStandinCLIs(t *testing.T, env serveEnv) serveEnv {
+	env["PATH"] = standins(t) + string(os.PathListSeparator) + os.Getenv("PATH")
+	return env
+}
+
+func startServerEnv(t *testing.T, env serveEnv, data string, flags ...string) *server {
+	t.Helper()
+	s, err := tryStartServer(t, env, data, flags...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +107,7 @@ func restartServer(t *testing.T, data, addr string, flags ...string) *server {
 	flags = append([]string{"--listen", addr}, flags...)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		s, err := tryStartServer(t, data, flags...)
+		s, err := tryStartServer(t, nil, data, flags...)
 		if err == nil {
 			return s
 		}
@@ -89,11 +130,12 @@ func serverOn(t *testing.T, data string, addr *string, flags ...string) *server 
 	return s
 }
 
-func tryStartServer(t *testing.T, data string, flags ...string) (*server, error) {
+func tryStartServer(t *testing.T, env serveEnv, data string, flags ...string) (*server, error) {
 	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--house", "origin89",
 		"--backend", "galley", "--default-agent", "script"}, flags...)
 	cmd := exec.Command(filepath.Join(binDir, serveBinary(flags)), args...)
+	cmd.Env = env.environ()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
