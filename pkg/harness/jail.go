@@ -6,16 +6,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/safepath"
 	"github.com/galley-run/galley/pkg/workspace"
 )
@@ -52,63 +48,6 @@ type jail struct {
 	visible []string
 	ended   bool // endJail ran
 	endErr  error
-}
-
-// DefaultAgentMaxMemory is the agent's memory budget (its cgroup's
-// memory.limit_in_bytes, where the harness makes one) when
-// contract.EnvAgentMaxMemory is unset: 4 GiB, room for a CLI on Node, its
-// git and a test run.
-const DefaultAgentMaxMemory = 4 << 30
-
-// agentMaxMemory is the memory budget contract.EnvAgentMaxMemory sets.
-func agentMaxMemory() (int64, error) {
-	v := os.Getenv(contract.EnvAgentMaxMemory)
-	if v == "" {
-		return DefaultAgentMaxMemory, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 64<<20 {
-		return 0, fmt.Errorf("%s must be a number of bytes, at least 67108864 (64 MiB)", contract.EnvAgentMaxMemory)
-	}
-	return n, nil
-}
-
-// groups numbers the agents' cgroups this process makes.
-var groups atomic.Uint64
-
-// groupName is the agent's cgroup's name: its worker's handle, this
-// harness's pid and a count of the groups it made, since harnesses of two
-// houses on one machine may share a handle (and tests run several
-// harnesses of one handle in one process). A group of the same name is
-// then a dead process's (its pid was this one's), which newAgentGroup
-// ends and makes afresh.
-func groupName(handle string) string {
-	b := []byte("galley-agent-")
-	for _, c := range []byte(handle) {
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
-			b = append(b, c)
-		}
-	}
-	return string(b) + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(groups.Add(1), 10)
-}
-
-// DefaultAgentMaxProcs is the agent's process budget (its RLIMIT_NPROC)
-// when contract.EnvAgentMaxProcs is unset: room for a CLI on Node (a
-// dozen threads), its git and a test run with workers, far below the
-// machine's pid_max.
-const DefaultAgentMaxProcs = 1024
-
-// agentMaxProcs is the process budget contract.EnvAgentMaxProcs sets.
-func agentMaxProcs() (uint64, error) {
-	v := os.Getenv(contract.EnvAgentMaxProcs)
-	if v == "" {
-		return DefaultAgentMaxProcs, nil
-	}
-	n, err := strconv.ParseUint(v, 10, 32)
-	if err != nil || n < 16 {
-		return 0, fmt.Errorf("%s must be a number of processes, at least 16", contract.EnvAgentMaxProcs)
-	}
-	return n, nil
 }
 
 // chooseJail decides the confinement of this run's agent: Config.Confine,
@@ -314,67 +253,6 @@ func landlockReadOnly(workspace, exe, binDir, cliPath string, env []string) []st
 		}
 	}
 	return out
-}
-
-// wrap makes cmd start the agent confined: through agent-exec (which sets
-// no_new_privs and, under Landlock, enters the domain), under the agent's
-// uid, gid and no supplementary group, with its own home and tmp.
-func (j *jail) wrap(cmd *exec.Cmd) {
-	if j.mode == ConfineNone {
-		return
-	}
-	// exec.Cmd keeps the last of duplicate variables.
-	cmd.Env = append(cmd.Env, "HOME="+j.home, "TMPDIR="+j.tmp)
-	args := []string{j.exe, AgentExecCommand}
-	if j.nproc > 0 {
-		args = append(args, "--nproc", strconv.FormatUint(j.nproc, 10))
-	}
-	if j.gateR != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, j.gateR)
-		args = append(args, "--wait-fd", strconv.Itoa(2+len(cmd.ExtraFiles)))
-	}
-	for _, d := range j.rw {
-		args = append(args, "--rw", d)
-	}
-	for _, d := range j.ro {
-		args = append(args, "--ro", d)
-	}
-	if j.netMode() == NetLandlock {
-		args = append(args, "--net-landlock")
-		for _, p := range j.net.connectPorts() {
-			args = append(args, "--connect", strconv.Itoa(p))
-		}
-	}
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	if j.ownView() {
-		// agent-exec starts as root in a mount namespace of its own,
-		// makes the agent's view there and then takes the agent's uid.
-		for _, h := range systemHidden {
-			args = append(args, "--hide", h.flag())
-		}
-		for _, p := range []string{j.workspace, j.base} {
-			args = append(args, "--expose", exposedPath{path: p, rw: true}.flag())
-		}
-		for _, p := range j.visible {
-			if p == filepath.Dir(j.exe) {
-				// galley-worker alone of its folder: the folder may be
-				// closed to others, the program is not.
-				p = j.exe
-			}
-			args = append(args, "--expose", exposedPath{path: p}.flag())
-		}
-		if j.mode == ConfineUser {
-			args = append(args, "--uid", strconv.Itoa(j.uid), "--gid", strconv.Itoa(j.gid))
-		}
-		cmd.SysProcAttr.Unshareflags |= viewUnshareFlag
-		cmd.SysProcAttr.Cloneflags |= namespaceCloneFlag
-	} else if j.mode == ConfineUser {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(j.uid), Gid: uint32(j.gid), Groups: []uint32{}}
-	}
-	args = append(append(args, "--", cmd.Path), cmd.Args...)
-	cmd.Path, cmd.Args = j.exe, args
 }
 
 // netMode is the agent's network confinement (NetOpen without one).
