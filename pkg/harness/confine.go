@@ -89,7 +89,7 @@ type UIDCapability struct {
 }
 
 // UIDCapabilities are the capabilities ConfineUser needs, each for what
-// the harness really calls (jail.go): nothing else. infra/stack keeps
+// the harness really calls (jail_linux.go): nothing else. infra/stack keeps
 // exactly these in the worker container (its test checks that), and a
 // harness that lacks one refuses the uid confinement naming it.
 var UIDCapabilities = []UIDCapability{
