@@ -10,10 +10,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/galley-run/galley/local/cfntemplate"
 	"github.com/galley-run/galley/local/container"
 	"github.com/galley-run/galley/local/ecsstandin"
 	"github.com/galley-run/galley/local/iamgate"
-	"github.com/galley-run/galley/local/cfntemplate"
 )
 
 // EnvWorkerImage names the local container image of the worker
