@@ -29,7 +29,6 @@ import (
 // one enforced mode must run: on a machine with neither the test fails
 // (galley serve would declare launch_isolated partial).
 func TestAdversarialAgent(t *testing.T) {
-	t.Parallel() // see server_test.go: the loads run alone, first
 	canUID, _ := harness.CanSwitchUser()
 	canLandlock := harness.ChooseConfinement("/", "").LandlockABI > 0
 	if !canUID && !canLandlock {

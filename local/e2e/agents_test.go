@@ -200,7 +200,6 @@ func usageOf(t *testing.T, s *server, handle string) (string, protocol.UsageRepo
 // --anthropic-base-url and --openai-base-url name, the usage galley counted
 // there (never what the CLI says), and the outcome it reported.
 func TestAgentCLIs(t *testing.T) {
-	t.Parallel() // see server_test.go: the loads run alone, first
 	// Two model calls, each of the provider stand-in's fixed usage, priced
 	// at the launch's model (pkg/prices).
 	priced := func(model string, u providerstandin.Usage, calls int64) *protocol.Cost {
@@ -313,7 +312,6 @@ func tokens(in, out, cr, cw int64) *protocol.Tokens {
 // TestAgentCLIFailures covers an agent that cannot run or ends badly: each
 // settles failed with a body that says why.
 func TestAgentCLIFailures(t *testing.T) {
-	t.Parallel() // see server_test.go: the loads run alone, first
 	s := agentServer(t, true)
 	cases := []struct {
 		name, family, brief, want string
@@ -347,7 +345,6 @@ func TestAgentCLIFailures(t *testing.T) {
 // launch; a declared family whose CLI the worker cannot find settles failed
 // naming the missing CLI.
 func TestAgentCLIMissing(t *testing.T) {
-	t.Parallel() // see server_test.go: the loads run alone, first
 	t.Run("undeclared", func(t *testing.T) {
 		standins(t)
 		s := startServerEnv(t, serveEnv{"HOME": t.TempDir()}, t.TempDir())
@@ -373,7 +370,6 @@ func TestAgentCLIMissing(t *testing.T) {
 // launch, not-applied rejected, whatever the descriptor declares: never
 // passed to a worker, never silently dropped.
 func TestAgentSelectionRefused(t *testing.T) {
-	t.Parallel() // see server_test.go: the loads run alone, first
 	s := agentServer(t, true)
 	for i, sel := range []map[string]string{
 		{"agent": "claude", "model": "claude-sonnet-4-5", "effort": "turbo"},
@@ -392,7 +388,6 @@ func TestAgentSelectionRefused(t *testing.T) {
 // agent's environments and command lines, its workspace, or any file the
 // worker wrote.
 func TestAgentCLIHangCancelAndSecrets(t *testing.T) {
-	t.Parallel() // see server_test.go: the loads run alone, first
 	s := agentServer(t, true)
 	home := os.Getenv("HOME")
 	w, ans := agentLaunch(t, s, "run-hang", "k-hang", "#!standin\nhang", "hang/a", map[string]string{"agent": "claude"})

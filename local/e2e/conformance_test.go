@@ -15,7 +15,6 @@ import (
 // check, through real HTTP against a real `galley serve` with scripted
 // workers as real processes.
 func TestConformanceAgainstServe(t *testing.T) {
-	t.Parallel() // see server_test.go: the loads run alone, first
 	s := startServer(t, t.TempDir())
 	passConformance(t, s)
 }
@@ -23,7 +22,6 @@ func TestConformanceAgainstServe(t *testing.T) {
 // TestConformanceAgainstServeOnDynamoDBAndSQS runs the same suite with the
 // store in DynamoDB Local and the doorbell on fauxqs.
 func TestConformanceAgainstServeOnDynamoDBAndSQS(t *testing.T) {
-	t.Parallel() // see server_test.go: the loads run alone, first
 	requireStandins(t)
 	s := startServer(t, t.TempDir(), "--store", "dynamodb", "--doorbell", "sqs",
 		"--table", "galley-e2e-"+randomSuffix(), "--queue-prefix", "galley-e2e-"+randomSuffix())

@@ -13,7 +13,6 @@ import (
 // stream. It also times the list render of 1,000 workers
 // (docs/BENCHMARKS.md).
 func TestConsoleBrowser(t *testing.T) {
-	t.Parallel() // see server_test.go: the loads run alone, first
 	shapetest.Console(t, shapetest.Consoled{
 		Name: "local",
 		Live: operator.LiveStream,

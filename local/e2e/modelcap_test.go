@@ -39,7 +39,6 @@ func realCLIs(t *testing.T) string {
 // no call is admitted past the cap, and the usage kitchn reads is the
 // proxy's count of what the provider answered.
 func TestModelCapThroughGalleyServe(t *testing.T) {
-	t.Parallel() // see server_test.go: the loads run alone, first
 	clis := realCLIs(t)
 	key := "sk-ant-test-" + randomHex(t)
 	// Every scripted step is a tool call: the CLI calls the model again

@@ -18,7 +18,6 @@ import (
 // long-poll follower from its launch until the runtime saw its harness
 // end.
 func TestOperator(t *testing.T) {
-	t.Parallel() // see server_test.go: the loads run alone, first
 	shapetest.Operator(t, shapetest.Operated{
 		Live:    operator.LiveStream,
 		Compute: shapetest.Compute{Stopped: "stopped"},

@@ -19,13 +19,6 @@ import (
 
 var binDir string
 
-// The fault loads (SIGKILLs and AWS faults under load, the stalled
-// doorbell, the killed worker processes, the restarts) judge what a load
-// did, so each runs alone, one after another; go test runs them first.
-// Every other test calls t.Parallel and runs beside the others, -parallel
-// (GOMAXPROCS) at a time: they mostly wait on workers, and each has a
-// server, a data folder and an environment of its own (serveEnv).
-
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "galley-e2e-bin")
 	if err != nil {

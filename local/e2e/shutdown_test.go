@@ -39,7 +39,6 @@ type heldAnswer struct {
 // launch's retry with the same receipt and holds the worker's events
 // without a gap.
 func TestServeShutdownAnswersHeldCalls(t *testing.T) {
-	t.Parallel() // see server_test.go: the loads run alone, first
 	data := t.TempDir()
 	addr := ""
 	s := serverOn(t, data, &addr)
