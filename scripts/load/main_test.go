@@ -84,9 +84,11 @@ func TestTakeoverShort(t *testing.T) {
 // then answered 500 or a reset connection (the SDK sends them again),
 // transaction conflicts, throttling and lost answers; SQS queues deleted
 // under their senders (their creation then refused QueueDeletedRecently
-// for a minute) and short polls that miss three times in four. The rates
-// are higher than the hand runs', so that the last faulty incarnation,
-// whose counts alone are reported, counts some of each in a few seconds.
+// for a minute) and short polls that miss three times in four (none is
+// counted: galley's listeners long-poll, even to clean up). The rates are
+// higher than the hand runs', so that the last faulty incarnation, whose
+// counts alone are reported, counts resends and deleted queues in a few
+// seconds.
 const harshPlan = "server-error=0.05,reset=0.05,tx-conflict=0.01,throttle=0.01,lost-response=0.01,queue-deleted=0.3,short-poll-miss=0.75"
 
 // TestTakeoverHarshShort is TestTakeoverShort on the harsher AWS
