@@ -86,6 +86,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		messages  = fs.Int("messages", 2, "messages sent to each worker (takeover)")
 		lease     = fs.Duration("lease", 30*time.Second, "the server's effect claim lease (galley serve keeps pkg/service's 30 s): every key must be definite two leases after the last fault (takeover)")
 		patience  = fs.Duration("patience", 250*time.Millisecond, "how long the main phase retries an effect before leaving it uncertain (takeover)")
+		questionW = fs.Duration("question-wait", 5*time.Second, "how long a coordinator waits for its worker's question before it launches the next (takeover)")
 		keysOut   = fs.String("keys", "", "write how every key ended as JSON to this file (takeover)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -192,7 +193,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		srv := &drive.GalleyServer{Bin: *galleyBin, Listen: *listen, Data: *data, Args: strings.Fields(*serveArgs)}
 		res, err := drive.RunTakeover(ctx, drive.TakeoverConfig{Target: target, Server: srv, Duration: *duration, KillWindow: *killsIn, Kills: *kills,
-			Coordinators: *houses, Messages: *messages, Lease: *lease, Patience: *patience, Seed: *seed, Log: log})
+			Coordinators: *houses, Messages: *messages, Lease: *lease, Patience: *patience, QuestionWait: *questionW, Seed: *seed, Log: log})
 		if err != nil {
 			fmt.Fprintf(stderr, "load: %v\n", err)
 			return 1

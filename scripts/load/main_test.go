@@ -193,8 +193,10 @@ type takeoverResult struct {
 	faults  *awsfault.PlanCounts
 }
 
-// takeoverRun runs one takeover (2 kills, 2 coordinators; args add or
-// override flags) through the command, with a data directory of its own,
+// takeoverRun runs one takeover (2 kills, 2 coordinators, a generous
+// wait for each worker's question, as a machine busy with another build
+// starts workers slowly; args add or override flags) through the command,
+// with a data directory of its own,
 // and fails the test on what the run fails on (the command's exit: any
 // key still unknown, any applied effect not visible at its worker, any
 // worker left starting without its compute, any broken invariant), on a
@@ -205,7 +207,7 @@ func takeoverRun(t *testing.T, args ...string) takeoverResult {
 	keys, result := filepath.Join(dir, "keys.json"), filepath.Join(dir, "result.json")
 	var out, errb bytes.Buffer
 	code := run(append([]string{"--mode", "takeover", "--data", filepath.Join(dir, "data"), "--kills", "2", "--houses", "2",
-		"--keys", keys, "--json", result}, args...), &out, &errb)
+		"--question-wait", "30s", "--keys", keys, "--json", result}, args...), &out, &errb)
 	t.Logf("%s%s", out.String(), errb.String())
 	if code != 0 {
 		t.Fatalf("takeover run exited %d", code)

@@ -54,6 +54,10 @@ type TakeoverConfig struct {
 	// Patience is how long the main phase retries an effect before leaving
 	// it uncertain (default 250 ms: one or two tries).
 	Patience time.Duration
+	// QuestionWait bounds how long a coordinator waits for its worker's
+	// question before it goes on to the next worker (default 5 s; a
+	// machine busy with other work starts workers more slowly).
+	QuestionWait time.Duration
 	// Visible bounds the wait for an applied effect to show at its worker
 	// (default 45 s: a harness's inbox retry backs off across restarts).
 	Visible time.Duration
@@ -78,6 +82,9 @@ func (c *TakeoverConfig) defaults() {
 	}
 	if c.Patience <= 0 {
 		c.Patience = 250 * time.Millisecond
+	}
+	if c.QuestionWait <= 0 {
+		c.QuestionWait = 5 * time.Second
 	}
 	if c.Visible <= 0 {
 		c.Visible = 45 * time.Second
@@ -432,11 +439,13 @@ func (co *tcoord) worker(ctx context.Context) {
 	}
 	w.handle = handleOf(w.launch.out.receipt)
 	// Its question.
-	for deadline := time.Now().Add(5 * time.Second); w.question == "" && time.Now().Before(deadline) && ctx.Err() == nil; {
+	for deadline := time.Now().Add(t.cfg.QuestionWait); w.question == "" && time.Now().Before(deadline) && ctx.Err() == nil && !t.stopped(); {
 		co.await(ctx, w)
 	}
 	if w.question == "" {
-		t.notef("%s: no question within 5 s", w.handle)
+		if !t.stopped() {
+			t.notef("%s: no question within %s", w.handle, t.cfg.QuestionWait)
+		}
 		return
 	}
 	bodies := []string{w.tag + " answer"}
