@@ -110,7 +110,8 @@ type stackAdversary struct {
 // push caps (the harness's defaults, 100 MiB a push and 512 MiB a worker)
 // are too large to flood on this machine; the test's copy sets smaller ones
 // through the same task environment, so the flood meets the same gate and
-// configuration path as on AWS. It also sets what context keys
+// configuration path as on AWS; so does its model cap (what context key
+// modelCapTokens would set). It also sets what context keys
 // egressAllowlist and anthropicBaseUrl would: the allowlist in the
 // worker's and the egress service's task definitions, the provider's base
 // URL in the worker's and its host among the harness's destinations at the
@@ -123,6 +124,7 @@ func startAdversarialStack(t *testing.T, w shapetest.World) shapetest.House {
 		}
 		setEnv(c, harness.EnvPushLimit, strconv.Itoa(shapetest.FloodPushLimit))
 		setEnv(c, harness.EnvPushBudget, strconv.Itoa(shapetest.FloodPushBudget))
+		setEnv(c, contract.EnvModelCapTokens, strconv.FormatInt(shapetest.ModelCapTokens, 10))
 		setEnv(c, harness.EnvAnthropicBaseURL, anthropicOrigin)
 		if envOf(c, egress.EnvAllow) == nil {
 			return fmt.Errorf("the worker's task sets no %s", egress.EnvAllow)

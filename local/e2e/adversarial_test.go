@@ -102,6 +102,7 @@ func localAdversary(want harness.Confinement) shapetest.Adversary {
 			}
 			s := startServerEnv(t, env, data, append(workerBinFlag, "--families", "claude,codex", "--worker-log-limit", strconv.Itoa(floodLogLimit),
 				"--push-limit", strconv.Itoa(shapetest.FloodPushLimit), "--push-budget", strconv.Itoa(shapetest.FloodPushBudget),
+				"--model-cap-tokens", strconv.FormatInt(shapetest.ModelCapTokens, 10),
 				"--anthropic-base-url", w.Provider.URL, "--openai-base-url", w.Provider.URL+"/v1",
 				"--egress-allow", shapetest.AllowedName, "--egress-resolver", w.DNS.Addr)...)
 			t.Cleanup(func() { dumpWorkerLogs(t, s) })

@@ -69,8 +69,8 @@ type World struct {
 type Adversary struct {
 	// Start starts galley in the shape for w: the house's provider keys
 	// and base URLs at w.Provider, the allowlist AllowedName, the resolver
-	// w.DNS, the push caps FloodPushLimit and FloodPushBudget and a log
-	// budget of LogLimit.
+	// w.DNS, the push caps FloodPushLimit and FloodPushBudget, a log
+	// budget of LogLimit and a model cap of ModelCapTokens.
 	Start func(t *testing.T, w World) House
 	// RequireBeyond fails the test where no host beyond can be made.
 	RequireBeyond bool
@@ -172,7 +172,10 @@ type House interface {
 // proxy, and the decisions are in the attacker's event log. Then its
 // worktree is reused (nothing it planted runs, no link it planted is
 // followed) and released (nor then), and a log flood and a push flood stay
-// within their budgets.
+// within their budgets. Last, a worker's model calls meet the house's cap
+// (the worker list shows their model, tokens and cost, its event log a
+// warning) and an agent whose brief holds the house key is refused its
+// start (its event log has the error, without the key).
 func Adversarial(t *testing.T, a Adversary) {
 	w := World{AnthropicKey: "sk-ant-test-" + RandomHex(t), OpenAIKey: "sk-openai-test-" + RandomHex(t)}
 	w.Provider = providerstandin.New(w.AnthropicKey, nil)
@@ -479,4 +482,8 @@ func Adversarial(t *testing.T, a Adversary) {
 		}
 	})
 	h.AfterFloods(t)
+
+	// What the operator sees: a worker's model use in the worker list,
+	// warnings and errors in the event log.
+	usageAndLevels(t, h, w)
 }

@@ -82,9 +82,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		listen    = fs.String("listen", "127.0.0.1:18399", "loopback address the started server listens on, the same across restarts (takeover)")
 		serveArgs = fs.String("serve-args", "--house local --default-agent script", "more flags of galley serve, space-separated, e.g. --store dynamodb --doorbell sqs --inject-aws-faults PLAN (takeover)")
 		kills     = fs.Int("kills", 4, "SIGKILLs of the server at random points of the main phase, each followed by a restart on the same data (takeover)")
+		killsIn   = fs.Duration("kill-window", 0, "the kills fall in this first part of the main phase (default all of it), so that the last incarnation under AWS faults, whose counts alone are reported, runs for the rest (takeover)")
 		messages  = fs.Int("messages", 2, "messages sent to each worker (takeover)")
 		lease     = fs.Duration("lease", 30*time.Second, "the server's effect claim lease (galley serve keeps pkg/service's 30 s): every key must be definite two leases after the last fault (takeover)")
 		patience  = fs.Duration("patience", 250*time.Millisecond, "how long the main phase retries an effect before leaving it uncertain (takeover)")
+		questionW = fs.Duration("question-wait", 5*time.Second, "how long a coordinator waits for its worker's question before it launches the next (takeover)")
 		keysOut   = fs.String("keys", "", "write how every key ended as JSON to this file (takeover)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -190,8 +192,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		srv := &drive.GalleyServer{Bin: *galleyBin, Listen: *listen, Data: *data, Args: strings.Fields(*serveArgs)}
-		res, err := drive.RunTakeover(ctx, drive.TakeoverConfig{Target: target, Server: srv, Duration: *duration, Kills: *kills,
-			Coordinators: *houses, Messages: *messages, Lease: *lease, Patience: *patience, Seed: *seed, Log: log})
+		res, err := drive.RunTakeover(ctx, drive.TakeoverConfig{Target: target, Server: srv, Duration: *duration, KillWindow: *killsIn, Kills: *kills,
+			Coordinators: *houses, Messages: *messages, Lease: *lease, Patience: *patience, QuestionWait: *questionW, Seed: *seed, Log: log})
 		if err != nil {
 			fmt.Fprintf(stderr, "load: %v\n", err)
 			return 1
@@ -310,6 +312,10 @@ func printTakeover(w io.Writer, r *drive.Takeover) {
 		c.Coordinators, c.Messages, c.Duration, r.Kills, r.End.Sub(r.Start).Round(time.Millisecond), r.Calls)
 	for _, f := range r.AWSFaults {
 		fmt.Fprintf(w, "  %s\n", f)
+	}
+	if c := r.FaultCounts; c != nil {
+		fmt.Fprintf(w, "  resends after applied DynamoDB writes %d; SQS: queues deleted under a sender %d, creations refused as deleted recently %d, short polls missed %d, deletes with an expired handle %d\n",
+			drive.ResendsAfterAppliedWrites(*c), c.SQS.Deleted, c.SQS.DeletedRecently, c.SQS.Misses, c.SQS.ExpiredHandles)
 	}
 	keys := 0
 	for _, n := range r.Counts {

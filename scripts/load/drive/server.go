@@ -28,10 +28,14 @@ type GalleyServer struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	out    *lockedBuffer
+	errOut *lockedBuffer
 	exited chan struct{}
 	// Outputs keeps what each incarnation printed on stdout (the AWS fault
-	// counts come there at shutdown).
+	// counts come there at shutdown), and Logs what it wrote on stderr (its
+	// JSON log, the counts' log line among it), one entry per incarnation
+	// that ended, in order.
 	Outputs []string
+	Logs    []string
 }
 
 type lockedBuffer struct {
@@ -69,8 +73,8 @@ func (g *GalleyServer) Start(args []string) (endpoint string, err error) {
 	if err != nil {
 		return "", err
 	}
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		return "", fmt.Errorf("galley serve: %w", err)
 	}
@@ -94,7 +98,7 @@ func (g *GalleyServer) Start(args []string) (endpoint string, err error) {
 	}()
 	select {
 	case ep := <-found:
-		g.cmd, g.out, g.exited = cmd, out, exited
+		g.cmd, g.out, g.errOut, g.exited = cmd, out, stderr, exited
 		return ep, nil
 	case <-exited:
 		return "", fmt.Errorf("galley serve exited at start: %s", lastLines(stderr.String(), 5))
@@ -127,6 +131,7 @@ func (g *GalleyServer) end(sig syscall.Signal) {
 		<-g.exited
 	}
 	g.Outputs = append(g.Outputs, g.out.String())
+	g.Logs = append(g.Logs, g.errOut.String())
 	g.cmd = nil
 }
 

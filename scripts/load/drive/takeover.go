@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/galley-run/galley/pkg/awsfault"
 	"github.com/galley-run/galley/pkg/history"
 	"github.com/galley-run/galley/pkg/protocol"
 )
@@ -35,9 +36,13 @@ type TakeoverConfig struct {
 	Target
 	Server *GalleyServer `json:"-"`
 	// Duration is the main phase; Kills SIGKILLs fall at random points in
-	// it, each followed by a restart after 50 to 750 ms.
-	Duration time.Duration
-	Kills    int
+	// its first KillWindow (default the whole phase), each followed by a
+	// restart after 50 to 750 ms. A window shorter than the phase leaves
+	// the last incarnation under AWS faults running for the rest: only its
+	// counts are reported (a killed one takes its counts with it).
+	Duration   time.Duration
+	KillWindow time.Duration
+	Kills      int
 	// Coordinators each drive workers one after another; Messages is how
 	// many messages each worker is sent.
 	Coordinators int
@@ -49,6 +54,10 @@ type TakeoverConfig struct {
 	// Patience is how long the main phase retries an effect before leaving
 	// it uncertain (default 250 ms: one or two tries).
 	Patience time.Duration
+	// QuestionWait bounds how long a coordinator waits for its worker's
+	// question before it goes on to the next worker (default 5 s; a
+	// machine busy with other work starts workers more slowly).
+	QuestionWait time.Duration
 	// Visible bounds the wait for an applied effect to show at its worker
 	// (default 45 s: a harness's inbox retry backs off across restarts).
 	Visible time.Duration
@@ -61,6 +70,9 @@ func (c *TakeoverConfig) defaults() {
 	if c.Duration <= 0 {
 		c.Duration = 30 * time.Second
 	}
+	if c.KillWindow <= 0 || c.KillWindow > c.Duration {
+		c.KillWindow = c.Duration
+	}
 	c.Coordinators = max(c.Coordinators, 1)
 	if c.Messages <= 0 {
 		c.Messages = 2
@@ -70,6 +82,9 @@ func (c *TakeoverConfig) defaults() {
 	}
 	if c.Patience <= 0 {
 		c.Patience = 250 * time.Millisecond
+	}
+	if c.QuestionWait <= 0 {
+		c.QuestionWait = 5 * time.Second
 	}
 	if c.Visible <= 0 {
 		c.Visible = 45 * time.Second
@@ -113,9 +128,12 @@ type Takeover struct {
 	End       time.Time
 	Kills     int
 	// AWSFaults are the fault counts the server printed at a graceful
-	// stop (the incarnation under faults that ended the main phase).
-	AWSFaults []string
-	Keys      []KeyEnd
+	// stop (the incarnation under faults that ended the main phase), and
+	// FaultCounts the same counts as it logged them (nil when it ran
+	// without faults or logged none).
+	AWSFaults   []string
+	FaultCounts *awsfault.PlanCounts `json:",omitempty"`
+	Keys        []KeyEnd
 	// Counts are keys per final status ("not-applied rejected" with its
 	// reason); Uncertain the keys the main phase left uncertain.
 	Counts    map[string]int
@@ -234,7 +252,7 @@ func RunTakeover(ctx context.Context, cfg TakeoverConfig) (*Takeover, error) {
 	// The faults: kills at random points of the main phase.
 	at := make([]time.Duration, cfg.Kills)
 	for i := range at {
-		at[i] = time.Duration(rng.Int64N(int64(cfg.Duration)))
+		at[i] = time.Duration(rng.Int64N(int64(cfg.KillWindow)))
 	}
 	sort.Slice(at, func(i, j int) bool { return at[i] < at[j] })
 	restartErr := error(nil)
@@ -268,10 +286,13 @@ func RunTakeover(ctx context.Context, cfg TakeoverConfig) (*Takeover, error) {
 		res.LastFault = time.Now()
 		for _, out := range srv.Outputs {
 			for line := range strings.SplitSeq(out, "\n") {
-				if strings.Contains(line, "AWS faults injected") {
+				if strings.Contains(line, faultCountsMsg) {
 					res.AWSFaults = append(res.AWSFaults, strings.TrimSpace(line))
 				}
 			}
+		}
+		if n := len(srv.Logs); n > 0 {
+			res.FaultCounts = loggedFaultCounts(srv.Logs[n-1])
 		}
 		if _, err := srv.Start(clean); err != nil {
 			return nil, fmt.Errorf("restart without faults: %w", err)
@@ -314,6 +335,25 @@ func RunTakeover(ctx context.Context, cfg TakeoverConfig) (*Takeover, error) {
 // OK reports whether every key is definite, every applied effect visible
 // and the history kept every invariant.
 func (r *Takeover) OK() bool { return len(r.Failures) == 0 && r.Report.OK() }
+
+// faultCountsMsg is the message of the log line in which galley-dev serve
+// logs its fault plan's counts at a graceful stop (awsfault.Plan.LogCounts).
+const faultCountsMsg = "AWS faults injected"
+
+// loggedFaultCounts reads the fault counts from an incarnation's JSON log,
+// or nil when it logged none.
+func loggedFaultCounts(log string) *awsfault.PlanCounts {
+	for line := range strings.SplitSeq(log, "\n") {
+		var l struct {
+			Msg string `json:"msg"`
+			awsfault.PlanCounts
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == faultCountsMsg {
+			return &l.PlanCounts
+		}
+	}
+	return nil
+}
 
 func readTokenFile(path string) (string, error) {
 	b, err := os.ReadFile(path)
@@ -399,11 +439,13 @@ func (co *tcoord) worker(ctx context.Context) {
 	}
 	w.handle = handleOf(w.launch.out.receipt)
 	// Its question.
-	for deadline := time.Now().Add(5 * time.Second); w.question == "" && time.Now().Before(deadline) && ctx.Err() == nil; {
+	for deadline := time.Now().Add(t.cfg.QuestionWait); w.question == "" && time.Now().Before(deadline) && ctx.Err() == nil && !t.stopped(); {
 		co.await(ctx, w)
 	}
 	if w.question == "" {
-		t.notef("%s: no question within 5 s", w.handle)
+		if !t.stopped() {
+			t.notef("%s: no question within %s", w.handle, t.cfg.QuestionWait)
+		}
 		return
 	}
 	bodies := []string{w.tag + " answer"}
@@ -754,4 +796,19 @@ func (t *takeover) cleanup(ctx context.Context) {
 			t.notef("cleanup: cancel %s: %v", w.handle, err)
 		}
 	}
+}
+
+// dynamoWrites are the DynamoDB operations that write.
+var dynamoWrites = []string{"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"}
+
+// ResendsAfterAppliedWrites counts the DynamoDB writes that were applied
+// and then answered a 500 or a reset connection, so that the SDK sent
+// them again (awsfault's server-error and reset act after the request
+// reached DynamoDB).
+func ResendsAfterAppliedWrites(c awsfault.PlanCounts) int {
+	n := 0
+	for _, op := range dynamoWrites {
+		n += c.ByOperation[op][awsfault.ServerError.String()] + c.ByOperation[op][awsfault.Reset.String()]
+	}
+	return n
 }
