@@ -389,7 +389,10 @@ func TestAgentSelectionRefused(t *testing.T) {
 // worker wrote.
 func TestAgentCLIHangCancelAndSecrets(t *testing.T) {
 	s := agentServer(t, true)
-	home := os.Getenv("HOME")
+	home := s.Env["HOME"]
+	if home == "" {
+		t.Fatal("the server was given no home of its own")
+	}
 	w, ans := agentLaunch(t, s, "run-hang", "k-hang", "#!standin\nhang", "hang/a", map[string]string{"agent": "claude"})
 	if w == "" {
 		t.Fatalf("launch not applied: %s", ans)

@@ -44,6 +44,7 @@ type server struct {
 	Endpoint string
 	Token    string
 	Data     string
+	Env      serveEnv // what it got over the test process's environment
 	stderr   *bytes.Buffer
 }
 
@@ -138,7 +139,7 @@ func tryStartServer(t *testing.T, env serveEnv, data string, flags ...string) (*
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &server{cmd: cmd, Data: data, stderr: &stderr}
+	s := &server{cmd: cmd, Data: data, Env: env, stderr: &stderr}
 	lines := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(stdout)
