@@ -38,48 +38,32 @@ func (g *Galley) addSecrets() {
 		keep = awscdk.RemovalPolicy_RETAIN
 	}
 	g.TokenSecret = awssecretsmanager.NewSecret(g.Stack, jsii.String("BearerToken"), &awssecretsmanager.SecretProps{
-		RemovalPolicy: keep,
-		SecretName:    jsii.String(g.Config.SecretPrefix() + SecretBearerToken),
-		Description:   jsii.String("kitchn's bearer token for galley house " + g.Config.House + "; rotate with put-secret-value"),
-		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
-			PasswordLength:     jsii.Number(48),
-			ExcludePunctuation: jsii.Bool(true),
-			IncludeSpace:       jsii.Bool(false),
-		},
+		RemovalPolicy:        keep,
+		SecretName:           jsii.String(g.Config.SecretPrefix() + SecretBearerToken),
+		Description:          jsii.String("kitchn's bearer token for galley house " + g.Config.House + "; rotate with put-secret-value"),
+		GenerateSecretString: randomSecret(48),
 	})
 	// The operator's token, made like kitchn's: the person running galley
 	// reads it once (get-secret-value) into a file for the galley
 	// commands and the console.
 	g.OperatorTokenSecret = awssecretsmanager.NewSecret(g.Stack, jsii.String("OperatorToken"), &awssecretsmanager.SecretProps{
-		RemovalPolicy: keep,
-		SecretName:    jsii.String(g.Config.SecretPrefix() + SecretOperatorToken),
-		Description:   jsii.String("the operator token of galley house " + g.Config.House + " (operator API and console); rotate with put-secret-value"),
-		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
-			PasswordLength:     jsii.Number(48),
-			ExcludePunctuation: jsii.Bool(true),
-			IncludeSpace:       jsii.Bool(false),
-		},
+		RemovalPolicy:        keep,
+		SecretName:           jsii.String(g.Config.SecretPrefix() + SecretOperatorToken),
+		Description:          jsii.String("the operator token of galley house " + g.Config.House + " (operator API and console); rotate with put-secret-value"),
+		GenerateSecretString: randomSecret(48),
 	})
 	g.WorkerSecret = awssecretsmanager.NewSecret(g.Stack, jsii.String("WorkerSigningKey"), &awssecretsmanager.SecretProps{
-		RemovalPolicy: keep,
-		SecretName:    jsii.String(g.Config.SecretPrefix() + SecretWorkerKey),
-		Description:   jsii.String("key that signs galley worker credentials for house " + g.Config.House),
-		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
-			PasswordLength:     jsii.Number(64),
-			ExcludePunctuation: jsii.Bool(true),
-			IncludeSpace:       jsii.Bool(false),
-		},
+		RemovalPolicy:        keep,
+		SecretName:           jsii.String(g.Config.SecretPrefix() + SecretWorkerKey),
+		Description:          jsii.String("key that signs galley worker credentials for house " + g.Config.House),
+		GenerateSecretString: randomSecret(64),
 	})
 	// Nothing outside the stack holds it: it goes with the stack, and a
 	// new one is made with the next.
 	g.EgressSecret = awssecretsmanager.NewSecret(g.Stack, jsii.String("EgressSecret"), &awssecretsmanager.SecretProps{
-		SecretName:  jsii.String(g.Config.SecretPrefix() + SecretEgress),
-		Description: jsii.String("the secret galley house " + g.Config.House + "'s harnesses prove themselves to its egress proxy with"),
-		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
-			PasswordLength:     jsii.Number(48),
-			ExcludePunctuation: jsii.Bool(true),
-			IncludeSpace:       jsii.Bool(false),
-		},
+		SecretName:           jsii.String(g.Config.SecretPrefix() + SecretEgress),
+		Description:          jsii.String("the secret galley house " + g.Config.House + "'s harnesses prove themselves to its egress proxy with"),
+		GenerateSecretString: randomSecret(48),
 	})
 	for _, p := range []struct{ id, name, desc string }{
 		{"AnthropicKey", SecretAnthropic, "Anthropic API key for Claude Code workers"},
@@ -92,5 +76,16 @@ func (g *Galley) addSecrets() {
 			SecretName:  jsii.String(g.Config.SecretPrefix() + p.name),
 			Description: jsii.String(p.desc + " (galley house " + g.Config.House + "); fill in with put-secret-value"),
 		})
+	}
+}
+
+// randomSecret is how every secret the stack makes is generated: length
+// letters and digits, no punctuation or space (they travel in headers and
+// environment variables).
+func randomSecret(length float64) *awssecretsmanager.SecretStringGenerator {
+	return &awssecretsmanager.SecretStringGenerator{
+		PasswordLength:     jsii.Number(length),
+		ExcludePunctuation: jsii.Bool(true),
+		IncludeSpace:       jsii.Bool(false),
 	}
 }
