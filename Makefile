@@ -71,31 +71,22 @@ vet:
 	cd scripts/efsbench && $(GO) vet ./...
 	@for m in $(GO_MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "$$m/go.mod is not tidy: run go mod tidy there" >&2; exit 1; }; done
 
-# The test pass lists the two longest packages first: go test starts
-# packages in the order given, -p at a time, so they run beside the rest
-# rather than after it. -p stays go test's own (the cores): the pass is
-# CPU-bound, and -p 3 with the benchmarks beside it made every long package
-# slower, not the pass shorter (docs/BENCHMARKS.md, "make test's own time").
-TEST_PKGS := ./local/awslocal ./local/e2e $(PKGS)
-# More flags for both passes' go test, e.g. GOTESTFLAGS=-json for a
+# More flags for make test's go test, e.g. GOTESTFLAGS=-json for a
 # timeline of every package and test.
 GOTESTFLAGS ?=
-# The packages that hold benchmarks. They run in a pass of their own: with
-# -bench, go test runs every package one after another (and none before all
-# are built), which made the whole pass serial.
+# The packages that hold benchmarks (bench-smoke).
 BENCH_PKGS := $(sort $(patsubst %/,./%,$(dir $(shell grep -rl --include='*_test.go' '^func Benchmark' cmd pkg local worker functions scripts))))
 
 # The real agent CLIs (worker/agent-clis' pins, installed from npm with their
 # checksums) run in local/realcli; every stand-in a test needs is required.
-# Then every benchmark runs once (-benchtime 1x), so that none rots unseen,
-# against the same stand-ins.
+# scripts/test-go.sh runs the tests, then every benchmark once (-benchtime
+# 1x, so that none rots unseen), in two lanes side by side: local/e2e, which
+# mostly waits, beside the CPU-bound rest.
 test-go:
 	clis="$$(scripts/agent-clis.sh)"; \
 	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) \
 	  GALLEY_AWSLOCAL_TEMPLATE=$(CURDIR)/$(LOCAL_TEMPLATE) GALLEY_REQUIRE_REAL_CLIS=1 GALLEY_AGENT_CLIS_BIN="$$clis" \
-	  GALLEY_REQUIRE_BROWSER=1 bash -c '$(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) $(TEST_PKGS) && \
-	    (cd scripts/efsbench && $(GO) test -count=1 -timeout 2m $(GOTESTFLAGS) ./delayfs/) && \
-	    $(GO) test -count=1 -timeout 20m $(GOTESTFLAGS) -run "^$$" -bench . -benchtime 1x $(BENCH_PKGS)'
+	  GALLEY_REQUIRE_BROWSER=1 GO=$(GO) GOTESTFLAGS="$(GOTESTFLAGS)" scripts/test-go.sh
 
 # The console's browser test drives Debian's Chromium with playwright-core.
 browser-deps: node_modules/.package-lock.json
