@@ -4,6 +4,14 @@ SHELL := /bin/bash
 GO ?= go
 BIN := $(CURDIR)/bin
 RUN_FLAGS ?=
+# -trimpath: builds that do not depend on where the checkout is, so a second
+# checkout (a worktree, CI's fresh clone, the doc test's clone) reuses the
+# build cache's packages rather than compiling the module again (about 115
+# CPU-s of make test: docs/BENCHMARKS.md, "make test's own time"). Exported,
+# so the go commands the tests run inherit it.
+ifeq ($(filter -trimpath,$(GOFLAGS)),)
+export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
+endif
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 # The project's packages, listed (infra/ is its own module; node_modules,
 # whose CDK CLI holds Go template files that are no package, is ignored by

@@ -52,8 +52,10 @@ var probes = map[lambdaapp.Function]probe{
 	lambdaapp.Operator: {"GET", "/operator/v1/workers/w-KEY/events", ""},
 }
 
-// stack is one stack per top-level benchmark (its cleanup ends it).
-func stack(b *testing.B) (*awslocal.Stack, string) { return startStack(b) }
+// stack is the package's shared stack: the benchmarks start instances and
+// workers of their own, one benchmark at a time, so one deployment serves
+// them all (TestMain ends it).
+func stack(b *testing.B) (*awslocal.Stack, string) { return sharedStack(b) }
 
 // instance starts a fresh instance of fn and returns a function making one
 // probe request to it, through a gateway when fn serves routes.

@@ -115,7 +115,7 @@ func functionStore(t *testing.T, s *awslocal.Stack, fn lambdaapp.Function) *dyna
 // rings it woke on looks again every Recheck, 250 ms); "quiet": 4
 // statuses 6 s apart, each ring into a queue with none left.
 func BenchmarkEventFollowAWSLocal(b *testing.B) {
-	s, token := startStack(b)
+	s, token := stack(b)
 	client := operator.NewClient(s.Endpoint(), operatorToken(b, s))
 	for _, bc := range []struct {
 		name  string
