@@ -1,0 +1,207 @@
+package harness_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/galley-run/galley/pkg/harness"
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/snapshot"
+	"github.com/galley-run/galley/pkg/workerapi"
+)
+
+// These tests run the harness with a real DirStore and real git
+// repositories: a worker whose workspace goes with it (a task's own disk)
+// keeps its worktree's snapshot, and a launch that reuses the worktree in
+// an empty workspace gets it back (docs/snapshots.md).
+
+// snapStore is a DirStore in the test's temporary folder.
+func snapStore(t *testing.T) *snapshot.DirStore {
+	t.Helper()
+	s, err := snapshot.NewDirStore(filepath.Join(t.TempDir(), "snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// snapRun is one run of the harness: what its agent printed, the harness's
+// error, and the run (its fake worker API and log).
+type snapRun struct {
+	out string
+	err error
+	*inproc
+}
+
+// runSnapshotted runs the harness under mode for self (family "id") with
+// script as its agent, the repository repo, the store and limits, in the
+// workspace ws ("" for a new, empty one).
+func runSnapshotted(t *testing.T, self workerapi.Self, mode harness.Confinement, script, repo string, store harness.SnapshotStore, limits snapshot.Limits, ws string) snapRun {
+	t.Helper()
+	var (
+		mu  sync.Mutex
+		out string
+	)
+	d := idDriver{mu: &mu, out: &out, script: script}
+	edit := func(c *harness.Config) {
+		c.Repository, c.Snapshots, c.SnapshotLimits, c.House = repo, store, limits, "test-house"
+		if ws != "" {
+			c.Workspace = ws
+		}
+	}
+	var r snapRun
+	if mode == harness.ConfineUser {
+		if ok, why := harness.CanSwitchUser(); !ok {
+			t.Skip("the uid confinement needs root here: " + why)
+		}
+		r.inproc, r.err = confinedWithConfig(t, self, mode, "id", d, edit)
+	} else {
+		ctx := testCtx(t)
+		self.Agent = protocol.AgentSelection{Agent: "id"}
+		r.inproc = runInProcess(t, ctx, fakeFor(t, self), "id", d, edit)
+		r.err = r.wait(t, ctx)
+	}
+	mu.Lock()
+	r.out = out
+	mu.Unlock()
+	return r
+}
+
+// exitReason is the reason of the run's one exit report, failing the test
+// when there is none.
+func (r snapRun) exitReason(t *testing.T) (int, string) {
+	t.Helper()
+	for _, c := range r.fake.Snapshot().Calls {
+		if c.Exited != nil {
+			return c.Exited.Code, c.Exited.Reason
+		}
+	}
+	t.Fatalf("no exit was reported; calls %+v", r.fake.Snapshot().Calls)
+	return 0, ""
+}
+
+// A worker released with uncommitted changes and untracked files (in a
+// folder of their own, an executable, a link) keeps them in its
+// worktree's snapshot; a launch that reuses the worktree in an empty
+// workspace (a new task) finds them back, owned by its own agent's uid,
+// beside the clone's .git, which sees them as the changes they were.
+func TestReusedWorktreeComesBackFromItsSnapshot(t *testing.T) {
+	repo, store := bareRepo(t), snapStore(t)
+	uid := workerapi.AgentUIDBase + rand.N(uint32(1_000_000))
+	first := workerapi.Self{Handle: "w-1", Run: "run-1", Brief: "x", Branch: testBranch, AgentUID: uid, Worktree: "wt-1", ReportEvents: true}
+	r := runSnapshotted(t, first, harness.ConfineUser,
+		`echo started; echo changed > README.md && mkdir -p notes/deep && echo todo > notes/deep/todo.txt &&
+		 printf '#!/bin/sh\n' > run.sh && chmod 750 run.sh && ln -s notes/deep/todo.txt link &&
+		 stat -c '%a %n' notes/deep/todo.txt run.sh`,
+		repo, store, snapshot.Limits{}, "")
+	modes := strings.Split(strings.TrimPrefix(r.out, "started\n"), "\n")
+	if r.err != nil || len(modes) != 3 || modes[1] != "750 run.sh" {
+		t.Fatalf("the first agent: %v, printed %q", r.err, r.out)
+	}
+	if !hasEvent(r.fake.Snapshot().Events, workerapi.EventWorkspace, "worktree snapshot saved") {
+		t.Errorf("no event says the snapshot was saved: %+v", r.fake.Snapshot().Events)
+	}
+
+	second := workerapi.Self{Handle: "w-2", Run: "run-1", Brief: "x", Branch: testBranch, AgentUID: uid + 1,
+		Worktree: "wt-1", WorktreeReused: true, ReportEvents: true}
+	r = runSnapshotted(t, second, harness.ConfineUser,
+		`echo started; cat README.md notes/deep/todo.txt; stat -c '%u %a %n' notes/deep/todo.txt run.sh; readlink link;
+		 git status --porcelain --untracked-files=all`,
+		repo, store, snapshot.Limits{}, "")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	u := strconv.FormatUint(uint64(uid+1), 10)
+	want := "started\nchanged\ntodo\n" + u + " " + modes[0] + "\n" + u + " " + modes[1] + "\nnotes/deep/todo.txt\n" +
+		" M README.md\n?? link\n?? notes/deep/todo.txt\n?? run.sh\n"
+	if r.out != want {
+		t.Errorf("the second agent printed\n%s\nwant\n%s", r.out, want)
+	}
+	if !hasEvent(r.fake.Snapshot().Events, workerapi.EventWorkspace, "worktree restored from its snapshot") {
+		t.Errorf("no event says the worktree was restored: %+v", r.fake.Snapshot().Events)
+	}
+}
+
+// A save that fails (here a worktree past the snapshot's limits) is
+// reported as an error event, and the worker ends as it would have: the
+// earlier snapshot is kept, whole.
+func TestFailedSnapshotSaveReportsAndKeepsTheEarlier(t *testing.T) {
+	repo, store := bareRepo(t), snapStore(t)
+	limits := snapshot.Limits{MaxBytes: 64 << 10}
+	ws := filepath.Join(t.TempDir(), "ws")
+	first := workerapi.Self{Handle: "w-1", Run: "run-1", Brief: "x", Branch: testBranch, Worktree: "wt-1", ReportEvents: true}
+	r := runSnapshotted(t, first, harness.ConfineNone, `echo keep me > kept.txt`, repo, store, limits, ws)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	second := workerapi.Self{Handle: "w-2", Run: "run-1", Brief: "x", Branch: testBranch, Worktree: "wt-1", WorktreeReused: true, ReportEvents: true}
+	r = runSnapshotted(t, second, harness.ConfineNone,
+		`echo lost > kept.txt && head -c 100000 /dev/zero > big.bin`, repo, store, limits, ws)
+	if r.err != nil {
+		t.Fatalf("a failed save failed the run: %v", r.err)
+	}
+	if code, _ := r.exitReason(t); code != 0 {
+		t.Errorf("the agent's exit was reported with code %d, want 0", code)
+	}
+	if !hasEvent(r.fake.Snapshot().Events, workerapi.EventError, "the worktree's snapshot could not be saved; the earlier one is kept") {
+		t.Errorf("no error event says the save failed: %+v", r.fake.Snapshot().Events)
+	}
+	if !strings.Contains(r.log.String(), "the worktree's snapshot could not be saved") {
+		t.Error("the harness log does not say the save failed")
+	}
+	restored := filepath.Join(t.TempDir(), "ws")
+	if _, err := snapshot.RestoreFrom(context.Background(), store, snapshot.Key("test-house", "wt-1", "worktree"), restored, limits); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(restored, "kept.txt")); err != nil || string(b) != "keep me\n" {
+		t.Errorf("the kept snapshot's kept.txt: %q %v, want the first worker's", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(restored, "big.bin")); !os.IsNotExist(err) {
+		t.Errorf("the kept snapshot holds the failed save's file: %v", err)
+	}
+}
+
+// A launch that reuses a worktree whose workspace is not on disk and that
+// has no snapshot is refused with a clear reason, before its agent runs;
+// one whose workspace is on disk runs on its own files, snapshot or not.
+func TestMissingSnapshotOfAReusedWorktree(t *testing.T) {
+	repo := bareRepo(t)
+	reused := workerapi.Self{Handle: "w-2", Run: "run-1", Brief: "x", Branch: testBranch, Worktree: "wt-1", WorktreeReused: true}
+	r := runSnapshotted(t, reused, harness.ConfineNone, `echo started; echo ran`, repo, snapStore(t), snapshot.Limits{}, "")
+	if r.err == nil {
+		t.Error("the harness answered no error")
+	}
+	code, reason := r.exitReason(t)
+	if code != harness.CodeNotStarted || !strings.Contains(reason, "worktree wt-1 was launched as existing, but its workspace is not on this disk and no snapshot of it was kept") {
+		t.Errorf("exit %d %q, want %d saying no snapshot was kept", code, reason, harness.CodeNotStarted)
+	}
+	if r.out != "" {
+		t.Errorf("the agent ran: %q", r.out)
+	}
+
+	ws := filepath.Join(t.TempDir(), "ws")
+	first := workerapi.Self{Handle: "w-1", Run: "run-1", Brief: "x", Branch: testBranch, Worktree: "wt-1"}
+	if r := runSnapshotted(t, first, harness.ConfineNone, `echo mine > mine.txt`, repo, nil, snapshot.Limits{}, ws); r.err != nil {
+		t.Fatal(r.err)
+	}
+	r = runSnapshotted(t, reused, harness.ConfineNone, `echo started; cat mine.txt`, repo, snapStore(t), snapshot.Limits{}, ws)
+	if r.err != nil || r.out != "started\nmine\n" {
+		t.Errorf("on a worktree on disk the agent printed %q (%v), want its own file", r.out, r.err)
+	}
+}
+
+func hasEvent(evs []workerapi.HarnessEvent, event, text string) bool {
+	for _, e := range evs {
+		if e.Event == event && strings.HasPrefix(e.Text, text) {
+			return true
+		}
+	}
+	return false
+}
