@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/galley-run/galley/pkg/contract"
+	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/snapshot"
@@ -204,4 +207,66 @@ func hasEvent(evs []workerapi.HarnessEvent, event, text string) bool {
 		}
 	}
 	return false
+}
+
+// The environment names the snapshot store: a folder, or an S3 bucket
+// (with the process's AWS configuration), never both, and none for a
+// workspace on the shared file system, where the worktree outlives the
+// task.
+func TestSnapshotStoreFromEnv(t *testing.T) {
+	t.Setenv("AWS_REGION", "eu-west-1")
+	dir := filepath.Join(t.TempDir(), "snapshots")
+	base := map[string]string{
+		contract.EnvWorkerEndpoint: "http://127.0.0.1:8080",
+		contract.EnvWorkerToken:    testToken,
+		contract.EnvWorkspace:      "/mnt/shared/wt-1",
+		contract.EnvRepository:     "/tmp/repo.git",
+	}
+	tests := []struct {
+		name   string
+		set    map[string]string
+		ok     bool
+		store  string // the store's type, "" for none
+		limits snapshot.Limits
+	}{
+		{"none", nil, true, "", snapshot.Limits{}},
+		{"a folder", map[string]string{contract.EnvSnapshotDir: dir}, true, "*snapshot.DirStore", snapshot.Limits{}},
+		{"a bucket", map[string]string{contract.EnvSnapshotBucket: "galley-snapshots"}, true, "*snapshot.S3Store", snapshot.Limits{}},
+		{"limits", map[string]string{contract.EnvSnapshotDir: dir, contract.EnvSnapshotMaxBytes: "1048576", contract.EnvSnapshotMaxEntries: "1000"},
+			true, "*snapshot.DirStore", snapshot.Limits{MaxBytes: 1 << 20, MaxEntries: 1000}},
+		{"on the shared file system", map[string]string{contract.EnvSnapshotBucket: "galley-snapshots", contract.EnvWorkspaceRoot: "/mnt/shared"}, true, "", snapshot.Limits{}},
+		{"beside the shared file system", map[string]string{contract.EnvSnapshotDir: dir, contract.EnvWorkspaceRoot: "/mnt/shared/other"}, true, "*snapshot.DirStore", snapshot.Limits{}},
+		{"both", map[string]string{contract.EnvSnapshotDir: dir, contract.EnvSnapshotBucket: "galley-snapshots"}, false, "", snapshot.Limits{}},
+		{"a relative folder", map[string]string{contract.EnvSnapshotDir: "snapshots"}, false, "", snapshot.Limits{}},
+		{"no bytes", map[string]string{contract.EnvSnapshotMaxBytes: "0"}, false, "", snapshot.Limits{}},
+		{"entries not a number", map[string]string{contract.EnvSnapshotMaxEntries: "many"}, false, "", snapshot.Limits{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{}
+			for k, v := range base {
+				env[k] = v
+			}
+			for k, v := range tt.set {
+				env[k] = v
+			}
+			cfg, err := harness.ConfigFromEnv(func(k string) string { return env[k] })
+			if tt.ok != (err == nil) {
+				t.Fatalf("err = %v, want ok=%v", err, tt.ok)
+			}
+			if err != nil {
+				if !galleyerr.Is(galleyerr.Invalid, err) {
+					t.Errorf("kind = %v", galleyerr.KindOf(err))
+				}
+				return
+			}
+			got := ""
+			if cfg.Snapshots != nil {
+				got = fmt.Sprintf("%T", cfg.Snapshots)
+			}
+			if got != tt.store || cfg.SnapshotLimits != tt.limits {
+				t.Errorf("store %q limits %+v, want %q %+v", got, cfg.SnapshotLimits, tt.store, tt.limits)
+			}
+		})
+	}
 }
