@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
@@ -17,6 +18,7 @@ import (
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/snapshot"
 	"github.com/galley-run/galley/pkg/workerapi"
+	"github.com/galley-run/galley/pkg/workerapi/fakeapi"
 )
 
 // These tests run the harness with a real DirStore and real git
@@ -45,36 +47,67 @@ type snapRun struct {
 
 // runSnapshotted runs the harness under mode for self (family "id") with
 // script as its agent, the repository repo, the store and limits, in the
-// workspace ws ("" for a new, empty one).
-func runSnapshotted(t *testing.T, self workerapi.Self, mode harness.Confinement, script, repo string, store harness.SnapshotStore, limits snapshot.Limits, ws string) snapRun {
+// workspace ws ("" for a new, empty one); during, when set, runs beside it
+// with its fake worker API.
+func runSnapshotted(t *testing.T, self workerapi.Self, mode harness.Confinement, script, repo string, store harness.SnapshotStore,
+	limits snapshot.Limits, ws string, during func(context.Context, *fakeapi.Server)) snapRun {
 	t.Helper()
 	var (
 		mu  sync.Mutex
 		out string
 	)
 	d := idDriver{mu: &mu, out: &out, script: script}
-	edit := func(c *harness.Config) {
-		c.Repository, c.Snapshots, c.SnapshotLimits, c.House = repo, store, limits, "test-house"
-		if ws != "" {
-			c.Workspace = ws
-		}
-	}
-	var r snapRun
+	var exe string
 	if mode == harness.ConfineUser {
 		if ok, why := harness.CanSwitchUser(); !ok {
 			t.Skip("the uid confinement needs root here: " + why)
 		}
-		r.inproc, r.err = confinedWithConfig(t, self, mode, "id", d, edit)
-	} else {
-		ctx := testCtx(t)
-		self.Agent = protocol.AgentSelection{Agent: "id"}
-		r.inproc = runInProcess(t, ctx, fakeFor(t, self), "id", d, edit)
-		r.err = r.wait(t, ctx)
+		exe = openExe(t)
+		if ws == "" {
+			ws = filepath.Join(filepath.Dir(exe), "ws")
+		}
 	}
+	ctx := testCtx(t)
+	self.Agent = protocol.AgentSelection{Agent: "id"}
+	f := fakeFor(t, self)
+	r := snapRun{inproc: runInProcess(t, ctx, f, "id", d, func(c *harness.Config) {
+		c.Repository, c.Snapshots, c.SnapshotLimits, c.House = repo, store, limits, "test-house"
+		c.Confine, c.ConfineExe = mode, exe
+		if ws != "" {
+			c.Workspace = ws
+		}
+	})}
+	if during != nil {
+		during(ctx, f)
+	}
+	r.err = r.wait(t, ctx)
 	mu.Lock()
 	r.out = out
 	mu.Unlock()
 	return r
+}
+
+// openExe is a copy of galley-worker in a folder open to other users (the
+// agent's uid runs it), as an operator's must be.
+func openExe(t *testing.T) string {
+	t.Helper()
+	open, err := os.MkdirTemp("", "galley-snapshot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(open) })
+	if err := os.Chmod(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(workerBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(open, "galley-worker")
+	if err := os.WriteFile(exe, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return exe
 }
 
 // exitReason is the reason of the run's one exit report, failing the test
@@ -90,7 +123,7 @@ func (r snapRun) exitReason(t *testing.T) (int, string) {
 	return 0, ""
 }
 
-// A worker released with uncommitted changes and untracked files (in a
+// A worker released (while its agent waits) with uncommitted changes and untracked files (in a
 // folder of their own, an executable, a link) keeps them in its
 // worktree's snapshot; a launch that reuses the worktree in an empty
 // workspace (a new task) finds them back, owned by its own agent's uid,
@@ -99,11 +132,42 @@ func TestReusedWorktreeComesBackFromItsSnapshot(t *testing.T) {
 	repo, store := bareRepo(t), snapStore(t)
 	uid := workerapi.AgentUIDBase + rand.N(uint32(1_000_000))
 	first := workerapi.Self{Handle: "w-1", Run: "run-1", Brief: "x", Branch: testBranch, AgentUID: uid, Worktree: "wt-1", ReportEvents: true}
+	// The agent works, then waits; galley releases the worker (settles it)
+	// while it waits, and the harness stops it.
+	parent, err := os.MkdirTemp("", "galley-snapshot-ws-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(parent) })
+	if err := os.Chmod(parent, 0o711); err != nil { // the agent's uid passes through
+		t.Fatal(err)
+	}
+	ws := filepath.Join(parent, "ws")
+	release := func(ctx context.Context, f *fakeapi.Server) {
+		for {
+			if _, err := os.Lstat(filepath.Join(ws, "written")); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Error("the first agent never wrote its files")
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		f.Settle(protocol.OutcomeCancelled)
+	}
 	r := runSnapshotted(t, first, harness.ConfineUser,
 		`echo started; echo changed > README.md && mkdir -p notes/deep && echo todo > notes/deep/todo.txt &&
 		 printf '#!/bin/sh\n' > run.sh && chmod 750 run.sh && ln -s notes/deep/todo.txt link &&
-		 stat -c '%a %n' notes/deep/todo.txt run.sh`,
-		repo, store, snapshot.Limits{}, "")
+		 stat -c '%a %n' notes/deep/todo.txt run.sh && rm -f written && : > written && exec sleep 600`,
+		repo, store, snapshot.Limits{}, ws, release)
+	if r.err != nil || r.fake.Snapshot().Count(workerapi.PathExited) != 0 {
+		t.Fatalf("the released worker: %v, %d exit reports (want none: galley settled it)", r.err, r.fake.Snapshot().Count(workerapi.PathExited))
+	}
+	if err := os.RemoveAll(ws); err != nil { // the task's disk goes with the task
+		t.Fatal(err)
+	}
 	modes := strings.Split(strings.TrimPrefix(r.out, "started\n"), "\n")
 	if r.err != nil || len(modes) != 3 || modes[1] != "750 run.sh" {
 		t.Fatalf("the first agent: %v, printed %q", r.err, r.out)
@@ -117,13 +181,13 @@ func TestReusedWorktreeComesBackFromItsSnapshot(t *testing.T) {
 	r = runSnapshotted(t, second, harness.ConfineUser,
 		`echo started; cat README.md notes/deep/todo.txt; stat -c '%u %a %n' notes/deep/todo.txt run.sh; readlink link;
 		 git status --porcelain --untracked-files=all`,
-		repo, store, snapshot.Limits{}, "")
+		repo, store, snapshot.Limits{}, "", nil)
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
 	u := strconv.FormatUint(uint64(uid+1), 10)
 	want := "started\nchanged\ntodo\n" + u + " " + modes[0] + "\n" + u + " " + modes[1] + "\nnotes/deep/todo.txt\n" +
-		" M README.md\n?? link\n?? notes/deep/todo.txt\n?? run.sh\n"
+		" M README.md\n?? link\n?? notes/deep/todo.txt\n?? run.sh\n?? written\n"
 	if r.out != want {
 		t.Errorf("the second agent printed\n%s\nwant\n%s", r.out, want)
 	}
@@ -140,13 +204,13 @@ func TestFailedSnapshotSaveReportsAndKeepsTheEarlier(t *testing.T) {
 	limits := snapshot.Limits{MaxBytes: 64 << 10}
 	ws := filepath.Join(t.TempDir(), "ws")
 	first := workerapi.Self{Handle: "w-1", Run: "run-1", Brief: "x", Branch: testBranch, Worktree: "wt-1", ReportEvents: true}
-	r := runSnapshotted(t, first, harness.ConfineNone, `echo keep me > kept.txt`, repo, store, limits, ws)
+	r := runSnapshotted(t, first, harness.ConfineNone, `echo keep me > kept.txt`, repo, store, limits, ws, nil)
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
 	second := workerapi.Self{Handle: "w-2", Run: "run-1", Brief: "x", Branch: testBranch, Worktree: "wt-1", WorktreeReused: true, ReportEvents: true}
 	r = runSnapshotted(t, second, harness.ConfineNone,
-		`echo lost > kept.txt && head -c 100000 /dev/zero > big.bin`, repo, store, limits, ws)
+		`echo lost > kept.txt && head -c 100000 /dev/zero > big.bin`, repo, store, limits, ws, nil)
 	if r.err != nil {
 		t.Fatalf("a failed save failed the run: %v", r.err)
 	}
@@ -177,7 +241,7 @@ func TestFailedSnapshotSaveReportsAndKeepsTheEarlier(t *testing.T) {
 func TestMissingSnapshotOfAReusedWorktree(t *testing.T) {
 	repo := bareRepo(t)
 	reused := workerapi.Self{Handle: "w-2", Run: "run-1", Brief: "x", Branch: testBranch, Worktree: "wt-1", WorktreeReused: true}
-	r := runSnapshotted(t, reused, harness.ConfineNone, `echo started; echo ran`, repo, snapStore(t), snapshot.Limits{}, "")
+	r := runSnapshotted(t, reused, harness.ConfineNone, `echo started; echo ran`, repo, snapStore(t), snapshot.Limits{}, "", nil)
 	if r.err == nil {
 		t.Error("the harness answered no error")
 	}
@@ -191,10 +255,10 @@ func TestMissingSnapshotOfAReusedWorktree(t *testing.T) {
 
 	ws := filepath.Join(t.TempDir(), "ws")
 	first := workerapi.Self{Handle: "w-1", Run: "run-1", Brief: "x", Branch: testBranch, Worktree: "wt-1"}
-	if r := runSnapshotted(t, first, harness.ConfineNone, `echo mine > mine.txt`, repo, nil, snapshot.Limits{}, ws); r.err != nil {
+	if r := runSnapshotted(t, first, harness.ConfineNone, `echo mine > mine.txt`, repo, nil, snapshot.Limits{}, ws, nil); r.err != nil {
 		t.Fatal(r.err)
 	}
-	r = runSnapshotted(t, reused, harness.ConfineNone, `echo started; cat mine.txt`, repo, snapStore(t), snapshot.Limits{}, ws)
+	r = runSnapshotted(t, reused, harness.ConfineNone, `echo started; cat mine.txt`, repo, snapStore(t), snapshot.Limits{}, ws, nil)
 	if r.err != nil || r.out != "started\nmine\n" {
 		t.Errorf("on a worktree on disk the agent printed %q (%v), want its own file", r.out, r.err)
 	}
