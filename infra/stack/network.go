@@ -205,6 +205,11 @@ func (g *Galley) addEndpoints() error {
 		Actions:    jsii.Strings("s3:GetObject"),
 		Resources:  &[]*string{layers},
 	}))
+	// The harness keeps worktree snapshots in the house's bucket, with the
+	// task role (addSnapshots).
+	for _, st := range g.snapshotStatements([]awsiam.IPrincipal{awsiam.NewArnPrincipal(g.TaskRole.RoleArn())}) {
+		g.S3Endpoint.AddToPolicy(st)
+	}
 	// Fargate downloads the layers through the task's network interface,
 	// so the workers' group must let HTTPS out to S3's addresses: AWS's
 	// managed prefix list for S3 in the region, whose ID CloudFormation
@@ -220,7 +225,7 @@ func (g *Galley) addEndpoints() error {
 		FromPort:                jsii.Number(443),
 		ToPort:                  jsii.Number(443),
 		DestinationPrefixListId: prefixList,
-		Description:             jsii.String("S3 through its gateway endpoint: the ECR image layers"),
+		Description:             jsii.String("S3 through its gateway endpoint: the ECR image layers, the worktree snapshots"),
 	})
 	return nil
 }

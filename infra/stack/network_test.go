@@ -366,8 +366,8 @@ func TestEndpointsAndTheirPolicies(t *testing.T) {
 	}
 	layers := map[string]any{"Fn::Join": []any{"", []any{"arn:", ref("AWS::Partition"), ":s3:::prod-", ref("AWS::Region"), "-starport-layer-bucket/*"}}}
 	got := endpointPolicy(t, byService[".s3"])
-	if st := got["ReadEcrLayers"]; len(got) != 1 || st["Effect"] != "Allow" || st["Action"] != "s3:GetObject" || !jsonEq(st["Resource"], layers) {
-		t.Errorf("S3 endpoint policy %v, want s3:GetObject on ECR's layer bucket only", got)
+	if st := got["ReadEcrLayers"]; len(got) != 3 || st["Effect"] != "Allow" || st["Action"] != "s3:GetObject" || !jsonEq(st["Resource"], layers) {
+		t.Errorf("S3 endpoint policy %v, want s3:GetObject on ECR's layer bucket and the snapshots' statements (TestSnapshotsBucket) only", got)
 	}
 }
 

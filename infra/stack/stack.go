@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsroute53resolver"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsservicediscovery"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
@@ -86,7 +87,10 @@ type Galley struct {
 	Workspaces            awsefs.FileSystem
 	WorkspacesAccessPoint awsefs.AccessPoint
 	WorkspacesSG          awsec2.SecurityGroup
-	TokenSecret           awssecretsmanager.Secret
+	// Snapshots keeps each worktree's snapshot when worktrees live on the
+	// tasks' own storage (addSnapshots).
+	Snapshots   awss3.Bucket
+	TokenSecret awssecretsmanager.Secret
 	// OperatorTokenSecret opens the operator routes (/operator/); only
 	// the operator function reads it.
 	OperatorTokenSecret awssecretsmanager.Secret

@@ -40,6 +40,7 @@ func (g *Galley) addWorkers() error {
 		Description: jsii.String("galley worker task execution: pulls the image, writes the task's logs, injects the provider and git secrets"),
 	})
 	g.addWorkspaces()
+	g.addSnapshots()
 
 	g.TaskDefinition = awsecs.NewFargateTaskDefinition(g.Stack, jsii.String("WorkerTask"), &awsecs.FargateTaskDefinitionProps{
 		Family:         jsii.String(cfg.Prefix() + "-worker"),
@@ -95,6 +96,9 @@ func (g *Galley) addWorkers() error {
 		contract.EnvEgressUpstream: jsii.String(cfg.EgressUpstream()),
 		contract.EnvEgressAllow:    jsii.String(strings.Join(cfg.EgressAllowlist, ",")),
 		contract.EnvAgentNetwork:   jsii.String(contract.AgentNetworkTask),
+		// Taken only for a workspace on the task's own storage (not below
+		// the workspace root).
+		contract.EnvSnapshotBucket: g.Snapshots.BucketName(),
 	}
 	if cfg.ModelCapTokens > 0 {
 		workerEnv[contract.EnvModelCapTokens] = jsii.String(strconv.FormatInt(cfg.ModelCapTokens, 10))

@@ -263,6 +263,18 @@ func (d *deployment) create(ctx context.Context, id, typ string, p map[string]an
 	case "AWS::EFS::AccessPoint":
 		ap := "fsap-" + shortHash(id, 17)
 		set(ap, map[string]any{"AccessPointId": ap, "Arn": d.arn("elasticfilesystem", "access-point/"+ap)})
+	case "AWS::S3::Bucket":
+		// No S3 runs here: the worktree snapshots' bucket gets its name and
+		// attributes, so that the task role's policy and the worker task's
+		// environment name it. The harness takes it only for a workspace on
+		// the task's own storage, and this stack's tasks mount the EFS
+		// folder (docs/snapshots.md).
+		name := str(p, "BucketName")
+		if name == "" {
+			name = strings.ToLower(d.name(id, 63)) // S3's names are lower case
+		}
+		set(name, map[string]any{"Arn": fmt.Sprintf("arn:%s:s3:::%s", localPartition, name),
+			"DomainName": name + ".s3.amazonaws.com", "RegionalDomainName": name + ".s3." + localRegion + ".amazonaws.com"})
 	case "AWS::ECS::Service":
 		// Its task is not run by the ECS stand-in: the one service of the
 		// stack, the egress proxy, runs in this process (egress.go).

@@ -165,6 +165,22 @@ const (
 	// calls past either.
 	EnvModelCapTokens = "GALLEY_MODEL_CAP_TOKENS"
 	EnvModelCapUSD    = "GALLEY_MODEL_CAP_USD"
+	// EnvSnapshotBucket is the S3 bucket the harness keeps each worktree's
+	// snapshot in (docs/snapshots.md), under the key
+	// snapshot.Key(EnvHouse, worktree, "worktree"), whose first segment is
+	// the house: the task role may get, put and delete only below it. A
+	// harness whose workspace lies below EnvWorkspaceRoot (a shared file
+	// system, where the worktree outlives the task) takes none.
+	EnvSnapshotBucket = "GALLEY_SNAPSHOT_BUCKET"
+	// EnvSnapshotDir is the folder the harness keeps the snapshots in
+	// instead (galley serve: snapshots/ of its data folder).
+	EnvSnapshotDir = "GALLEY_SNAPSHOT_DIR"
+	// EnvSnapshotMaxBytes and EnvSnapshotMaxEntries bound one snapshot:
+	// the bytes of its files and links, and its entries (default
+	// snapshot.DefaultLimits). A save past either fails (the earlier
+	// snapshot stays), a restore stops before the entry past it.
+	EnvSnapshotMaxBytes   = "GALLEY_SNAPSHOT_MAX_BYTES"
+	EnvSnapshotMaxEntries = "GALLEY_SNAPSHOT_MAX_ENTRIES"
 )
 
 // One worker's facts, which its runtime gives its harness (on ECS the

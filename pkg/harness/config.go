@@ -11,6 +11,7 @@ import (
 	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/egress"
 	"github.com/galley-run/galley/pkg/modelproxy"
+	"github.com/galley-run/galley/pkg/snapshot"
 	"github.com/galley-run/galley/pkg/workerapi/client"
 	"github.com/galley-run/galley/pkg/workspace"
 )
@@ -147,6 +148,18 @@ type Config struct {
 	// EgressResolver is the DNS server the agent's egress proxy asks
 	// (contract.EnvEgressResolver); empty: the system's.
 	EgressResolver string
+	// Snapshots keeps the worktree's snapshot where the workspace does not
+	// outlive the worker (a task's own storage): saved when the agent
+	// has ended, restored at a launch that reuses the worktree
+	// (docs/snapshots.md). nil: none. ConfigFromEnv makes it from
+	// contract.EnvSnapshotBucket or contract.EnvSnapshotDir.
+	Snapshots SnapshotStore
+	// House is the first segment of the snapshot's key
+	// (contract.EnvHouse).
+	House string
+	// SnapshotLimits bound one snapshot (contract.EnvSnapshotMaxBytes,
+	// contract.EnvSnapshotMaxEntries; zero: snapshot.DefaultLimits).
+	SnapshotLimits snapshot.Limits
 	// ModelBudget caps the worker's model calls at its model proxy
 	// (contract.EnvModelCapTokens, contract.EnvModelCapUSD); zero: no cap.
 	ModelBudget modelproxy.Budget

@@ -135,6 +135,10 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if cfg.Budgets, err = budgetsFromEnv(getenv); err != nil {
 		return cfg, galleyerr.E(op, galleyerr.Invalid, err)
 	}
+	cfg.House = getenv(contract.EnvHouse)
+	if cfg.Snapshots, cfg.SnapshotLimits, err = snapshotsFromEnv(getenv, cfg.Workspace); err != nil {
+		return cfg, galleyerr.E(op, galleyerr.Invalid, err)
+	}
 	return cfg, nil
 }
 

@@ -66,6 +66,7 @@ type harness struct {
 	readyMu sync.Mutex
 	ready   bool
 
+	saved     bool          // the worktree's snapshot was saved (or tried)
 	finishing atomic.Bool   // the agent called finish
 	finished  atomic.Bool   // the agent's worker-done was posted
 	settled   chan struct{} // closed when galley says the worker is settled
@@ -162,6 +163,7 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 	defer h.net.close()
 	jail.net = h.net
 	h.log.Info("preparing the workspace", "dir", h.cfg.Workspace, "branch", branch)
+	onDisk := workspaceOnDisk(h.cfg.Workspace)
 	prepStart := time.Now()
 	if err := h.cfg.Prepare(ctx, h.cfg.Repository, branch, h.cfg.Workspace); err != nil {
 		return h.notStarted(ctx, "preparing the workspace failed", err)
@@ -229,6 +231,11 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 			h.log.Warn("cleaning up after the confined agent", "err", err)
 		}
 	}()
+	// After galley's last git command in the workspace (the restored
+	// files are the agent's), before the agent.
+	if err := h.restoreWorktree(ctx, onDisk, jail); err != nil {
+		return h.notStarted(ctx, "restoring the worktree failed", err)
+	}
 	if err := jail.enter(h.cfg.Workspace, cmd.Env, h.cfg.AgentBinDir, h.needs.CLI); err != nil {
 		return h.notStarted(ctx, "confining the agent failed", err)
 	}
@@ -279,27 +286,29 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 	select {
 	case err := <-waited:
 		agentGone()
-		// Nothing of the agent runs when galley hears that it exited.
-		endErr := h.endJail(ctx, jail)
+		// Nothing of the agent runs when galley hears that it exited, and
+		// its worktree's snapshot is kept.
+		endErr := h.endAgent(ctx, jail)
 		return errors.Join(h.agentEnded(ctx, cmd.ProcessState, err), endErr)
 	case <-h.settled:
 		// galley settles a worker on its worker-done, possibly before the
 		// agent has the finish result: let a finishing agent exit itself.
 		if h.finishing.Load() && h.awaitExit(waited) {
 			h.log.Info("agent exited after reporting its outcome", "code", exitCode(cmd.ProcessState))
-			return nil
+			return h.endAgent(ctx, jail)
 		}
 		h.log.Info("the worker was settled; stopping the agent")
 		h.stopAgent(cmd, waited)
-		return nil
+		return h.endAgent(ctx, jail)
 	case err := <-h.fatal:
 		h.log.Error("stopping the agent: the inbox cannot be read", "err", err)
 		h.stopAgent(cmd, waited)
+		_ = h.endAgent(ctx, jail) // its error is the deferred end's too
 		return err
 	case <-ctx.Done():
 		h.log.Info("the harness was stopped; stopping the agent")
 		h.stopAgent(cmd, waited)
-		endErr := h.endJail(ctx, jail)
+		endErr := h.endAgent(ctx, jail)
 		if h.finished.Load() || h.isSettled() {
 			return endErr
 		}

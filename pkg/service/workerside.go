@@ -37,6 +37,17 @@ func (s *Service) WorkerSelf(ctx context.Context, handle string) (workerapi.Self
 	if w.Agent != nil {
 		self.Agent = *w.Agent
 	}
+	if w.Worktree != "" {
+		// A launch makes its worktree under its own key, so a worktree
+		// owned by another key is one the launch named as existing.
+		wt, _, err := s.store.GetResource(ctx, protocol.KindWorktree, w.Worktree)
+		switch {
+		case err == nil:
+			self.Worktree, self.WorktreeReused = w.Worktree, wt.Owner != res.Owner
+		case !galleyerr.Is(galleyerr.NotFound, err):
+			return workerapi.Self{}, err
+		}
+	}
 	return self, nil
 }
 

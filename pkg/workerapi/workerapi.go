@@ -85,6 +85,13 @@ type Self struct {
 	// only a deployment that keeps an event log asks, so one that keeps
 	// none is spared the calls.
 	ReportEvents bool `json:"reportEvents,omitempty"`
+	// Worktree is the handle of the worker's worktree; WorktreeReused is
+	// set when its launch named that worktree as existing (a worktree an
+	// earlier worker made). A harness whose workspace does not outlive it
+	// restores the worktree's snapshot then (docs/snapshots.md). Empty
+	// from a service before snapshots: the harness keeps none.
+	Worktree       string `json:"worktree,omitempty"`
+	WorktreeReused bool   `json:"worktreeReused,omitempty"`
 }
 
 // The agent uids a service allocates: the n-th worker of a house (n from
