@@ -2,6 +2,7 @@ package contract_test
 
 import (
 	"go/ast"
+	"go/build"
 	"go/constant"
 	"go/importer"
 	"go/parser"
@@ -9,6 +10,7 @@ import (
 	"go/types"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -159,6 +161,16 @@ func contractStrings(t *testing.T) map[string]string {
 			t.Fatal(err)
 		}
 		files = append(files, f)
+	}
+	if build.Default.GOROOT == "" {
+		// A -trimpath test binary (make test builds so) records no
+		// GOROOT, and the source importer needs it for the standard
+		// library: ask the go command.
+		out, err := exec.Command("go", "env", "GOROOT").Output()
+		if err != nil {
+			t.Fatalf("go env GOROOT: %v", err)
+		}
+		build.Default.GOROOT = strings.TrimSpace(string(out))
 	}
 	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
 	pkg, err := conf.Check("github.com/galley-run/galley/pkg/contract", fset, files, nil)
