@@ -7,10 +7,13 @@ RUN_FLAGS ?=
 # -trimpath: builds that do not depend on where the checkout is, so a second
 # checkout (a worktree, CI's fresh clone, the doc test's clone) reuses the
 # build cache's packages rather than compiling the module again (about 115
-# CPU-s of make test: docs/BENCHMARKS.md, "make test's own time"). Exported,
-# so the go commands the tests run inherit it.
+# CPU-s of make test). -ldflags=-w: no DWARF, which make test's hundred test
+# binaries would link for no debugger (a quarter of a link's CPU); a
+# command's own -ldflags (the functions') takes its place. Exported, so the
+# go commands the tests run inherit them (docs/BENCHMARKS.md, "make test's
+# own time").
 ifeq ($(filter -trimpath,$(GOFLAGS)),)
-export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
+export GOFLAGS := $(strip $(GOFLAGS) -trimpath -ldflags=-w)
 endif
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION = 20
 # The project's packages, listed (infra/ is its own module; node_modules,
@@ -87,9 +90,9 @@ BENCH_PKGS := $(sort $(patsubst %/,./%,$(dir $(shell grep -rl --include='*_test.
 
 # The real agent CLIs (worker/agent-clis' pins, installed from npm with their
 # checksums) run in local/realcli; every stand-in a test needs is required.
-# scripts/test-go.sh runs the tests, then every benchmark once (-benchtime
-# 1x, so that none rots unseen), in two lanes side by side: local/e2e, which
-# mostly waits, beside the CPU-bound rest.
+# scripts/test-go.sh runs the tests and every benchmark once (-benchtime
+# 1x, so that none rots unseen), in lanes side by side: local/e2e and
+# aws-local's benchmarks, which mostly wait, beside the CPU-bound rest.
 test-go:
 	clis="$$(scripts/agent-clis.sh)"; \
 	scripts/standins.sh run -- env GALLEY_REQUIRE_STANDINS=1 GALLEY_AWSLOCAL_BIN=$(BIN) \
