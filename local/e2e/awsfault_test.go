@@ -108,9 +108,11 @@ func stopCounts(t *testing.T, s *server) awsfault.PlanCounts {
 func mixedLoad(t *testing.T, srv *server, data, id string, seed uint64, d time.Duration, rec *history.Recorder) *drive.Mixed {
 	t.Helper()
 	res, err := drive.RunMixed(context.Background(), drive.MixedConfig{
-		Target:       drive.Target{Endpoint: srv.Endpoint, Token: srv.Token, House: "origin89", Backend: "galley", Credential: "galley-token"},
-		Duration:     d,
-		Settle:       60 * time.Second,
+		Target:   drive.Target{Endpoint: srv.Endpoint, Token: srv.Token, House: "origin89", Backend: "galley", Credential: "galley-token"},
+		Duration: d,
+		// As the other fault loads': beside another make test an asker
+		// took over a minute to settle.
+		Settle:       90 * time.Second,
 		Coordinators: 2, Workers: 4, Readers: 1,
 		AwaitWait: time.Second, CancelAfter: 1500 * time.Millisecond,
 		Data: data, ID: id, Seed: seed, Tolerant: true, Recorder: rec,

@@ -106,7 +106,9 @@ func TestTakeoverHarshShort(t *testing.T) {
 	bin := buildBinaries(t, "local/cmd/galley-dev", "cmd/galley-worker")
 	addr := freeAddr(t)
 	var run takeoverResult
-	for i, d := range []time.Duration{15 * time.Second, 30 * time.Second} {
+	// Each attempt longer: beside another make test (a load of 20 to 30
+	// on two cores) a 30 s phase applied two launches and nothing else.
+	for i, d := range []time.Duration{15 * time.Second, 30 * time.Second, 60 * time.Second} {
 		name := "takeover-" + randomHex(t) // DynamoDB and SQS names of this run alone
 		dropAWSNames(t, name)
 		plan := fmt.Sprintf("%s,seed=%d", harshPlan, time.Now().UnixNano()%1e9)
