@@ -26,7 +26,6 @@ import (
 //	<data>/repository.git/  the house repository, when --repository is unset (closed by localproc)
 //	<data>/workers/         the workers' harness state and logs (mode 700, package localproc)
 //	<data>/workspaces/      the worktrees (mode 711, package localproc)
-//	<data>/snapshots/       the worktrees' snapshots (mode 700, made by the harnesses: docs/snapshots.md)
 const PrivateDir = "private"
 
 // privateFiles are the files of <data>/private that earlier versions kept

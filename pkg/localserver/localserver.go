@@ -200,11 +200,6 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 			rtOpts = append(rtOpts, localproc.WithEnv(u.env, u.v))
 		}
 	}
-	// Each harness keeps its worktree's snapshot in the data folder
-	// (docs/snapshots.md): the path a worktree on a task's own disk takes
-	// on AWS runs here too, though a worktree on this disk is restored
-	// from its own files.
-	rtOpts = append(rtOpts, localproc.WithEnv(contract.EnvSnapshotDir, filepath.Join(data, "snapshots")))
 	if o.EgressAllow != "" {
 		rtOpts = append(rtOpts, localproc.WithEnv(contract.EnvEgressAllow, o.EgressAllow))
 	}
