@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -460,14 +461,7 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := map[string]string{}
-			for k, v := range base {
-				env[k] = v
-			}
-			for k, v := range tt.set {
-				env[k] = v
-			}
-			cfg, err := harness.ConfigFromEnv(func(k string) string { return env[k] })
+			cfg, err := configFromEnvWith(base, tt.set)
 			if tt.ok != (err == nil) {
 				t.Fatalf("err = %v, want ok=%v", err, tt.ok)
 			}
@@ -661,14 +655,7 @@ func TestConfigSecrets(t *testing.T) {
 		{"OPENAI_API_KEY last", map[string]string{"OPENAI_API_KEY": oai, "GALLEY_GIT_CREDENTIAL": cred, "GALLEY_GIT_USERNAME": "bot"}, "", oai, cred, "bot"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := map[string]string{}
-			for k, v := range base {
-				env[k] = v
-			}
-			for k, v := range tc.set {
-				env[k] = v
-			}
-			cfg, err := harness.ConfigFromEnv(func(k string) string { return env[k] })
+			cfg, err := configFromEnvWith(base, tc.set)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -719,4 +706,12 @@ func TestUnsetSecretEnv(t *testing.T) {
 	if os.Getenv("GALLEY_WORKSPACE") != "/ws" {
 		t.Error("a variable that is no secret was removed")
 	}
+}
+
+// configFromEnvWith is harness.ConfigFromEnv of base with set's variables
+// put over it.
+func configFromEnvWith(base, set map[string]string) (harness.Config, error) {
+	env := maps.Clone(base)
+	maps.Copy(env, set)
+	return harness.ConfigFromEnv(func(k string) string { return env[k] })
 }

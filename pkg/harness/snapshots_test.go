@@ -307,14 +307,7 @@ func TestSnapshotStoreFromEnv(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := map[string]string{}
-			for k, v := range base {
-				env[k] = v
-			}
-			for k, v := range tt.set {
-				env[k] = v
-			}
-			cfg, err := harness.ConfigFromEnv(func(k string) string { return env[k] })
+			cfg, err := configFromEnvWith(base, tt.set)
 			if tt.ok != (err == nil) {
 				t.Fatalf("err = %v, want ok=%v", err, tt.ok)
 			}
