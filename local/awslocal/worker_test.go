@@ -79,6 +79,7 @@ func (k *kitchn) next(what string, match func(protocol.MailMessage) bool) protoc
 	if patience == 0 {
 		patience = 90 * time.Second
 	}
+	var passed []string // what was read meanwhile, for the failure's message
 	for deadline := time.Now().Add(patience); time.Now().Before(deadline); {
 		for len(k.pending) > 0 {
 			r := k.pending[0]
@@ -86,6 +87,7 @@ func (k *kitchn) next(what string, match func(protocol.MailMessage) bool) protoc
 			if match(r) {
 				return r
 			}
+			passed = append(passed, fmt.Sprintf("%s %.60q", r.Kind, r.Body))
 			if r.Kind == protocol.MsgWorkerDone && !strings.Contains(what, "worker-done") {
 				k.t.Fatalf("waiting for %s, the worker ended: %+v", what, r)
 			}
@@ -99,7 +101,7 @@ func (k *kitchn) next(what string, match func(protocol.MailMessage) bool) protoc
 		kitchnCall(k.t, k.s, k.token, contract.RouteAcknowledge, fmt.Sprintf(`{"run":%q,"coordinator":"c1","delivery":%q}`, k.run, a.Delivery.ID), &ack)
 		k.pending = append(k.pending, a.Delivery.Messages...)
 	}
-	k.t.Fatalf("no %s in the mailbox", what)
+	k.t.Fatalf("no %s in the mailbox within %s; passed over meanwhile: %v", what, patience, passed)
 	return protocol.MailMessage{}
 }
 

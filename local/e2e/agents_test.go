@@ -142,6 +142,7 @@ type mailbox struct {
 func (m *mailbox) next(t *testing.T, what string, match func(mailRow) bool) mailRow {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
+	var passed []string // what was read meanwhile, for the failure's message
 	for time.Now().Before(deadline) {
 		for len(m.pending) > 0 {
 			r := m.pending[0]
@@ -149,6 +150,7 @@ func (m *mailbox) next(t *testing.T, what string, match func(mailRow) bool) mail
 			if match(r) {
 				return r
 			}
+			passed = append(passed, fmt.Sprintf("%s %.60q", r.Kind, r.Body))
 			if r.Kind == protocol.MsgWorkerDone && !strings.Contains(what, "worker-done") {
 				t.Fatalf("waiting for %s, the worker ended: %+v", what, r)
 			}
@@ -164,7 +166,7 @@ func (m *mailbox) next(t *testing.T, what string, match func(mailRow) bool) mail
 		m.s.kitchn(t, contract.RouteAcknowledge, fmt.Sprintf(`{"run":%q,"coordinator":"c1","delivery":%q}`, m.run, a.Delivery.ID))
 		m.pending = append(m.pending, a.Delivery.Messages...)
 	}
-	t.Fatalf("no %s in the mailbox", what)
+	t.Fatalf("no %s in the mailbox within 60s; passed over meanwhile: %v", what, passed)
 	return mailRow{}
 }
 

@@ -292,7 +292,7 @@ func (r *runner) attack(ctx context.Context, a Attack) (bool, string) {
 // may have closed the connection it was kept on), for up to three tries.
 func (r *runner) askUntilAnswered(ctx context.Context, args string) {
 	for range 3 {
-		r.callPatiently(ctx, "ask_coordinator", args)
+		r.callWhile(ctx, "ask_coordinator", args, false)
 		if ctx.Err() != nil || !r.lastFailed {
 			return
 		}

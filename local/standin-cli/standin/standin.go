@@ -429,11 +429,23 @@ func (r *runner) search() {
 
 // callPatiently calls a tool again while galley answers "post again"
 // (the worker's budget of unread rows is full until the coordinator
-// reads), every 250 ms for up to a minute, as a model would.
+// reads) or the call itself failed (no answer from the harness), every
+// 250 ms for up to a minute, as a model would.
 func (r *runner) callPatiently(ctx context.Context, name, args string) {
+	r.callWhile(ctx, name, args, true)
+}
+
+// callWhile is callPatiently, again on a failed call only if
+// againOnFailure. A failed call is written to stderr, which the harness
+// logs, so that a lost post leaves a trace.
+func (r *runner) callWhile(ctx context.Context, name, args string, againOnFailure bool) {
 	for range 240 {
 		r.callTool(ctx, name, args)
-		if !strings.Contains(r.last, "post again") || ctx.Err() != nil {
+		if r.lastFailed {
+			fmt.Fprintf(r.errw, "standin: %s failed: %s\n", name, r.last)
+		}
+		again := strings.Contains(r.last, "post again") || (againOnFailure && r.lastFailed)
+		if !again || ctx.Err() != nil {
 			return
 		}
 		time.Sleep(250 * time.Millisecond)
