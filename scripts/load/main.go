@@ -86,6 +86,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		messages  = fs.Int("messages", 2, "messages sent to each worker (takeover)")
 		lease     = fs.Duration("lease", 30*time.Second, "the server's effect claim lease (galley serve keeps pkg/service's 30 s): every key must be definite two leases after the last fault (takeover)")
 		patience  = fs.Duration("patience", 250*time.Millisecond, "how long the main phase retries an effect before leaving it uncertain (takeover)")
+		untilApp  = fs.Duration("until-applied", 0, "go on with the main phase past --duration, up to this long in all, until a launch, a reply and a message were applied (takeover; 0: end at --duration)")
 		questionW = fs.Duration("question-wait", 5*time.Second, "how long a coordinator waits for its worker's question before it launches the next (takeover)")
 		keysOut   = fs.String("keys", "", "write how every key ended as JSON to this file (takeover)")
 	)
@@ -192,7 +193,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		srv := &drive.GalleyServer{Bin: *galleyBin, Listen: *listen, Data: *data, Args: strings.Fields(*serveArgs)}
-		res, err := drive.RunTakeover(ctx, drive.TakeoverConfig{Target: target, Server: srv, Duration: *duration, KillWindow: *killsIn, Kills: *kills,
+		res, err := drive.RunTakeover(ctx, drive.TakeoverConfig{Target: target, Server: srv, Duration: *duration, UntilApplied: *untilApp, KillWindow: *killsIn, Kills: *kills,
 			Coordinators: *houses, Messages: *messages, Lease: *lease, Patience: *patience, QuestionWait: *questionW, Seed: *seed, Log: log})
 		if err != nil {
 			fmt.Fprintf(stderr, "load: %v\n", err)
@@ -308,8 +309,8 @@ func printMixed(w io.Writer, r *drive.Mixed) {
 
 func printTakeover(w io.Writer, r *drive.Takeover) {
 	c := r.Config
-	fmt.Fprintf(w, "takeover: %d coordinators, %d messages a worker, main phase %s, %d kills; whole run %s; %d calls\n",
-		c.Coordinators, c.Messages, c.Duration, r.Kills, r.End.Sub(r.Start).Round(time.Millisecond), r.Calls)
+	fmt.Fprintf(w, "takeover: %d coordinators, %d messages a worker, main phase %s (asked %s), %d kills; whole run %s; %d calls\n",
+		c.Coordinators, c.Messages, r.MainPhase, c.Duration, r.Kills, r.End.Sub(r.Start).Round(time.Millisecond), r.Calls)
 	for _, f := range r.AWSFaults {
 		fmt.Fprintf(w, "  %s\n", f)
 	}

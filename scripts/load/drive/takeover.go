@@ -43,6 +43,11 @@ type TakeoverConfig struct {
 	Duration   time.Duration
 	KillWindow time.Duration
 	Kills      int
+	// UntilApplied goes on with the main phase past Duration, up to this
+	// long in all, until a launch, a reply and a message were applied in
+	// it: a busy machine starts workers slowly, and a phase that applied
+	// only launches proves little. Zero ends the phase at Duration.
+	UntilApplied time.Duration
 	// Coordinators each drive workers one after another; Messages is how
 	// many messages each worker is sent.
 	Coordinators int
@@ -70,6 +75,7 @@ func (c *TakeoverConfig) defaults() {
 	if c.Duration <= 0 {
 		c.Duration = 30 * time.Second
 	}
+	c.UntilApplied = max(c.UntilApplied, c.Duration)
 	if c.KillWindow <= 0 || c.KillWindow > c.Duration {
 		c.KillWindow = c.Duration
 	}
@@ -126,6 +132,9 @@ type Takeover struct {
 	Start     time.Time
 	LastFault time.Time
 	End       time.Time
+	// MainPhase is how long the main phase ran (past Duration when
+	// UntilApplied extended it).
+	MainPhase time.Duration
 	Kills     int
 	// AWSFaults are the fault counts the server printed at a graceful
 	// stop (the incarnation under faults that ended the main phase), and
@@ -183,6 +192,16 @@ type takeover struct {
 	ws   []*tworker
 	errs []string
 	note []string
+	// applied counts the effects the main phase saw applied, by kind.
+	applied map[string]int
+}
+
+// enoughApplied says whether the main phase has applied a launch, a reply
+// and a message: each path through the server was taken at least once.
+func (t *takeover) enoughApplied() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.applied["launch"] > 0 && t.applied["reply"] > 0 && t.applied["message"] > 0
 }
 
 func (t *takeover) fail(format string, args ...any) {
@@ -234,7 +253,7 @@ func RunTakeover(ctx context.Context, cfg TakeoverConfig) (*Takeover, error) {
 		return nil, err
 	}
 	c.c.Timeout = 5 * time.Second
-	t := &takeover{cfg: cfg, c: c, stop: make(chan struct{})}
+	t := &takeover{cfg: cfg, c: c, stop: make(chan struct{}), applied: map[string]int{}}
 	res := &Takeover{Config: cfg, Start: time.Now(), Counts: map[string]int{}}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x7a4e))
 
@@ -273,6 +292,13 @@ func RunTakeover(ctx context.Context, cfg TakeoverConfig) (*Takeover, error) {
 		}
 	}
 	sleep(ctx, time.Until(res.Start.Add(cfg.Duration)))
+	if !t.enoughApplied() && cfg.UntilApplied > cfg.Duration {
+		c.logf("main phase: too little applied after %s; going on until a launch, a reply and a message are, for up to %s in all", cfg.Duration, cfg.UntilApplied)
+		for !t.enoughApplied() && time.Now().Before(res.Start.Add(cfg.UntilApplied)) && ctx.Err() == nil {
+			sleep(ctx, 250*time.Millisecond)
+		}
+	}
+	res.MainPhase = time.Since(res.Start).Round(time.Millisecond)
 	close(t.stop)
 	wg.Wait()
 	if restartErr != nil {
@@ -392,6 +418,11 @@ func (co *tcoord) send(ctx context.Context, k *tkey) {
 		return
 	}
 	k.done, k.out = true, out
+	if out.applied {
+		t.mu.Lock()
+		t.applied[k.effect]++
+		t.mu.Unlock()
+	}
 }
 
 func (co *tcoord) effect(ctx context.Context, what string, w *tworker, eff protocol.WorkerEffect) *tkey {
