@@ -456,10 +456,9 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 		{contract.FnWorkerAPI, join(logs, dynamoWrite, ring, secret, []string{"sts:AssumeRole"})},
 		// The sweep of idle doorbell queues: exactly these three; and
 		// what the on-failure destination needs of its queue.
-		// And it starts a worktree's cleanup task again (RunTask, its
-		// tags, the roles it passes).
+		// It starts no task (worktrees leave no cleanup task behind).
 		{contract.FnReconciler, join(logs, dynamoWrite, ring, failures, []string{"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks",
-			"sqs:ListQueues", "sqs:ListQueueTags", "sqs:DeleteQueue", "ecs:RunTask", "ecs:TagResource", "iam:PassRole"})},
+			"sqs:ListQueues", "sqs:ListQueueTags", "sqs:DeleteQueue"})},
 		// It long polls a worker's event doorbell, and a cancel rings the
 		// coordinator's and stops the worker's task; it starts none.
 		{contract.FnOperator, join(logs, dynamoWrite, listen, ring, secret, []string{"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks"})},

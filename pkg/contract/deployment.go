@@ -25,11 +25,19 @@ const (
 	// WorkerContainer is the worker task definition's only container,
 	// the one RunTask's overrides name.
 	WorkerContainer = "worker"
-	// WorkspaceMount is where the workspaces file system (EFS) is mounted
-	// in the worker container (EnvWorkspaceRoot).
+	// WorkspaceMount is where a shared workspaces file system is mounted
+	// in the worker container (EnvWorkspaceRoot), for a deployment that
+	// keeps worktrees on one; the stack's keep theirs on the task's own
+	// storage (DefaultWorkspace).
 	WorkspaceMount = "/mnt/workspaces"
-	// DefaultWorkspace is a worker's workspace when none is shared.
+	// DefaultWorkspace is the folder of a worker's worktree when none is
+	// shared: on ECS the task's own (ephemeral) storage, each worktree a
+	// folder below it, kept across tasks by its snapshot.
 	DefaultWorkspace = "/workspace"
+	// GitCacheMount is where the stack mounts the git object cache's file
+	// system (EFS) in the worker container: the folder EnvGitCache names,
+	// one cache shared by every worker task of the house.
+	GitCacheMount = "/mnt/git-cache"
 	// AgentNetworkTask is EnvAgentNetwork on Fargate: the platform
 	// confines the task's network (isolated subnets, the security group),
 	// so the harness makes no namespace.
