@@ -94,6 +94,8 @@ func (g *Galley) addFunctions() {
 			fenv[contract.EnvGitUsername] = jsii.String(cfg.GitUsername)
 		}
 		if name == contract.FnEffects {
+			// A worktree's release deletes its snapshot.
+			fenv[contract.EnvSnapshotBucket] = g.Snapshots.BucketName()
 			if cfg.ScriptAgent {
 				fenv[contract.EnvDefaultAgent] = jsii.String("script")
 			}

@@ -87,6 +87,11 @@ func (g *Galley) grantFunctions() {
 	stmt(effects, "ReadGitCredential", []string{"secretsmanager:GetSecretValue"},
 		[]*string{g.ProviderSecrets[SecretGit].SecretArn()}, nil)
 	stmt(effects, "ReadWorkerSigningKey", []string{"secretsmanager:GetSecretValue"}, workerKey, nil)
+	// A worktree's release deletes its snapshot (service.WithSnapshots),
+	// below the house's prefix only; S3 answers a missing key's delete
+	// with success, so no list right is needed.
+	stmt(effects, "DeleteReleasedWorktreesSnapshots", []string{"s3:DeleteObject"},
+		[]*string{g.Snapshots.ArnForObjects(jsii.String(g.Config.House + "/*"))}, nil)
 
 	reads := g.Roles[contract.FnReads]
 	g.Table.GrantReadData(reads)

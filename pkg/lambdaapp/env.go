@@ -119,6 +119,13 @@ type Config struct {
 	// system's mount in the worker container, which the ECS runtime keeps
 	// workspaces under and removes them from with a cleanup task.
 	SharedWorkspaceRoot string
+	// SnapshotBucket is GALLEY_SNAPSHOT_BUCKET, the worktrees' snapshots'
+	// bucket (the worker task's too): the effects function deletes a
+	// worktree's snapshot there when it releases the worktree. S3PathStyle
+	// addresses it by path, for an endpoint of its own
+	// (AWS_ENDPOINT_URL_S3: aws-local's stand-in).
+	SnapshotBucket string
+	S3PathStyle    bool
 
 	AwaitCap     time.Duration
 	MaxWorkers   int
@@ -156,6 +163,8 @@ func ConfigFromEnv(fn Function, getenv func(string) string) (Config, error) {
 		GitUsername:            getenv(contract.EnvGitUsername),
 		WorkspaceRoot:          getenv(contract.EnvWorkspace),
 		SharedWorkspaceRoot:    getenv(contract.EnvWorkspaceRoot),
+		SnapshotBucket:         getenv(contract.EnvSnapshotBucket),
+		S3PathStyle:            getenv("AWS_ENDPOINT_URL_S3") != "" || getenv("AWS_ENDPOINT_URL") != "",
 		Families:               list(getenv(contract.EnvAgentFamilies)),
 		DefaultAgent:           getenv(contract.EnvDefaultAgent),
 		LogLevel:               getenv(contract.EnvLogLevel),

@@ -182,3 +182,20 @@ func (s *Service) retryRemoval(ctx context.Context, r store.Resource) (bool, err
 		res.CleanupRef, res.CleanupTries = ref, tries
 	})
 }
+
+// removeSnapshot deletes a released worktree's snapshot, once the release
+// is recorded (a release that fails before keeps it). A failure is logged
+// and fails nothing: the worktree is released, its pushed commits are on
+// its branch, and the store's own expiry (the bucket's lifecycle rule on
+// AWS) removes what is left.
+func (s *Service) removeSnapshot(ctx context.Context, worktree string) {
+	if s.snapshots == nil {
+		return
+	}
+	if err := s.snapshots.RemoveSnapshot(ctx, worktree); err != nil {
+		s.log.Warn("the released worktree's snapshot could not be deleted: it stays until the store expires it",
+			"worktree", worktree, "err", err)
+		return
+	}
+	s.log.Info("the released worktree's snapshot deleted", "worktree", worktree)
+}

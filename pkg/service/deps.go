@@ -72,6 +72,17 @@ type WorkspaceRemover interface {
 	WorkspaceRemoval(ctx context.Context, ref string) (Removal, error)
 }
 
+// WorktreeSnapshots removes a worktree's snapshot (docs/snapshots.md: what
+// a worker's harness saves at its end so that a later launch that reuses
+// the worktree, on another machine, gets its files back) when the
+// worktree is released: snapshot.Worktrees over the store the harnesses
+// save to.
+type WorktreeSnapshots interface {
+	// RemoveSnapshot deletes the worktree's snapshot; a worktree without
+	// one is no error.
+	RemoveSnapshot(ctx context.Context, worktree string) error
+}
+
 // Removal is how a workspace removal stands.
 type Removal int
 

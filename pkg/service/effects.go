@@ -291,6 +291,7 @@ func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffe
 		if err := s.markReleasedOwing(ctx, r.Kind, r.Handle, ref); err != nil {
 			return nil, err
 		}
+		s.removeSnapshot(ctx, r.Handle)
 		return s.touchedReceipt(c, s.resource(r.Kind, r.Handle))
 	case protocol.KindBranch:
 		if err := s.git.DeleteBranch(ctx, r.Handle); err != nil {
