@@ -37,7 +37,7 @@ func TestWorktreeSnapshotAWSLocal(t *testing.T) {
 
 	first := "#!galley-script\ncommit tracked.txt committed\nwrite tracked.txt changed, not committed\n" +
 		"write notes/untracked.txt never committed\nstatus written\nwait-message\n"
-	worker, wt := launchSnapshotScript(t, k, "k-snap-1", `{"type":"isolated"}`, first)
+	worker, wt := launchSnapshotScript(t, k, "k-snap-1", `{"type":"isolated"},"branch":"snap/run-snapshot"`, first)
 	if wt == "" {
 		t.Fatal("the first launch created no worktree")
 	}
@@ -90,8 +90,9 @@ func TestWorktreeSnapshotAWSLocal(t *testing.T) {
 	}
 }
 
-// launchSnapshotScript launches a scripted worker (the stack's default agent) in
-// workspace and answers its handle and its worktree's.
+// launchSnapshotScript launches a scripted worker (the stack's default
+// agent) in workspace (with the launch's other members after it, such as
+// its branch) and answers its handle and its worktree's.
 func launchSnapshotScript(t *testing.T, k *kitchn, key, workspace, brief string) (worker, worktree string) {
 	t.Helper()
 	st, rc := k.effect(key, fmt.Sprintf(`{"type":"launch-worker","role":"station-cook","workspace":%s,"brief":%q}`, workspace, brief))
