@@ -189,26 +189,16 @@ func TestGitCacheVolumeAndMount(t *testing.T) {
 		e := e.(map[string]any)
 		env[e["Name"].(string)] = e["Value"]
 	}
-	// The cache is the mount; the worktrees are on the task's own storage,
-	// below no workspace root, so the harness keeps their snapshots.
+	// The cache is the mount; the worktrees are on the task's own
+	// storage, and the harness keeps their snapshots.
 	if env[contract.EnvGitCache] != contract.GitCacheMount {
 		t.Errorf("container %s = %v, want %s", contract.EnvGitCache, env[contract.EnvGitCache], contract.GitCacheMount)
 	}
 	if env[contract.EnvWorkspace] != contract.DefaultWorkspace {
 		t.Errorf("container %s = %v, want %s", contract.EnvWorkspace, env[contract.EnvWorkspace], contract.DefaultWorkspace)
 	}
-	if v, ok := env[contract.EnvWorkspaceRoot]; ok {
-		t.Errorf("container %s = %v: worktrees are on the task's own storage, below no shared root", contract.EnvWorkspaceRoot, v)
-	}
 	if td["EphemeralStorage"] == nil || !jsonEq(td["EphemeralStorage"], map[string]any{"SizeInGiB": float64(stack.DefaultWorkerEphemeralStorageGiB)}) {
 		t.Errorf("ephemeral storage %v, want %d GiB", td["EphemeralStorage"], stack.DefaultWorkerEphemeralStorageGiB)
-	}
-	// No function makes worktrees on a shared file system.
-	for _, fn := range contract.FunctionNames {
-		env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[fn])])["Environment"].(map[string]any)["Variables"].(map[string]any)
-		if v, ok := env[contract.EnvWorkspaceRoot]; ok {
-			t.Errorf("%s %s = %v, want unset", fn, contract.EnvWorkspaceRoot, v)
-		}
 	}
 }
 

@@ -175,7 +175,6 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 				Cluster: cfg.Cluster, TaskDefinition: cfg.TaskDefinition, Container: cfg.WorkerContainer,
 				Subnets: cfg.Subnets, SecurityGroups: cfg.SecurityGroups, AssignPublicIP: cfg.AssignPublicIP,
 				Endpoint: cfg.WorkerEndpoint, Repository: cfg.Repository, House: cfg.House,
-				WorkspaceRoot: cfg.SharedWorkspaceRoot,
 			}, ecsrt.WithLogger(d.Log),
 				// Every function finds a worker's task by its record, where
 				// ListTasks lags behind the launch (docs/runtime-ecs.md).
