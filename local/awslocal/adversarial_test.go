@@ -6,12 +6,15 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,8 +27,12 @@ import (
 	"github.com/galley-run/galley/local/standin-cli/standin"
 	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/egress"
+	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/lambdaapp"
+	"github.com/galley-run/galley/pkg/snapshot"
+	"github.com/galley-run/galley/pkg/store"
+	"github.com/galley-run/galley/pkg/workerapi"
 )
 
 // openParents lets other users traverse the folders above dir (t.TempDir's
@@ -106,6 +113,14 @@ type stackAdversary struct {
 	stackPorts     map[uint64]bool
 	fdsBefore      int
 	socketsBefore  int
+	attackerTask   string // the attacker's task's id
+
+	// What Released checks is gone once the reuse's task ended and the
+	// worktree was released: its task's storage, its container's record
+	// in podman's storage, the worktree's snapshot.
+	reuseLayer, reuseRecord string // on the host
+	snapshotBucket          string
+	snapshotKey             string
 }
 
 // startAdversarialStack deploys the stack for the scenario. The template's
@@ -381,6 +396,7 @@ func (h *stackHouse) Ended(t *testing.T, worker string) {
 
 func (h *stackHouse) AfterAttacks(t *testing.T, v shapetest.Victim, attacker string) {
 	s, a := h.s, h.adv
+	a.attackerTask = workerTask(t, s, attacker).ID
 	ctx := t.Context()
 	// Out of the agent's reach, the victim's credential is still refused
 	// to anyone without its harness's key: presented from this machine
@@ -456,6 +472,84 @@ func (h *stackHouse) AfterAttacks(t *testing.T, v shapetest.Victim, attacker str
 		victimHead := shapetest.RevParse(s.Repository(), "refs/heads/"+shapetest.VictimBranch)
 		if b, err := os.ReadFile(h.onHost(t, a.tg.GitCacheFile)); err != nil || strings.TrimSpace(string(b)) != victimHead {
 			t.Errorf("the mirror's %s is %q (%v), want the victim's head %s: read-git-cache aimed at nothing", a.tg.GitCacheFile, b, err, victimHead)
+		}
+	})
+}
+
+// Reusing: the reuse runs in a task of its own, on a fresh clone in that
+// task's storage with the worktree's snapshot restored over it (never a
+// .git: a snapshot leaves it out, and a restore refuses one), which the
+// scenario's checks read through ECS().HostPath. Shown here: the task is
+// not the attacker's, and its harness restored the snapshot, so those
+// checks read what the attacker's worktree became; the task's storage
+// holds the worktree (in its container's writable layer), and the
+// container's record and the snapshot are there, so that Released's
+// checks of their removal mean something.
+func (h *stackHouse) Reusing(t *testing.T, worker, wt string) {
+	s, a := h.s, h.adv
+	task := workerTask(t, s, worker)
+	t.Run("the reuse restored the snapshot in a task of its own", func(t *testing.T) {
+		if task.ID == a.attackerTask {
+			t.Errorf("the reuse runs in the attacker's task %s", task.ID)
+		}
+		restored := slices.ContainsFunc(shapetest.Events(t, h, worker), func(e store.Event) bool {
+			return e.Kind == eventlog.KindHarness && e.Fields["event"] == workerapi.EventWorkspace &&
+				e.Fields["worktree"] == wt && e.Text == "worktree restored from its snapshot"
+		})
+		if !restored {
+			t.Error("the reuse's event log does not say its worktree was restored from its snapshot")
+		}
+	})
+	// The task's storage is its container's writable layer, below the
+	// folder that overlay's merged view (HostPath's root) is in.
+	root := s.ECS().HostPath(task.ID, "/")
+	if root == "" {
+		t.Fatalf("the ECS stand-in knows no storage of the reuse's task %s", task.ID)
+	}
+	a.reuseLayer = filepath.Dir(root)
+	if _, err := os.Stat(filepath.Join(a.reuseLayer, "diff", task.Env[harness.EnvWorkspace], ".git", "HEAD")); err != nil {
+		t.Fatalf("the reused worktree is not in its container's writable layer %s, so its removal would prove nothing: %v", a.reuseLayer, err)
+	}
+	cfg, err := s.ECS().ContainerConfig(task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.reuseRecord = filepath.Dir(cfg)
+	fx := s.FunctionEnv(lambdaapp.Effects)
+	a.snapshotBucket, a.snapshotKey = fx[contract.EnvSnapshotBucket], snapshot.WorktreeKey(fx[contract.EnvHouse], wt)
+	if _, ok, err := s.S3().Object(a.snapshotBucket, a.snapshotKey); err != nil || !ok {
+		t.Fatalf("no snapshot %s in bucket %q while the worktree is in use (%v): its deletion would prove nothing", a.snapshotKey, a.snapshotBucket, err)
+	}
+}
+
+// Released: what the stack guarantees of a released worktree. Its last
+// task's storage went with the task (the container removed: its writable
+// layer and podman's record of it are gone from the host), and the
+// release deleted its snapshot from the bucket, so no later task can
+// restore it.
+func (h *stackHouse) Released(t *testing.T, worker, wt, workspace string) {
+	a := h.adv
+	t.Run("the last task's storage went with its task", func(t *testing.T) {
+		var left []string
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			left = left[:0]
+			for _, p := range []string{a.reuseLayer, a.reuseRecord, workspace} {
+				if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+					left = append(left, p)
+				}
+			}
+			if len(left) == 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if len(left) > 0 {
+			t.Errorf("the stopped task's storage is still on the host (its container not removed): %v", left)
+		}
+	})
+	t.Run("the released worktree's snapshot deleted", func(t *testing.T) {
+		_, ok, err := h.s.S3().Object(a.snapshotBucket, a.snapshotKey)
+		if err != nil || ok {
+			t.Errorf("the released worktree's snapshot %s is still in the bucket (%v)", a.snapshotKey, err)
 		}
 	})
 }
