@@ -6,9 +6,7 @@
 // of an agent (harness.RunAgentExec); with the agent-session subcommand,
 // the session supervisor that the claude and codex drivers start; with
 // egress-proxy, the egress proxy service of the AWS stack (egress.RunService,
-// configured from the environment); with remove-workspace <path>, deletes
-// one workspace on the shared file system (the cleanup task package ecsrt
-// starts when a worktree is released).
+// configured from the environment).
 package main
 
 import (
@@ -17,17 +15,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/galley-run/galley/pkg/agents"
-	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/egress"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/scriptagent"
-	"github.com/galley-run/galley/pkg/workspace"
 )
 
 func main() {
@@ -99,52 +93,9 @@ func run(ctx context.Context, args []string) int {
 			return 1
 		}
 		return 0
-	case len(args) == 2 && args[0] == contract.CleanupCommand:
-		root := os.Getenv(contract.EnvWorkspaceRoot)
-		if root == "" {
-			root = contract.WorkspaceMount
-		}
-		if err := removeWorkspace(root, args[1]); err != nil {
-			fmt.Fprintln(os.Stderr, contract.CleanupCommand+":", err)
-			if galleyerr.Is(galleyerr.Invalid, err) {
-				return 2
-			}
-			return 1
-		}
-		return 0
 	default:
-		fmt.Fprintf(os.Stderr, "usage: galley-worker [%s | %s | %s | %s <path>]\n",
-			harness.ScriptAgentCommand, agents.SessionCommand, egress.ServiceCommand, contract.CleanupCommand)
+		fmt.Fprintf(os.Stderr, "usage: galley-worker [%s | %s | %s]\n",
+			harness.ScriptAgentCommand, agents.SessionCommand, egress.ServiceCommand)
 		return 2
 	}
-}
-
-// removeWorkspace deletes dir with workspace.Remove, only if it lies
-// strictly below root once links are followed: the command line comes from
-// a RunTask override, and a wrong path must not reach other files.
-func removeWorkspace(root, dir string) error {
-	if !filepath.IsAbs(root) || !filepath.IsAbs(dir) {
-		return galleyerr.Errorf(galleyerr.Invalid, "the workspace root and path must be absolute")
-	}
-	realRoot, err := filepath.EvalSymlinks(root)
-	if err != nil {
-		return galleyerr.E(galleyerr.Unavailable, "the workspace root is not mounted", err)
-	}
-	rel, err := filepath.Rel(filepath.Clean(root), filepath.Clean(dir))
-	if err != nil || rel == "." || !filepath.IsLocal(rel) || strings.Contains(dir, "/../") || strings.HasSuffix(dir, "/..") {
-		return galleyerr.Errorf(galleyerr.Invalid, "%s is not below the workspace root %s", dir, root)
-	}
-	// The parent must resolve inside the root; the last element may be a
-	// link, which Remove deletes as a link.
-	parent, err := filepath.EvalSymlinks(filepath.Dir(filepath.Join(realRoot, rel)))
-	if err != nil {
-		if os.IsNotExist(err) {
-			return nil // nothing to remove
-		}
-		return galleyerr.E(galleyerr.Other, "resolve the workspace's folder", err)
-	}
-	if parent != realRoot && !strings.HasPrefix(parent, realRoot+string(filepath.Separator)) {
-		return galleyerr.Errorf(galleyerr.Invalid, "%s leads outside the workspace root %s", dir, root)
-	}
-	return workspace.Remove(filepath.Join(parent, filepath.Base(rel)))
 }

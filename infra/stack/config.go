@@ -26,8 +26,12 @@ type Config struct {
 	AgentFamilies []string `json:"agentFamilies"` // allowed agent families
 	WorkerCPU     int      `json:"workerCpu"`     // Fargate CPU units per worker
 	WorkerMemory  int      `json:"workerMemory"`  // Fargate memory (MiB) per worker
-	MaxWorkers    int      `json:"maxWorkers"`    // concurrent workers; beyond: rate-limited
-	AwaitCapMs    int      `json:"awaitCapMs"`    // deliveries/await hold cap
+	// WorkerEphemeralStorageGiB is a worker task's own disk (Fargate's
+	// ephemeral storage, 21 to 200 GiB), which holds the image, the
+	// worktree and the agent's home and temporary files.
+	WorkerEphemeralStorageGiB int `json:"workerEphemeralStorageGiB"`
+	MaxWorkers                int `json:"maxWorkers"` // concurrent workers; beyond: rate-limited
+	AwaitCapMs                int `json:"awaitCapMs"` // deliveries/await hold cap
 	// QueueIdleHours: the reconciler's sweep (at most hourly) deletes
 	// doorbell queues unused for longer.
 	QueueIdleHours int `json:"queueIdleHours"`
@@ -116,6 +120,7 @@ func Defaults() Config {
 		AgentFamilies:              []string{"claude", "codex"},
 		WorkerCPU:                  1024,
 		WorkerMemory:               4096,
+		WorkerEphemeralStorageGiB:  DefaultWorkerEphemeralStorageGiB,
 		MaxWorkers:                 10,
 		AwaitCapMs:                 int(contract.AwaitCap / time.Millisecond),
 		QueueIdleHours:             24,
@@ -231,6 +236,7 @@ func FromContext(get Context) (Config, error) {
 	}
 	num("workerCpu", &c.WorkerCPU)
 	num("workerMemory", &c.WorkerMemory)
+	num("workerEphemeralStorageGiB", &c.WorkerEphemeralStorageGiB)
 	num("maxWorkers", &c.MaxWorkers)
 	num("awaitCapMs", &c.AwaitCapMs)
 	num("queueIdleHours", &c.QueueIdleHours)

@@ -56,6 +56,13 @@ func TestFromContext(t *testing.T) {
 		{name: "fargate size", ctx: map[string]any{"workerCpu": 1024, "workerMemory": 1024}, wantErr: "workerMemory"},
 		{name: "smallest fargate", ctx: map[string]any{"workerCpu": 256, "workerMemory": 1536}, wantErr: "workerMemory"},
 		{name: "cpu", ctx: map[string]any{"workerCpu": 3000}, wantErr: "workerCpu"},
+		{name: "disk below fargate's", ctx: map[string]any{"workerEphemeralStorageGiB": 20}, wantErr: "workerEphemeralStorageGiB"},
+		{name: "disk above fargate's", ctx: map[string]any{"workerEphemeralStorageGiB": "201"}, wantErr: "workerEphemeralStorageGiB"},
+		{name: "disk", ctx: map[string]any{"workerEphemeralStorageGiB": "64"}, check: func(t *testing.T, c stack.Config) {
+			if c.WorkerEphemeralStorageGiB != 64 {
+				t.Errorf("workerEphemeralStorageGiB = %d, want 64", c.WorkerEphemeralStorageGiB)
+			}
+		}},
 		{name: "family", ctx: map[string]any{"agentFamilies": "claude,gpt"}, wantErr: `"gpt"`},
 		{name: "script is local only", ctx: map[string]any{"agentFamilies": "script"}, wantErr: `"script"`},
 		{name: "domain without certificate", ctx: map[string]any{"domainName": "g.example.com"}, wantErr: "both or neither"},

@@ -93,13 +93,9 @@ func (g *Galley) addFunctions() {
 			fenv[contract.EnvSecretGit] = g.ProviderSecrets[SecretGit].SecretArn()
 			fenv[contract.EnvGitUsername] = jsii.String(cfg.GitUsername)
 		}
-		if name == contract.FnEffects || name == contract.FnReconciler {
-			// Launch makes the worker's worktree on the workspaces file
-			// system; release removes it with a cleanup task, which
-			// housekeeping starts again when one failed to start.
-			fenv[contract.EnvWorkspaceRoot] = jsii.String(contract.WorkspaceMount)
-		}
 		if name == contract.FnEffects {
+			// A worktree's release deletes its snapshot.
+			fenv[contract.EnvSnapshotBucket] = g.Snapshots.BucketName()
 			if cfg.ScriptAgent {
 				fenv[contract.EnvDefaultAgent] = jsii.String("script")
 			}

@@ -87,6 +87,11 @@ func (g *Galley) grantFunctions() {
 	stmt(effects, "ReadGitCredential", []string{"secretsmanager:GetSecretValue"},
 		[]*string{g.ProviderSecrets[SecretGit].SecretArn()}, nil)
 	stmt(effects, "ReadWorkerSigningKey", []string{"secretsmanager:GetSecretValue"}, workerKey, nil)
+	// A worktree's release deletes its snapshot (service.WithSnapshots),
+	// below the house's prefix only; S3 answers a missing key's delete
+	// with success, so no list right is needed.
+	stmt(effects, "DeleteReleasedWorktreesSnapshots", []string{"s3:DeleteObject"},
+		[]*string{g.Snapshots.ArnForObjects(jsii.String(g.Config.House + "/*"))}, nil)
 
 	reads := g.Roles[contract.FnReads]
 	g.Table.GrantReadData(reads)
@@ -133,15 +138,8 @@ func (g *Galley) grantFunctions() {
 	// settle those whose task is gone, a lost STOPPED event.
 	stmt(reconciler, "StopAndDescribeWorkerTasks", []string{"ecs:StopTask", "ecs:DescribeTasks"}, tasks, inCluster)
 	listTasks(reconciler)
-	// Housekeeping starts a worktree's cleanup task again when the last
-	// one ended without removing it (service.RetryCleanups): the effects
-	// function's RunTask, on the worker task definition alone.
-	stmt(reconciler, "RunCleanupTasks", []string{"ecs:RunTask"}, []*string{g.TaskDefinition.TaskDefinitionArn()}, inCluster)
-	stmt(reconciler, "TagCleanupTasksOnRun", []string{"ecs:TagResource"}, tasks,
-		map[string]any{"StringEquals": map[string]any{"ecs:CreateAction": "RunTask"}})
-	stmt(reconciler, "PassWorkerRolesToEcsTasks", []string{"iam:PassRole"},
-		[]*string{g.TaskRole.RoleArn(), g.ExecutionRole.RoleArn()},
-		map[string]any{"StringEquals": map[string]any{"iam:PassedToService": "ecs-tasks.amazonaws.com"}})
+	// It starts no task: worktrees live on the tasks' own storage, so a
+	// release leaves no cleanup task for housekeeping to start again.
 
 	// The operator function lists workers and reads their event logs,
 	// long polls a worker's event doorbell (woken by each append), and

@@ -61,6 +61,10 @@ func (g *Galley) addNagSuppressions() {
 		"doorbell queues) supports no resource-level permission either, so AWS requires Resource * too; it only "+
 		"lists queue names, and the sweep's sqs:ListQueueTags and sqs:DeleteQueue stay on this house's queue prefix.",
 		"Resource::*")
+	suppress(g.Roles[contract.FnEffects], "AwsSolutions-IAM5",
+		"Snapshots are named by worktree at run time (snapshot.WorktreeKey: house/worktree/worktree); a release "+
+			"deletes its worktree's, and the pattern confines the effects function to this house's prefix.",
+		regex(g.nagSnapshots()))
 	suppress(g.ExecutionRole, "AwsSolutions-IAM5",
 		"ecr:GetAuthorizationToken supports no resource-level permission (AWS requires Resource *); "+
 			"the image pull itself is scoped to the asset repository.", "Resource::*")

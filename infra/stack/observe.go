@@ -228,6 +228,6 @@ func (g *Galley) addOutputs() {
 	out("ClusterName", "ECS cluster running one task per worker", g.Cluster.ClusterName())
 	out("EgressClusterName", "ECS cluster running the egress proxy", g.EgressCluster.ClusterName())
 	out("EgressServiceName", "the egress proxy's ECS service (a new deployment restarts it: docs/deploy.md, Rotating)", g.EgressService.ServiceName())
-	out("WorkspacesFileSystemId", "EFS file system holding the worktrees (retained on teardown)", g.Workspaces.FileSystemId())
+	out("WorkspacesFileSystemId", "EFS file system of the git object cache, and of the worktrees of a stack deployed before they moved to the tasks' own storage (retained on teardown)", g.Workspaces.FileSystemId())
 	out("DashboardName", "CloudWatch dashboard", g.Dashboard.DashboardName())
 }

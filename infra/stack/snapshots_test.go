@@ -83,9 +83,19 @@ func TestSnapshotsBucket(t *testing.T) {
 	if !jsonEq(env[contract.EnvSnapshotBucket], ref(id)) {
 		t.Errorf("%s = %v, want the bucket's name", contract.EnvSnapshotBucket, env[contract.EnvSnapshotBucket])
 	}
+	// So does the effects function's (a release deletes the worktree's
+	// snapshot), and no other function's.
+	for _, fn := range contract.FunctionNames {
+		fenv := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[fn])])["Environment"].(map[string]any)["Variables"].(map[string]any)
+		v, ok := fenv[contract.EnvSnapshotBucket]
+		if want := fn == contract.FnEffects; ok != want || (want && !jsonEq(v, ref(id))) {
+			t.Errorf("%s: %s = %v (set %v), want the bucket's name on effects alone", fn, contract.EnvSnapshotBucket, v, ok)
+		}
+	}
 
 	// Only the worker task role reaches the bucket, and only its house's
-	// prefix.
+	// prefix; and the effects function, which deletes a released
+	// worktree's snapshot there.
 	arn := getArn(id)
 	houseObjects := map[string]any{"Fn::Join": []any{"", []any{arn, "/" + s.g.Config.House + "/*"}}}
 	wantList := map[string]any{"StringLike": map[string]any{"s3:prefix": s.g.Config.House + "/*"}}
@@ -99,6 +109,10 @@ func TestSnapshotsBucket(t *testing.T) {
 				return strings.Contains(mustJSON(r), `"`+id+`"`)
 			})
 			if !onBucket {
+				continue
+			}
+			if roleID == s.id(s.g.Roles[contract.FnEffects]) && jsonEq(st.Actions, []string{"s3:DeleteObject"}) &&
+				jsonEq(st.Resources, []any{houseObjects}) && st.Conditions == nil {
 				continue
 			}
 			if roleID != s.id(s.g.TaskRole) {

@@ -81,12 +81,13 @@ type Galley struct {
 	// DNSFirewall is the VPC's DNS Firewall rule group (nil with context
 	// dnsFirewall=false).
 	DNSFirewall awsroute53resolver.CfnFirewallRuleGroup
-	// Workspaces is the file system every worktree lives on (mounted at
-	// contract.WorkspaceMount in the worker container, through
-	// WorkspacesAccessPoint only), so a worktree outlives its task.
-	Workspaces            awsefs.FileSystem
-	WorkspacesAccessPoint awsefs.AccessPoint
-	WorkspacesSG          awsec2.SecurityGroup
+	// Workspaces is the file system of the git object cache (mounted at
+	// contract.GitCacheMount in the worker container, through
+	// GitCacheAccessPoint only); its name is its history's (it held the
+	// worktrees). Worktrees live on each task's own storage.
+	Workspaces          awsefs.FileSystem
+	GitCacheAccessPoint awsefs.AccessPoint
+	WorkspacesSG        awsec2.SecurityGroup
 	// Snapshots keeps each worktree's snapshot when worktrees live on the
 	// tasks' own storage (addSnapshots).
 	Snapshots   awss3.Bucket

@@ -448,7 +448,8 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 		actions []string
 	}{
 		{contract.FnEffects, join(logs, dynamoWrite, ring, secret, []string{
-			"ecs:RunTask", "ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks", "ecs:TagResource", "iam:PassRole"})},
+			"ecs:RunTask", "ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks", "ecs:TagResource", "iam:PassRole",
+			"s3:DeleteObject"})},
 		{contract.FnReads, join(logs, dynamoRead, secret, []string{"ecs:DescribeTasks", "ecs:ListTasks"})},
 		{contract.FnMailbox, join(logs, dynamoWrite, listen, secret)},
 		// It makes a worker's queue and grants its harness the wait; it
@@ -456,10 +457,9 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 		{contract.FnWorkerAPI, join(logs, dynamoWrite, ring, secret, []string{"sts:AssumeRole"})},
 		// The sweep of idle doorbell queues: exactly these three; and
 		// what the on-failure destination needs of its queue.
-		// And it starts a worktree's cleanup task again (RunTask, its
-		// tags, the roles it passes).
+		// It starts no task (worktrees leave no cleanup task behind).
 		{contract.FnReconciler, join(logs, dynamoWrite, ring, failures, []string{"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks",
-			"sqs:ListQueues", "sqs:ListQueueTags", "sqs:DeleteQueue", "ecs:RunTask", "ecs:TagResource", "iam:PassRole"})},
+			"sqs:ListQueues", "sqs:ListQueueTags", "sqs:DeleteQueue"})},
 		// It long polls a worker's event doorbell, and a cancel rings the
 		// coordinator's and stops the worker's task; it starts none.
 		{contract.FnOperator, join(logs, dynamoWrite, listen, ring, secret, []string{"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks"})},
@@ -524,6 +524,12 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 					}
 					if !jsonEq(st.Conditions, map[string]any{"StringEquals": map[string]any{"iam:PassedToService": "ecs-tasks.amazonaws.com"}}) {
 						t.Errorf("PassRole condition %v", st.Conditions)
+					}
+				case st.Actions[0] == "s3:DeleteObject":
+					// A released worktree's snapshot, below the house's prefix.
+					want := []any{map[string]any{"Fn::Join": []any{"", []any{getArn(s.id(s.g.Snapshots)), "/kitchen_1/*"}}}}
+					if tt.fn != contract.FnEffects || len(st.Actions) != 1 || !jsonEq(st.Resources, want) {
+						t.Errorf("%s may %v on %s, want only effects s3:DeleteObject on %v", tt.fn, st.Actions, raw, want)
 					}
 				case st.Actions[0] == "sts:AssumeRole":
 					if tt.fn != contract.FnWorkerAPI || !jsonEq(st.Resources, []any{getArn(s.id(s.g.WakeRole))}) {

@@ -89,6 +89,9 @@ func (c Config) Validate() error {
 		(c.WorkerCPU == 256 && c.WorkerMemory != 512 && c.WorkerMemory != 1024 && c.WorkerMemory != 2048) {
 		errs = append(errs, fmt.Sprintf("workerMemory %d: not a Fargate size for workerCpu %d (%d to %d MiB)", c.WorkerMemory, c.WorkerCPU, min, max))
 	}
+	if c.WorkerEphemeralStorageGiB < 21 || c.WorkerEphemeralStorageGiB > 200 {
+		errs = append(errs, fmt.Sprintf("workerEphemeralStorageGiB %d: want 21 to 200 (Fargate's range)", c.WorkerEphemeralStorageGiB))
+	}
 	if c.MaxWorkers < 1 || c.MaxWorkers > 1000 {
 		errs = append(errs, fmt.Sprintf("maxWorkers %d: want 1 to 1000", c.MaxWorkers))
 	}

@@ -30,7 +30,7 @@ func (g *Galley) addWorkers() error {
 
 	g.TaskRole = awsiam.NewRole(g.Stack, jsii.String("WorkerTaskRole"), &awsiam.RoleProps{
 		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("ecs-tasks.amazonaws.com"), nil),
-		Description: jsii.String("galley worker task: mounts the workspaces; reads no secret"),
+		Description: jsii.String("galley worker task: mounts the git object cache, keeps the worktrees' snapshots; reads no secret"),
 	})
 	// The execution role is ECS's, never the task's: it pulls the image,
 	// writes the logs and reads the provider keys and the git credential
@@ -52,6 +52,9 @@ func (g *Galley) addWorkers() error {
 		},
 		TaskRole:      g.TaskRole,
 		ExecutionRole: g.ExecutionRole,
+		// The worktree, the image and the agent's home and temporary
+		// files share it (DefaultWorkerEphemeralStorageGiB).
+		EphemeralStorageGiB: jsii.Number(float64(cfg.WorkerEphemeralStorageGiB)),
 	})
 	exclude, err := dockerIgnore(filepath.Join(cfg.WorkerContext, filepath.Dir(cfg.WorkerDockerfile), ".dockerignore"))
 	if err != nil {
@@ -65,14 +68,14 @@ func (g *Galley) addWorkers() error {
 		IgnoreMode: awscdk.IgnoreMode_DOCKER,
 	})
 	g.TaskDefinition.AddVolume(&awsecs.Volume{
-		Name: jsii.String(workspacesVolume),
+		Name: jsii.String(gitCacheVolume),
 		EfsVolumeConfiguration: &awsecs.EfsVolumeConfiguration{
 			FileSystemId:      g.Workspaces.FileSystemId(),
 			TransitEncryption: jsii.String("ENABLED"),
 			// IAM authorization: the mount is made with the task role, which
 			// may mount only through the access point.
 			AuthorizationConfig: &awsecs.AuthorizationConfig{
-				AccessPointId: g.WorkspacesAccessPoint.AccessPointId(),
+				AccessPointId: g.GitCacheAccessPoint.AccessPointId(),
 				Iam:           jsii.String("ENABLED"),
 			},
 		},
@@ -89,15 +92,19 @@ func (g *Galley) addWorkers() error {
 		contract.EnvHouse:          jsii.String(cfg.House),
 		contract.EnvRepository:     jsii.String(cfg.Repository),
 		contract.EnvWorkerEndpoint: g.Endpoint,
-		contract.EnvWorkspace:      jsii.String(contract.DefaultWorkspace),
-		contract.EnvWorkspaceRoot:  jsii.String(contract.WorkspaceMount),
-		contract.EnvGitUsername:    jsii.String(cfg.GitUsername),
+		// Each worktree a folder below it, on the task's own storage; no
+		// workspace root: nothing of it outlives the task but its
+		// snapshot.
+		contract.EnvWorkspace: jsii.String(contract.DefaultWorkspace),
+		// The git object cache, on EFS: shared by every task of the house.
+		contract.EnvGitCache:    jsii.String(contract.GitCacheMount),
+		contract.EnvGitUsername: jsii.String(cfg.GitUsername),
 		// The task's only way out, and what the agent may reach by it.
 		contract.EnvEgressUpstream: jsii.String(cfg.EgressUpstream()),
 		contract.EnvEgressAllow:    jsii.String(strings.Join(cfg.EgressAllowlist, ",")),
 		contract.EnvAgentNetwork:   jsii.String(contract.AgentNetworkTask),
-		// Taken only for a workspace on the task's own storage (not below
-		// the workspace root).
+		// The worktree's snapshots, saved at the worker's end and restored
+		// by a launch that reuses the worktree.
 		contract.EnvSnapshotBucket: g.Snapshots.BucketName(),
 	}
 	if cfg.ModelCapTokens > 0 {
@@ -138,15 +145,30 @@ func (g *Galley) addWorkers() error {
 		},
 	})
 	worker.AddMountPoints(&awsecs.MountPoint{
-		ContainerPath: jsii.String(contract.WorkspaceMount),
-		SourceVolume:  jsii.String(workspacesVolume),
+		ContainerPath: jsii.String(contract.GitCacheMount),
+		SourceVolume:  jsii.String(gitCacheVolume),
 		ReadOnly:      jsii.Bool(false),
 	})
 	return nil
 }
 
-// workspacesVolume names the task definition's EFS volume.
-const workspacesVolume = "workspaces"
+// gitCacheVolume names the task definition's EFS volume, the git object
+// cache's.
+const gitCacheVolume = "git-cache"
+
+// DefaultWorkerEphemeralStorageGiB is a worker task's own storage unless
+// context workerEphemeralStorageGiB says otherwise. Fargate gives 20 GiB
+// free and bills each GiB above at $0.000111 an hour (us-east-1); 30 GiB
+// adds $0.0011 an hour, about 2 % of the default task's $0.047. What
+// shares it: the image (1.35 GB uncompressed), the clone with the cache's
+// packs copied in (520 MB for galley's own repository), the worktree's
+// files, which a snapshot may hold up to its 4 GiB budget
+// (snapshot.DefaultLimits) and which a restore holds twice for a moment
+// (the restored copy is staged beside the clone before the swap), and
+// the agent's home and temporary files (npm's and Go's caches, build
+// output): about 15 GiB in a heavy case, so the default leaves twice
+// that. A fuller disk fails the agent's writes and the task alone.
+const DefaultWorkerEphemeralStorageGiB = 30
 
 // WorkerCapabilities are the capabilities the worker container keeps, of
 // Docker's defaults: the harness starts as root and runs the agent under a

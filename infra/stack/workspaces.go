@@ -8,16 +8,24 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
-// addWorkspaces makes the EFS file system the worktrees live on, so that a
-// worktree outlives its task and a later launch can reuse it. Mount
-// targets sit in the workers' subnets behind a security group that admits
-// NFS from the workers' security group only. Every mount goes through one
-// access point that roots clients at /workspaces and forces no uid: the
-// harness, root in its container, gives each worktree to its worker's own
-// agent uid with mode 0700, so one worker's agent cannot reach another's
-// worktree (docs/deploy.md, Workspaces on EFS). The task role may mount,
-// write and be root only through that access point. The file system is
-// retained on teardown: it holds work not yet pushed.
+// addWorkspaces makes the EFS file system of the house's git object cache
+// (docs/git.md, "The object cache"): one bare mirror of the house
+// repository that every worker task clones through, so a launch fetches
+// only what the house got since the last one. Worktrees live on each
+// task's own storage (addWorkers; docs/snapshots.md); the cache stays on
+// EFS because its work there is a few large files read and written
+// whole (packs), where EFS's per-operation latency costs little
+// (docs/BENCHMARKS.md), and a cache per task would start empty. Mount
+// targets sit in the workers' subnets behind a security group that
+// admits NFS from the workers' security group only. Every mount goes
+// through one access point rooted at /git-cache, created root's with
+// mode 0700: only the harness, root in its container, enters it; an
+// agent, under a uid of its own, cannot even look in (the clone it gets
+// holds its own copy of the objects). The task role may mount, write and
+// be root only through that access point. The file system keeps its
+// logical id and is retained on teardown: a stack deployed before
+// worktrees moved to the tasks' storage holds them there, below
+// /workspaces (docs/deploy.md, "Upgrading").
 func (g *Galley) addWorkspaces() {
 	g.WorkspacesSG = awsec2.NewSecurityGroup(g.Stack, jsii.String("WorkspacesSecurityGroup"), &awsec2.SecurityGroupProps{
 		Vpc:              g.Vpc,
@@ -73,27 +81,31 @@ func (g *Galley) addWorkspaces() {
 	})
 	// The workers' security group allows NFS out to this one as well.
 	g.Workspaces.Connections().AllowDefaultPortFrom(g.WorkerSG, jsii.String("NFS from galley worker tasks"))
-	// No POSIX user: the harness is root (uid 0) and each agent its own
-	// uid. The root is root's and traversable only (0711): an agent
-	// reaches its own worktree by path but cannot list the others.
-	g.WorkspacesAccessPoint = g.Workspaces.AddAccessPoint(jsii.String("WorkspacesAccessPoint"), &awsefs.AccessPointOptions{
-		Path:      jsii.String("/workspaces"),
-		CreateAcl: &awsefs.Acl{OwnerUid: jsii.String("0"), OwnerGid: jsii.String("0"), Permissions: jsii.String(WorkspacesRootMode)},
+	// No POSIX user: the harness is root (uid 0), the one user the
+	// cache is for. Its root is root's, mode 0700: the cache's own check
+	// (pkg/workspace, ownFolder) wants it owned by the harness's user and
+	// writable by no one else.
+	g.GitCacheAccessPoint = g.Workspaces.AddAccessPoint(jsii.String("GitCacheAccessPoint"), &awsefs.AccessPointOptions{
+		Path:      jsii.String(GitCacheRoot),
+		CreateAcl: &awsefs.Acl{OwnerUid: jsii.String("0"), OwnerGid: jsii.String("0"), Permissions: jsii.String(GitCacheRootMode)},
 	})
-	// Root through the access point: the harness chowns each worktree to
-	// its agent's uid and back, which a squashed root could not.
+	// Root through the access point: the cache is root's, which a
+	// squashed root could not write.
 	g.TaskRole.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Sid: jsii.String("MountWorkspacesThroughAccessPoint"),
+		Sid: jsii.String("MountGitCacheThroughAccessPoint"),
 		Actions: jsii.Strings("elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite",
 			"elasticfilesystem:ClientRootAccess"),
 		Resources: &[]*string{g.Workspaces.FileSystemArn()},
 		Conditions: &map[string]any{"StringEquals": map[string]any{
-			"elasticfilesystem:AccessPointArn": g.WorkspacesAccessPoint.AccessPointArn(),
+			"elasticfilesystem:AccessPointArn": g.GitCacheAccessPoint.AccessPointArn(),
 		}},
 	}))
 }
 
-// WorkspacesRootMode is the mode of the access point's root, /workspaces,
-// when EFS creates it (owned by 0:0): traversable by every uid, listable
-// by none but root.
-const WorkspacesRootMode = "0711"
+// GitCacheRoot is the access point's root on the file system, and
+// GitCacheRootMode its mode when EFS creates it (owned by 0:0): the
+// harness's alone.
+const (
+	GitCacheRoot     = "/git-cache"
+	GitCacheRootMode = "0700"
+)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
+	"github.com/galley-run/galley/infra/stack"
 	"github.com/galley-run/galley/pkg/contract"
 )
 
@@ -18,7 +19,7 @@ func (s *synthed) resolved(v *string) any {
 	return out
 }
 
-func TestWorkspacesFileSystem(t *testing.T) {
+func TestGitCacheFileSystem(t *testing.T) {
 	s := deployment(t)
 	check(t, "one file system", func() { s.tmpl.ResourceCountIs(jsii.String("AWS::EFS::FileSystem"), jsii.Number(1)) })
 	check(t, "one access point", func() { s.tmpl.ResourceCountIs(jsii.String("AWS::EFS::AccessPoint"), jsii.Number(1)) })
@@ -134,19 +135,20 @@ func TestWorkspacesFileSystem(t *testing.T) {
 		t.Errorf("WorkspacesFileSystemId output %v, want the file system's id", out)
 	}
 
-	ap := props(s.resources("AWS::EFS::AccessPoint")[s.id(s.g.WorkspacesAccessPoint)])
+	ap := props(s.resources("AWS::EFS::AccessPoint")[s.id(s.g.GitCacheAccessPoint)])
 	if !jsonEq(ap["FileSystemId"], ref(fsID)) {
 		t.Errorf("access point on %v", ap["FileSystemId"])
 	}
-	// No POSIX user: the harness works as root and each agent as its own
-	// uid; a forced user would make every worker one uid again.
+	// No POSIX user: the harness works as root, the cache's one user.
 	if u, ok := ap["PosixUser"]; ok {
 		t.Errorf("access point forces user %v, want none", u)
 	}
-	// The root, made by EFS on first use, is root's and traversable only:
-	// an agent reaches its own worktree, lists no other.
-	wantRoot := map[string]any{"Path": "/workspaces", "CreationInfo": map[string]any{
-		"OwnerUid": "0", "OwnerGid": "0", "Permissions": "0711"}}
+	// The root, made by EFS on first use, is root's alone: no agent looks
+	// into the cache, and the harness's own check of the folder (owned
+	// by it, writable by no one else) holds. Not /workspaces, where a
+	// stack deployed before keeps its worktrees.
+	wantRoot := map[string]any{"Path": "/git-cache", "CreationInfo": map[string]any{
+		"OwnerUid": "0", "OwnerGid": "0", "Permissions": "0700"}}
 	if !jsonEq(ap["RootDirectory"], wantRoot) {
 		t.Errorf("access point root %v, want %v", ap["RootDirectory"], wantRoot)
 	}
@@ -158,7 +160,7 @@ func TestWorkspacesFileSystem(t *testing.T) {
 	})
 }
 
-func TestWorkspacesVolumeAndMount(t *testing.T) {
+func TestGitCacheVolumeAndMount(t *testing.T) {
 	s := deployment(t)
 	td := props(s.resources("AWS::ECS::TaskDefinition")[s.id(s.g.TaskDefinition)])
 	vols := list(td["Volumes"])
@@ -170,7 +172,7 @@ func TestWorkspacesVolumeAndMount(t *testing.T) {
 		"FilesystemId":      ref(s.id(s.g.Workspaces)),
 		"TransitEncryption": "ENABLED",
 		"AuthorizationConfig": map[string]any{
-			"AccessPointId": ref(s.id(s.g.WorkspacesAccessPoint)),
+			"AccessPointId": ref(s.id(s.g.GitCacheAccessPoint)),
 			"IAM":           "ENABLED",
 		},
 	}
@@ -178,26 +180,25 @@ func TestWorkspacesVolumeAndMount(t *testing.T) {
 		t.Errorf("volume %v, want EFS %v", vol["EFSVolumeConfiguration"], want)
 	}
 	c := td["ContainerDefinitions"].([]any)[0].(map[string]any)
-	wantMount := []any{map[string]any{"ContainerPath": contract.WorkspaceMount, "ReadOnly": false, "SourceVolume": vol["Name"]}}
+	wantMount := []any{map[string]any{"ContainerPath": contract.GitCacheMount, "ReadOnly": false, "SourceVolume": vol["Name"]}}
 	if !jsonEq(c["MountPoints"], wantMount) {
 		t.Errorf("mount points %v, want %v", c["MountPoints"], wantMount)
 	}
-	var root any
+	env := map[string]any{}
 	for _, e := range c["Environment"].([]any) {
-		if e := e.(map[string]any); e["Name"] == contract.EnvWorkspaceRoot {
-			root = e["Value"]
-		}
+		e := e.(map[string]any)
+		env[e["Name"].(string)] = e["Value"]
 	}
-	if root != contract.WorkspaceMount {
-		t.Errorf("container %s = %v, want %s", contract.EnvWorkspaceRoot, root, contract.WorkspaceMount)
+	// The cache is the mount; the worktrees are on the task's own
+	// storage, and the harness keeps their snapshots.
+	if env[contract.EnvGitCache] != contract.GitCacheMount {
+		t.Errorf("container %s = %v, want %s", contract.EnvGitCache, env[contract.EnvGitCache], contract.GitCacheMount)
 	}
-	// The effects function makes and removes worktrees there; the
-	// reconciler starts a removal again that failed to start.
-	for _, fn := range []string{contract.FnEffects, contract.FnReconciler} {
-		env := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[fn])])["Environment"].(map[string]any)["Variables"].(map[string]any)
-		if env[contract.EnvWorkspaceRoot] != contract.WorkspaceMount {
-			t.Errorf("%s %s = %v, want %s", fn, contract.EnvWorkspaceRoot, env[contract.EnvWorkspaceRoot], contract.WorkspaceMount)
-		}
+	if env[contract.EnvWorkspace] != contract.DefaultWorkspace {
+		t.Errorf("container %s = %v, want %s", contract.EnvWorkspace, env[contract.EnvWorkspace], contract.DefaultWorkspace)
+	}
+	if td["EphemeralStorage"] == nil || !jsonEq(td["EphemeralStorage"], map[string]any{"SizeInGiB": float64(stack.DefaultWorkerEphemeralStorageGiB)}) {
+		t.Errorf("ephemeral storage %v, want %d GiB", td["EphemeralStorage"], stack.DefaultWorkerEphemeralStorageGiB)
 	}
 }
 
@@ -235,7 +236,7 @@ func (s *synthed) efsStatements(roleID string) (sts []statement, managed []any) 
 	return sts, list(props(role)["ManagedPolicyArns"])
 }
 
-func TestOnlyTheTaskRoleMountsWorkspaces(t *testing.T) {
+func TestOnlyTheTaskRoleMountsTheGitCache(t *testing.T) {
 	s := deployment(t)
 	taskRole := s.id(s.g.TaskRole)
 	sts, _ := s.efsStatements(taskRole)
@@ -243,8 +244,8 @@ func TestOnlyTheTaskRoleMountsWorkspaces(t *testing.T) {
 		t.Fatalf("task role: %d statements on EFS, want 1: %+v", len(sts), sts)
 	}
 	st := sts[0]
-	// Root too (the harness chowns each worktree to its agent's uid), and
-	// all three only through the access point.
+	// Root too (the cache is root's), and all three only through the
+	// access point.
 	want := []string{"elasticfilesystem:ClientMount", "elasticfilesystem:ClientRootAccess", "elasticfilesystem:ClientWrite"}
 	if st.Effect != "Allow" || !jsonEq(st.Actions, want) {
 		t.Errorf("task role may %s %v, want Allow %v only", st.Effect, st.Actions, want)
@@ -253,7 +254,7 @@ func TestOnlyTheTaskRoleMountsWorkspaces(t *testing.T) {
 		t.Errorf("task role mounts %v, want only the workspaces file system", st.Resources)
 	}
 	wantCond := map[string]any{"StringEquals": map[string]any{
-		"elasticfilesystem:AccessPointArn": s.resolved(s.g.WorkspacesAccessPoint.AccessPointArn()),
+		"elasticfilesystem:AccessPointArn": s.resolved(s.g.GitCacheAccessPoint.AccessPointArn()),
 	}}
 	if !jsonEq(st.Conditions, wantCond) {
 		t.Errorf("task role condition %v, want only through the access point %v", st.Conditions, wantCond)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/galley-run/galley/local/ecsstandin"
 	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/local/s3standin"
 	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/localserver"
@@ -26,6 +27,10 @@ func (s *Stack) OperatorTokenFile() string { return s.operatorTokenFile }
 
 // ECS is the ECS stand-in (tests inspect its tasks and requests).
 func (s *Stack) ECS() *ecsstandin.Server { return s.ecs }
+
+// S3 is the S3 stand-in holding the template's buckets (tests read the
+// worktree snapshots there).
+func (s *Stack) S3() *s3standin.Server { return s.s3 }
 
 // Gate is the IAM gate of one service (tests read its decisions).
 func (s *Stack) Gate(svc iamgate.Service) *iamgate.Gate { return s.gates[svc] }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,36 +32,6 @@ func workerTask(t *testing.T, s *awslocal.Stack, handle string) ecsstandin.TaskI
 	}
 	t.Fatalf("no task for worker %s", handle)
 	return ecsstandin.TaskInfo{}
-}
-
-// sharedFS is the shared file system (EFS) of the worker tasks as the
-// host holds it and as a container mounts it: the folder of the worktrees
-// and of the git object cache.
-type sharedFS struct {
-	host, ctr string
-}
-
-// sharedFSOf is where task's worktree lies: its parent, on the host and in
-// the container (GALLEY_WORKSPACE), which must be the template's
-// workspace root (GALLEY_WORKSPACE_ROOT).
-func sharedFSOf(t *testing.T, task ecsstandin.TaskInfo, root string) sharedFS {
-	t.Helper()
-	ctrWS := task.Env["GALLEY_WORKSPACE"]
-	if filepath.Dir(ctrWS) != filepath.Clean(root) {
-		t.Fatalf("the worktree %s in the container is not directly under the workspace root %s", ctrWS, root)
-	}
-	return sharedFS{host: filepath.Dir(task.Workspace), ctr: filepath.Dir(ctrWS)}
-}
-
-// onHost is where the container path p, on the shared file system, is on
-// the host.
-func (f sharedFS) onHost(t *testing.T, p string) string {
-	t.Helper()
-	rel, err := filepath.Rel(f.ctr, p)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		t.Fatalf("%s is not on the shared file system %s", p, f.ctr)
-	}
-	return filepath.Join(f.host, rel)
 }
 
 // processEnv reads (as root, for the test alone: no value is logged) the

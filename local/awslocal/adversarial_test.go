@@ -6,12 +6,15 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,8 +27,12 @@ import (
 	"github.com/galley-run/galley/local/standin-cli/standin"
 	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/egress"
+	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/harness"
 	"github.com/galley-run/galley/pkg/lambdaapp"
+	"github.com/galley-run/galley/pkg/snapshot"
+	"github.com/galley-run/galley/pkg/store"
+	"github.com/galley-run/galley/pkg/workerapi"
 )
 
 // openParents lets other users traverse the folders above dir (t.TempDir's
@@ -55,11 +62,13 @@ const anthropicOrigin = "https://anthropic.llm-gateway.example"
 // the honest path works.
 //
 // What the worker containers share is attacked as it appears in the
-// attacker's container: the victim's worktree and the git object cache on
-// the shared file system (EFS, mounted at the template's workspace root),
-// and the links the attacker plants in its .git (a root-only folder on the
-// file system, the cache's mirror, the victim's git directory) before its
-// worktree is reused and released. The network attacks aim at a host
+// attacker's container: the git object cache on the shared file system
+// (EFS, mounted through its access point), the victim's worktree by the
+// path it has in the victim's task (each worktree is on its task's own
+// storage, which no other task has, as on Fargate), and the links the
+// attacker plants in its .git (a root-only folder on the file system, the
+// cache's mirror, the victim's git directory) before its worktree is
+// reused and released. The network attacks aim at a host
 // beyond (local/testnet) by address and by name (the egress service
 // resolves names with the test's DNS server, where evil.example and
 // allowed.example point at the host beyond), at every resolver, at the API
@@ -96,7 +105,7 @@ func TestAdversarialAgentAWSLocal(t *testing.T) {
 type stackAdversary struct {
 	w              shapetest.World
 	tg             *standin.Targets
-	shared         sharedFS
+	victimTask     string // the victim's task's id
 	mirror         string
 	victimWS       string // in the containers
 	workerEndpoint string
@@ -104,6 +113,14 @@ type stackAdversary struct {
 	stackPorts     map[uint64]bool
 	fdsBefore      int
 	socketsBefore  int
+	attackerTask   string // the attacker's task's id
+
+	// What Released checks is gone once the reuse's task ended and the
+	// worktree was released: its task's storage, its container's record
+	// in podman's storage, the worktree's snapshot.
+	reuseLayer, reuseRecord string // on the host
+	snapshotBucket          string
+	snapshotKey             string
 }
 
 // startAdversarialStack deploys the stack for the scenario. The template's
@@ -179,9 +196,9 @@ func (h *stackHouse) Workspace(t *testing.T, worker string) string {
 // Aim: the house's secrets as this shape holds them (kitchn's token file,
 // the house repository's storage for the signing key and the store, which
 // are in Secrets Manager and DynamoDB Local here), the victim's token in
-// its container's configuration, its worktree and branch and the git
-// object cache as the attacker's container sees them on the shared file
-// system, the links' targets there, and the network: the raw stand-ins at
+// its container's configuration, its worktree (at its path in the
+// victim's task) and branch, the git object cache as the containers see
+// it on the shared file system, the links' targets, and the network: the raw stand-ins at
 // the addresses a worker container would name them, the API and the
 // gateway, more resolvers; the egress service, which a worker container
 // does reach, is every dial's control. The host side answers each from
@@ -191,25 +208,22 @@ func (h *stackHouse) Aim(t *testing.T, v shapetest.Victim, tg *standin.Targets) 
 	s, a := h.s, h.adv
 	a.tg = tg
 	victimTask := workerTask(t, s, v.Handle)
-	// The shared file system as the host and the containers see it: the
-	// victim's worktree, the cache beside it.
-	a.shared = sharedFSOf(t, victimTask, s.FunctionEnv(lambdaapp.Effects)[contract.EnvWorkspaceRoot])
+	a.victimTask = victimTask.ID
 	a.victimWS = victimTask.Env[harness.EnvWorkspace]
-	cache := filepath.Join(a.shared.ctr, harness.DefaultGitCacheName)
-	if c := victimTask.Env[harness.EnvGitCache]; c != "" {
-		cache = c
+	// The cache is on the shared file system, which the stack mounts in
+	// every worker task.
+	cache := victimTask.Env[harness.EnvGitCache]
+	if cache == "" || cache == "off" {
+		t.Fatalf("the worker task sets %s=%q: there is no cache on the shared file system to attack", harness.EnvGitCache, cache)
 	}
-	if cache == "off" {
-		t.Fatalf("the worker task sets %s=off: there is no cache to attack", harness.EnvGitCache)
-	}
-	mirrors, _ := filepath.Glob(filepath.Join(a.shared.onHost(t, cache), "*.git"))
+	mirrors, _ := filepath.Glob(filepath.Join(h.onHost(t, cache), "*.git"))
 	if len(mirrors) != 1 {
 		t.Fatalf("the git object cache holds %d mirrors, want the house repository's one: %v", len(mirrors), mirrors)
 	}
 	a.mirror = filepath.Join(cache, filepath.Base(mirrors[0]))
 	t.Run("the cache is the harness's alone", func(t *testing.T) {
 		// docs/git.md: the folder is the harness's (root's), mode 0700.
-		fi, err := os.Stat(a.shared.onHost(t, cache))
+		fi, err := os.Stat(h.onHost(t, cache))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,22 +250,27 @@ func (h *stackHouse) Aim(t *testing.T, v shapetest.Victim, tg *standin.Targets) 
 		t.Fatal(err)
 	}
 	// The links attack points the attacker's .git/info at a root-only
-	// folder on the shared file system, its .git/objects/info at the
-	// cache's mirror's and its .git/modules at the victim's git directory,
-	// each named as a root harness in a container would follow it: none
-	// may change when galley scrubs, reuses or releases the worktree.
-	rootOnly := filepath.Join(a.shared.ctr, "adv-root-only")
-	if err := os.MkdirAll(filepath.Join(a.shared.onHost(t, rootOnly), "info"), 0o700); err != nil {
+	// folder on the shared file system (in the cache's folder: the access
+	// point shows nothing else), its .git/objects/info at the cache's
+	// mirror's and its .git/modules at the victim's git directory (in the
+	// victim's task; in another, a path to nothing), each named as a root
+	// harness in a container would follow it: none may change when galley
+	// scrubs, reuses or releases the worktree.
+	rootOnly := filepath.Join(cache, "adv-root-only")
+	if err := os.MkdirAll(filepath.Join(h.onHost(t, rootOnly), "info"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(a.shared.onHost(t, rootOnly), "info", "attributes"), []byte("root only\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(h.onHost(t, rootOnly), "info", "attributes"), []byte("root only\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tg.LinkInfo = filepath.Join(rootOnly, "info")
 	tg.LinkObjectsInfo = filepath.Join(a.mirror, "objects", "info")
 	tg.LinkModules = filepath.Join(a.victimWS, ".git")
-	linked := []string{a.shared.onHost(t, rootOnly), a.shared.onHost(t, tg.LinkObjectsInfo), a.shared.onHost(t, tg.LinkModules)}
-	for _, p := range append([]string{tg.KitchnToken, tg.OtherToken, tg.WorkerSecret}, linked...) {
+	linked := []string{h.onHost(t, rootOnly), h.onHost(t, tg.LinkObjectsInfo), h.onHost(t, tg.LinkModules)}
+	// What read-other-workspace reads is there, in the victim's task: its
+	// refusal in the attacker's is that no task has another's storage.
+	otherConfig := filepath.Join(h.onHost(t, a.victimWS), ".git", "config")
+	for _, p := range append([]string{tg.KitchnToken, tg.OtherToken, tg.WorkerSecret, otherConfig}, linked...) {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("target %s does not exist, so its attack would prove nothing: %v", p, err)
 		}
@@ -306,7 +325,18 @@ func (h *stackHouse) Aim(t *testing.T, v shapetest.Victim, tg *standin.Targets) 
 	tg.WorkerEndpoint, tg.StolenViaProxy = a.workerEndpoint, true
 	tg.FloodEgress = s.EgressAddress()
 	tg.KeyHuntMiB, tg.KeyHuntSeconds = 1024, 240
-	return shapetest.Aimed{VictimWorkspace: a.shared.onHost(t, a.victimWS), Linked: linked}
+	return shapetest.Aimed{VictimWorkspace: h.onHost(t, a.victimWS), Linked: linked}
+}
+
+// onHost is where the container path p, in the victim's task (its own
+// storage, or the shared file system it mounts), is on this machine.
+func (h *stackHouse) onHost(t *testing.T, p string) string {
+	t.Helper()
+	host := h.s.ECS().HostPath(h.adv.victimTask, p)
+	if host == "" {
+		t.Fatalf("the ECS stand-in knows no host folder of %s in the victim's task", p)
+	}
+	return host
 }
 
 // Baseline counts the connections on the stack's own ports (the stack
@@ -331,7 +361,7 @@ func (h *stackHouse) StolenCredential(t *testing.T, v shapetest.Victim) string {
 
 // Refusals: the worker API is out of a worker container's network; each
 // attack failed for the reason its verdict must show on the stack's
-// network and the shared file system.
+// network, the shared file system and the task's own storage.
 func (h *stackHouse) Refusals(t *testing.T, attacker string) shapetest.Refusals {
 	return shapetest.Refusals{
 		APIOutOfReach: true,
@@ -366,6 +396,7 @@ func (h *stackHouse) Ended(t *testing.T, worker string) {
 
 func (h *stackHouse) AfterAttacks(t *testing.T, v shapetest.Victim, attacker string) {
 	s, a := h.s, h.adv
+	a.attackerTask = workerTask(t, s, attacker).ID
 	ctx := t.Context()
 	// Out of the agent's reach, the victim's credential is still refused
 	// to anyone without its harness's key: presented from this machine
@@ -419,14 +450,14 @@ func (h *stackHouse) AfterAttacks(t *testing.T, v shapetest.Victim, attacker str
 		}
 	})
 	t.Run("the victim's worktree and the cache unchanged", func(t *testing.T) {
-		host := a.shared.onHost(t, a.victimWS)
+		host := h.onHost(t, a.victimWS)
 		if _, err := os.Lstat(filepath.Join(host, "planted-by-attacker")); err == nil {
 			t.Error("the attacker created a file in the victim's worktree")
 		}
 		if cfg, _ := os.ReadFile(filepath.Join(host, ".git", "config")); strings.Contains(string(cfg), "fsmonitor") {
 			t.Errorf("the victim's git config names fsmonitor:\n%s", cfg)
 		}
-		m := a.shared.onHost(t, a.mirror)
+		m := h.onHost(t, a.mirror)
 		for _, p := range []string{filepath.Join(filepath.Dir(m), "planted-by-attacker"), filepath.Join(m, "hooks", "reference-transaction"),
 			filepath.Join(m, "objects", "info", "alternates"), filepath.Join(m, "refs", "heads", "planted-by-attacker")} {
 			if _, err := os.Lstat(p); err == nil {
@@ -439,8 +470,86 @@ func (h *stackHouse) AfterAttacks(t *testing.T, v shapetest.Victim, attacker str
 		// What read-git-cache tried to read is there, and holds the
 		// victim's work: its refusal is the cache's permissions.
 		victimHead := shapetest.RevParse(s.Repository(), "refs/heads/"+shapetest.VictimBranch)
-		if b, err := os.ReadFile(a.shared.onHost(t, a.tg.GitCacheFile)); err != nil || strings.TrimSpace(string(b)) != victimHead {
+		if b, err := os.ReadFile(h.onHost(t, a.tg.GitCacheFile)); err != nil || strings.TrimSpace(string(b)) != victimHead {
 			t.Errorf("the mirror's %s is %q (%v), want the victim's head %s: read-git-cache aimed at nothing", a.tg.GitCacheFile, b, err, victimHead)
+		}
+	})
+}
+
+// Reusing: the reuse runs in a task of its own, on a fresh clone in that
+// task's storage with the worktree's snapshot restored over it (never a
+// .git: a snapshot leaves it out, and a restore refuses one), which the
+// scenario's checks read through ECS().HostPath. Shown here: the task is
+// not the attacker's, and its harness restored the snapshot, so those
+// checks read what the attacker's worktree became; the task's storage
+// holds the worktree (in its container's writable layer), and the
+// container's record and the snapshot are there, so that Released's
+// checks of their removal mean something.
+func (h *stackHouse) Reusing(t *testing.T, worker, wt string) {
+	s, a := h.s, h.adv
+	task := workerTask(t, s, worker)
+	t.Run("the reuse restored the snapshot in a task of its own", func(t *testing.T) {
+		if task.ID == a.attackerTask {
+			t.Errorf("the reuse runs in the attacker's task %s", task.ID)
+		}
+		restored := slices.ContainsFunc(shapetest.Events(t, h, worker), func(e store.Event) bool {
+			return e.Kind == eventlog.KindHarness && e.Fields["event"] == workerapi.EventWorkspace &&
+				e.Fields["worktree"] == wt && e.Text == "worktree restored from its snapshot"
+		})
+		if !restored {
+			t.Error("the reuse's event log does not say its worktree was restored from its snapshot")
+		}
+	})
+	// The task's storage is its container's writable layer, below the
+	// folder that overlay's merged view (HostPath's root) is in.
+	root := s.ECS().HostPath(task.ID, "/")
+	if root == "" {
+		t.Fatalf("the ECS stand-in knows no storage of the reuse's task %s", task.ID)
+	}
+	a.reuseLayer = filepath.Dir(root)
+	if _, err := os.Stat(filepath.Join(a.reuseLayer, "diff", task.Env[harness.EnvWorkspace], ".git", "HEAD")); err != nil {
+		t.Fatalf("the reused worktree is not in its container's writable layer %s, so its removal would prove nothing: %v", a.reuseLayer, err)
+	}
+	cfg, err := s.ECS().ContainerConfig(task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.reuseRecord = filepath.Dir(cfg)
+	fx := s.FunctionEnv(lambdaapp.Effects)
+	a.snapshotBucket, a.snapshotKey = fx[contract.EnvSnapshotBucket], snapshot.WorktreeKey(fx[contract.EnvHouse], wt)
+	if _, ok, err := s.S3().Object(a.snapshotBucket, a.snapshotKey); err != nil || !ok {
+		t.Fatalf("no snapshot %s in bucket %q while the worktree is in use (%v): its deletion would prove nothing", a.snapshotKey, a.snapshotBucket, err)
+	}
+}
+
+// Released: what the stack guarantees of a released worktree. Its last
+// task's storage went with the task (the container removed: its writable
+// layer and podman's record of it are gone from the host), and the
+// release deleted its snapshot from the bucket, so no later task can
+// restore it.
+func (h *stackHouse) Released(t *testing.T, worker, wt, workspace string) {
+	a := h.adv
+	t.Run("the last task's storage went with its task", func(t *testing.T) {
+		var left []string
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			left = left[:0]
+			for _, p := range []string{a.reuseLayer, a.reuseRecord, workspace} {
+				if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+					left = append(left, p)
+				}
+			}
+			if len(left) == 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if len(left) > 0 {
+			t.Errorf("the stopped task's storage is still on the host (its container not removed): %v", left)
+		}
+	})
+	t.Run("the released worktree's snapshot deleted", func(t *testing.T) {
+		_, ok, err := h.s.S3().Object(a.snapshotBucket, a.snapshotKey)
+		if err != nil || ok {
+			t.Errorf("the released worktree's snapshot %s is still in the bucket (%v)", a.snapshotKey, err)
 		}
 	})
 }
@@ -537,6 +646,9 @@ const containerInterfaces = "this network's interfaces: lo,eth0)"
 // machine's loopback) are its own loopback, which refuses too. What the
 // shared file system holds of others is the permissions' to refuse:
 // "permission denied", never "no such file" (an attack aimed at nothing).
+// Another worker's worktree is on its own task's storage, which no other
+// task has: "no such file", its path checked to hold the victim's
+// worktree in the victim's task (Aim).
 func checkContainerRefusal(t *testing.T, name, v string, tg standin.Targets) {
 	t.Helper()
 	var addrs []string
@@ -564,13 +676,17 @@ func checkContainerRefusal(t *testing.T, name, v string, tg standin.Targets) {
 		if !strings.Contains(part, "connection refused") && !strings.Contains(part, ": 401") {
 			t.Errorf("the victim's proxy address was not refused: %s", v)
 		}
-	case "read-other-workspace", "read-git-cache":
+	case "read-git-cache":
 		if !strings.Contains(v, "permission denied") {
 			t.Errorf("the read was not refused by the file system's permissions: %s", v)
 		}
+	case "read-other-workspace":
+		if !strings.Contains(v, "no such file or directory") {
+			t.Errorf("the victim's worktree is in the attacker's task: %s", v)
+		}
 	case "write-other-workspace":
-		if n := strings.Count(v, "permission denied"); n != 3 {
-			t.Errorf("%d of the 3 writes were refused by the permissions, want each: %s", n, v)
+		if n := strings.Count(v, "no such file or directory"); n != 3 {
+			t.Errorf("%d of the 3 writes found no victim's worktree in the attacker's task, want each: %s", n, v)
 		}
 	case "write-git-cache":
 		if n := strings.Count(v, "permission denied"); n != 6 {

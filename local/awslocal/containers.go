@@ -2,6 +2,7 @@ package awslocal
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -100,15 +101,20 @@ func (w *workerContainers) caIPs() []net.IP {
 
 // ecsOptions run the worker image's tasks as containers of it, with the
 // stack's CA and the stand-in agent CLIs mounted read-only, and the task
-// endpoint on the network.
-func (w *workerContainers) ecsOptions(s *Stack) ([]ecsstandin.Option, error) {
+// endpoint on the network, over TLS with the stack's certificate: the SDK
+// takes a credentials endpoint (AWS_CONTAINER_CREDENTIALS_FULL_URI) over
+// http only on loopback or Fargate's own address, and a container's host
+// side is neither (the harness's S3 client, which keeps the worktree's
+// snapshots with the task role, would refuse it).
+func (w *workerContainers) ecsOptions(s *Stack, serverTLS *tls.Config) ([]ecsstandin.Option, error) {
 	if w == nil {
 		return nil, nil
 	}
-	ln, err := w.net.Listen()
+	plain, err := w.net.Listen()
 	if err != nil {
 		return nil, err
 	}
+	ln := tls.NewListener(plain, serverTLS)
 	path, err := w.rt.ImageEnv(context.Background(), w.image, "PATH")
 	if err != nil {
 		return nil, err
@@ -117,6 +123,7 @@ func (w *workerContainers) ecsOptions(s *Stack) ([]ecsstandin.Option, error) {
 		Ref: w.image,
 		Env: map[string]string{
 			"AWS_ENDPOINT_URL_SQS": s.gateURLs[iamgate.SQS],
+			"AWS_ENDPOINT_URL_S3":  s.gateURLs[iamgate.S3],
 			"AWS_CA_BUNDLE":        containerCA,
 			// The forge and the worker services are served over TLS by
 			// the stack's CA: git's, Go's and the CLIs' own trust (Node's
@@ -144,7 +151,7 @@ func (w *workerContainers) ecsOptions(s *Stack) ([]ecsstandin.Option, error) {
 		img.Entrypoint = []string{at}
 	}
 	return []ecsstandin.Option{
-		ecsstandin.WithContainers(w.rt, ecsstandin.ContainerNetwork{Name: w.net.Name, TaskEndpoint: "http://" + ln.Addr().String()}),
+		ecsstandin.WithContainers(w.rt, ecsstandin.ContainerNetwork{Name: w.net.Name, TaskEndpoint: "https://" + ln.Addr().String()}),
 		ecsstandin.WithTaskEndpointListener(ln),
 		ecsstandin.WithContainerImage(isWorkerImage, img),
 	}, nil

@@ -38,10 +38,11 @@ func requireWorkerImage(t testing.TB) string {
 }
 
 // TestWorkerContainerReachesOnlyTheEgressService: from a container of the
-// worker image on the stack's network, the stack's egress service is the
-// one port that answers, as on AWS a worker task's security group admits
-// only the egress proxy (and the VPC endpoints, which the task itself
-// never calls): the API, the git server, the IAM gates, DynamoDB Local and
+// worker image on the stack's network, the stack's egress service and the
+// S3 gate are the ports that answer, as on AWS a worker task's security
+// group admits only the egress proxy, S3 (the gateway endpoint: the
+// worktree snapshots) and the VPC endpoints, which the task itself never
+// calls: the API, the git server, the other IAM gates, DynamoDB Local and
 // fauxqs, and a host beyond (an address of the internet) do not. Through
 // the egress service, a client without the harness's credential gets
 // nothing; the harness reaches the API, and not the host beyond, which is
@@ -80,6 +81,9 @@ func TestWorkerContainerReachesOnlyTheEgressService(t *testing.T) {
 	closed := map[string]string{"the API": api, "the git server": hostPort(s.GitURL()),
 		"a host beyond": net.JoinHostPort(beyond.Addr.String(), "443")}
 	for _, svc := range iamgate.Services {
+		if svc == iamgate.S3 {
+			continue // reached directly, as S3 is on AWS (below)
+		}
 		closed["the "+string(svc)+" gate"] = hostPort(s.GateURL(svc))
 	}
 	for what, raw := range map[string]string{"DynamoDB Local": os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"), "fauxqs": os.Getenv("AWS_ENDPOINT_URL_SQS")} {
@@ -99,6 +103,7 @@ func TestWorkerContainerReachesOnlyTheEgressService(t *testing.T) {
 		script.WriteString("if (exec 3<>/dev/tcp/" + h + "/" + p + ") 2>/dev/null; then echo 'open:" + what + "'; else echo 'closed:" + what + "'; fi\n")
 	}
 	probe("the egress service", egress)
+	probe("the s3 gate", hostPort(s.GateURL(iamgate.S3)))
 	for what, addr := range closed {
 		probe(what, addr)
 	}
@@ -134,6 +139,11 @@ func TestWorkerContainerReachesOnlyTheEgressService(t *testing.T) {
 	got := out.String()
 	if !strings.Contains(got, "open:the egress service\n") {
 		t.Errorf("the egress service does not answer from a worker container:\n%s", got)
+	}
+	// The harness keeps its worktree's snapshots in S3, which a task
+	// reaches through the VPC's gateway endpoint on AWS, not the proxy.
+	if !strings.Contains(got, "open:the s3 gate\n") {
+		t.Errorf("the S3 gate does not answer from a worker container:\n%s", got)
 	}
 	for what := range closed {
 		if !strings.Contains(got, "closed:"+what+"\n") {

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/galley-run/galley/local/cfntemplate"
+	"github.com/galley-run/galley/local/s3standin"
 )
 
 // The local account and region every ARN of the stack names (the ECS and
@@ -57,6 +58,10 @@ type deployment struct {
 	// origins replaces the origin (scheme and host) of URLs the template
 	// holds that name a service outside AWS (Config.WorkerServices).
 	origins map[string]string
+
+	// s3 makes the template's buckets (nil: none kept, in a test of the
+	// deployment alone).
+	s3 *s3standin.Server
 }
 
 func newDeployment(t *cfntemplate.Template, stack, apiURL string) *deployment {
@@ -264,14 +269,16 @@ func (d *deployment) create(ctx context.Context, id, typ string, p map[string]an
 		ap := "fsap-" + shortHash(id, 17)
 		set(ap, map[string]any{"AccessPointId": ap, "Arn": d.arn("elasticfilesystem", "access-point/"+ap)})
 	case "AWS::S3::Bucket":
-		// No S3 runs here: the worktree snapshots' bucket gets its name and
-		// attributes, so that the task role's policy and the worker task's
-		// environment name it. The harness takes it only for a workspace on
-		// the task's own storage, and this stack's tasks mount the EFS
-		// folder (docs/snapshots.md).
+		// The worktree snapshots' bucket, made in the S3 stand-in (behind
+		// the S3 gate, as strict as the bucket's policy: docs/aws-local.md).
 		name := str(p, "BucketName")
 		if name == "" {
 			name = strings.ToLower(d.name(id, 63)) // S3's names are lower case
+		}
+		if d.s3 != nil {
+			if err := d.s3.CreateBucket(name); err != nil {
+				return fmt.Errorf("bucket %s: %w", id, err)
+			}
 		}
 		set(name, map[string]any{"Arn": fmt.Sprintf("arn:%s:s3:::%s", localPartition, name),
 			"DomainName": name + ".s3.amazonaws.com", "RegionalDomainName": name + ".s3." + localRegion + ".amazonaws.com"})

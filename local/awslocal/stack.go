@@ -12,6 +12,7 @@ import (
 	"github.com/galley-run/galley/local/ecsstandin"
 	"github.com/galley-run/galley/local/gateway"
 	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/local/s3standin"
 	"github.com/galley-run/galley/local/smstandin"
 	"github.com/galley-run/galley/local/stsstandin"
 	"github.com/galley-run/galley/pkg/awsfault"
@@ -99,6 +100,9 @@ type Stack struct {
 	sm       *smstandin.Server
 	ecs      *ecsstandin.Server
 	sts      *stsstandin.Server
+	// s3 holds the template's buckets (the worktree snapshots'), behind
+	// the S3 gate.
+	s3 *s3standin.Server
 	// principals are the sessions of the template's roles.
 	principals *principals
 	admin      *secretsmanager.Client

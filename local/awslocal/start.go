@@ -27,6 +27,7 @@ import (
 	"github.com/galley-run/galley/local/ecsstandin"
 	"github.com/galley-run/galley/local/gateway"
 	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/local/s3standin"
 	"github.com/galley-run/galley/local/smstandin"
 	"github.com/galley-run/galley/local/stsstandin"
 	"github.com/galley-run/galley/pkg/awsfault"
@@ -241,6 +242,12 @@ func (st *startup) startSecretsAndSTS(context.Context) error {
 		}
 		return stsstandin.Role{ARN: r.Arn, Trust: r.Trust, MaxSessionDuration: r.MaxSession, Policies: r.Policies}, true
 	}, stsstandin.WithAccount(localAccount), stsstandin.WithLogger(o.Logger))
+	if err != nil {
+		return err
+	}
+	// S3, for the template's buckets (deploy.go makes them): as strict as
+	// the snapshot bucket's policy, which denies a put without SSE-S3.
+	s.s3, err = s3standin.New(nil, s3standin.WithEncryption("AES256"))
 	return err
 }
 
@@ -251,7 +258,14 @@ func (st *startup) reserveGateAddresses(context.Context) error {
 	st.gateLns = map[iamgate.Service]net.Listener{}
 	gateURLs := map[iamgate.Service]string{}
 	for _, svc := range iamgate.Services {
-		ln, err := st.s.ctrs.listenClosed()
+		listen := st.s.ctrs.listenClosed
+		if svc == iamgate.S3 {
+			// A worker task reaches S3 itself, as on AWS through the VPC's
+			// gateway endpoint (the harness keeps its worktree's
+			// snapshots there), not through the egress service.
+			listen = st.s.ctrs.listen
+		}
+		ln, err := listen()
 		if err != nil {
 			return err
 		}
@@ -270,7 +284,7 @@ func (st *startup) startECSStandin(context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctrOpts, err := s.ctrs.ecsOptions(s)
+	ctrOpts, err := s.ctrs.ecsOptions(s, st.serverTLS)
 	if err != nil {
 		return err
 	}
@@ -337,6 +351,7 @@ func (st *startup) startGates(context.Context) error {
 	taskDefs := func(ref string) (iamgate.TaskDefinition, bool) { return s.taskDefinition(ref) }
 	for svc, up := range map[iamgate.Service]http.Handler{
 		iamgate.DynamoDB: ddbUp, iamgate.SQS: sqsUp, iamgate.SecretsManager: s.sm, iamgate.ECS: s.ecs, iamgate.STS: s.sts,
+		iamgate.S3: s.s3,
 	} {
 		g, err := iamgate.New(svc, up, allPrincipals, iamgate.WithRegion(localRegion), iamgate.WithAccount(localAccount),
 			iamgate.WithLogger(o.Logger), iamgate.WithSecretResolver(s.sm.Resolve), iamgate.WithTaskDefinitions(taskDefs),
@@ -405,6 +420,7 @@ func (st *startup) prepareDeployment(context.Context) error {
 	d.secrets = s.admin
 	d.ecs = ecs.New(ecs.Options{Region: localRegion, Credentials: admin, BaseEndpoint: aws.String("http://ecs.local"),
 		HTTPClient: handlerClient(s.ecs)})
+	d.s3 = s.s3
 	repoURL, err := templateRepository(tpl)
 	if err != nil {
 		return err
@@ -546,6 +562,7 @@ func (st *startup) functionPools() (map[string]gateway.Invoker, error) {
 			"AWS_ENDPOINT_URL_SECRETS_MANAGER": s.gateURLs[iamgate.SecretsManager],
 			"AWS_ENDPOINT_URL_ECS":             s.gateURLs[iamgate.ECS],
 			"AWS_ENDPOINT_URL_STS":             s.gateURLs[iamgate.STS],
+			"AWS_ENDPOINT_URL_S3":              s.gateURLs[iamgate.S3],
 		} {
 			env[k] = v
 		}

@@ -343,7 +343,7 @@ func TestTaskRoleIsCheckedAWSLocal(t *testing.T) {
 		t.Fatal("the worker task has no credentials endpoint")
 	}
 	ctx := context.Background()
-	creds := endpointcreds.New(uri)
+	creds := endpointcreds.New(uri, func(o *endpointcreds.Options) { o.HTTPClient = caClient(t, s) })
 	sm := secretsmanager.New(secretsmanager.Options{Region: "us-east-1", Credentials: aws.NewCredentialsCache(creds),
 		BaseEndpoint: aws.String(s.GateURL(iamgate.SecretsManager)), HTTPClient: caClient(t, s)})
 	for _, env := range []string{contract.EnvSecretGit, contract.EnvTokenSecretArn, contract.EnvWorkerSecretArn} {

@@ -36,13 +36,16 @@ func isWorkerImage(ref string) bool {
 // the image's own environment (worker/Dockerfile's ENV, the same names:
 // TestWorkerImageMatchesDockerfile) pointing at them.
 //
-// Its tasks also reach SQS through the stack's gate (AWS_ENDPOINT_URL_SQS,
-// trusting the stack's CA): on AWS the SDK's default endpoint is right.
-// The harness waits on its own queue with the credentials its wake grant
-// carries; nothing else in the task calls AWS.
+// Its tasks also reach SQS and S3 through the stack's gates
+// (AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_S3, trusting the stack's CA): on
+// AWS the SDK's default endpoints are right. The harness waits on its own
+// queue with the credentials its wake grant carries, and keeps its
+// worktree's snapshots with the task role's; nothing else in the task
+// calls AWS.
 func (s *Stack) workerImage() ecsstandin.Image {
 	img := WorkerImage(s.cfg.Bin, s.dir)
 	img.Env["AWS_ENDPOINT_URL_SQS"] = s.gateURLs[iamgate.SQS]
+	img.Env["AWS_ENDPOINT_URL_S3"] = s.gateURLs[iamgate.S3]
 	img.Env["AWS_CA_BUNDLE"] = s.CAFile()
 	return img
 }

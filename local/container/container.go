@@ -431,6 +431,23 @@ func (c *Container) StaticDir(ctx context.Context) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// RootDir returns the host folder that is the running container's own
+// file system (its image under its writable layer, overlay's merged
+// folder), where what the container writes outside its mounts is: the
+// task's own storage, as a test sees it from the host. It is gone once
+// the container is removed.
+func (c *Container) RootDir(ctx context.Context) (string, error) {
+	out, err := c.r.podmanCmd(ctx, "inspect", "--format", "{{.GraphDriver.Data.MergedDir}}", c.id).Output()
+	if err != nil {
+		return "", fmt.Errorf("container %s: podman inspect: %v", c.name, err)
+	}
+	dir := strings.TrimSpace(string(out))
+	if dir == "" || dir == "<no value>" || !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("container %s: podman names no merged folder of its storage (%q): the overlay driver is needed", c.name, dir)
+	}
+	return dir, nil
+}
+
 // ID returns the container's podman ID.
 func (c *Container) ID() string { return c.id }
 

@@ -495,3 +495,63 @@ func TestUlimits(t *testing.T) {
 		t.Errorf("a nofile limit above this process's hard limit: %v", err)
 	}
 }
+
+// TestRootDirIsTheContainersOwn: RootDir is, on the host, the file system
+// the container writes to outside its mounts (a file it wrote is there),
+// one of its own (another container's has none of it), gone once the
+// container is removed.
+func TestRootDirIsTheContainersOwn(t *testing.T) {
+	r := testRuntime(t)
+	img := probeImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := func(cmd ...string) (*Container, *syncBuffer) {
+		out := &syncBuffer{}
+		c, err := r.Start(ctx, Spec{Name: "galley-test-" + randHex(6), Image: img, Command: cmd, StopTimeout: time.Second, Stdout: out, Stderr: out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Remove(context.Background()) })
+		for !strings.Contains(out.String(), "ready") {
+			select {
+			case <-c.Done():
+				t.Fatalf("exited before it was ready: %s", out)
+			case <-ctx.Done():
+				t.Fatalf("never ready: %s", out)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		return c, out
+	}
+	writer, out := start("write", "/own-file", "hold")
+	if !strings.Contains(out.String(), "write=ok") {
+		t.Fatalf("the container did not write: %s", out)
+	}
+	other, _ := start("term-exit")
+	root, err := writer.RootDir(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "own-file")); err != nil || string(b) != "x" {
+		t.Errorf("the host reads %q (%v) at %s, what the container wrote", b, err, filepath.Join(root, "own-file"))
+	}
+	otherRoot, err := other.RootDir(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if otherRoot == root {
+		t.Fatalf("two containers have one root folder %s", root)
+	}
+	if _, err := os.Stat(filepath.Join(otherRoot, "probe")); err != nil {
+		t.Errorf("the other container's root folder does not hold its image: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(otherRoot, "own-file")); err == nil {
+		t.Error("another container's root folder holds what the first wrote")
+	}
+	if err := writer.Remove(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "own-file")); err == nil {
+		t.Errorf("%s is still there once the container was removed", root)
+	}
+}

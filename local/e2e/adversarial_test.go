@@ -261,6 +261,22 @@ func (h *localHouse) AfterAttacks(t *testing.T, _ shapetest.Victim, attacker str
 	})
 }
 
+// Reusing: galley serve reuses the worktree in place, in the attacker's
+// folder, scrubbed (workspace.Scrub), which the scenario's checks read.
+func (h *localHouse) Reusing(t *testing.T, worker, wt string) {}
+
+// Released waits for the released worktree's folder to be removed.
+func (h *localHouse) Released(t *testing.T, worker, wt, workspace string) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Lstat(workspace); errors.Is(err, fs.ErrNotExist) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the released worktree %s was not removed", workspace)
+		}
+	}
+}
+
 // agentCgroups lists the cgroups the harness of worker made for its agent,
 // as its "agent confined" log line names them.
 func agentCgroups(t *testing.T, s *server, worker string) []string {

@@ -248,8 +248,10 @@ func (p *taskProcs) Close() error {
 
 // startContainer creates and starts t's container from its definition,
 // with env its whole environment (the image's own comes from the image),
-// and records its start and exit where the watcher looks for them.
-func (s *Server) startContainer(t *task, ci containerImage, env map[string]string) error {
+// and records its start and exit where the watcher looks for them. It
+// answers the host folder of the container's own file system (the task's
+// own storage, which goes with the container), "" when podman names none.
+func (s *Server) startContainer(t *task, ci containerImage, env map[string]string) (string, error) {
 	c := t.def.ContainerDefinitions[0]
 	spec := container.Spec{
 		Name:       "galley-ecs-" + t.id,
@@ -287,13 +289,13 @@ func (s *Server) startContainer(t *task, ci containerImage, env map[string]strin
 	}
 	caps, err := container.Capabilities(add, drop)
 	if err != nil {
-		return err
+		return "", err
 	}
 	spec.Capabilities = caps
 	spec.ReadOnlyRoot = c.ReadonlyRootFilesystem != nil && *c.ReadonlyRootFilesystem
 	for _, u := range c.Ulimits {
 		if u.SoftLimit < 0 || u.HardLimit < 0 {
-			return fmt.Errorf("ulimit %s: negative limit", u.Name)
+			return "", fmt.Errorf("ulimit %s: negative limit", u.Name)
 		}
 		spec.Ulimits = append(spec.Ulimits, container.Ulimit{Name: u.Name, Soft: uint64(u.SoftLimit), Hard: uint64(u.HardLimit)})
 	}
@@ -310,11 +312,11 @@ func (s *Server) startContainer(t *task, ci containerImage, env map[string]strin
 		spec.Mounts = append(spec.Mounts, container.Mount{Source: dir, Target: filepath.Clean(mp.ContainerPath), ReadOnly: mp.ReadOnly})
 	}
 	if err := os.MkdirAll(t.root, 0o700); err != nil {
-		return err
+		return "", err
 	}
 	logFile, err := os.OpenFile(filepath.Join(t.root, "container.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return err
+		return "", err
 	}
 	spec.Stdout, spec.Stderr = logFile, logFile
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -322,7 +324,7 @@ func (s *Server) startContainer(t *task, ci containerImage, env map[string]strin
 	ctr, err := s.containers.Start(ctx, spec)
 	if err != nil {
 		logFile.Close()
-		return err
+		return "", err
 	}
 	tc := &taskContainer{c: ctr, recorded: make(chan struct{})}
 	s.procs.mu.Lock()
@@ -330,6 +332,11 @@ func (s *Server) startContainer(t *task, ci containerImage, env map[string]strin
 	s.procs.mu.Unlock()
 	if err := writeFile(t.readyFile, nil); err != nil {
 		s.log.Error("cannot record a container's start", "task", t.arn, "err", err)
+	}
+	// Read before the watcher below may remove the container.
+	root, err := ctr.RootDir(ctx)
+	if err != nil {
+		s.log.Warn("the host cannot see a task's own storage", "task", t.arn, "err", err)
 	}
 	s.procs.wg.Go(func() {
 		defer logFile.Close()
@@ -344,7 +351,7 @@ func (s *Server) startContainer(t *task, ci containerImage, env map[string]strin
 			s.log.Error("cannot remove a task's container", "task", t.arn, "err", err)
 		}
 	})
-	return nil
+	return root, nil
 }
 
 // ContainerLog returns what a container-mode task's container wrote so

@@ -300,3 +300,70 @@ func TestFargateRefusesLinuxParameters(t *testing.T) {
 		t.Errorf("RunTask of an EC2-only definition on Fargate: %v", err)
 	}
 }
+
+// TestContainerTaskOwnStorage: what a container task writes outside its
+// mounts is in its own storage, as a Fargate task's ephemeral storage: the
+// host sees it at the task's Workspace (GALLEY_WORKSPACE, through
+// HostPath) while the task runs, another task of the same definition does
+// not have it, and it is gone once the task stopped.
+func TestContainerTaskOwnStorage(t *testing.T) {
+	td := probeDef("write", "/workspace", "hold")
+	c := &td.ContainerDefinitions[0]
+	c.ReadonlyRootFilesystem = nil // the worker's: the worktree is in its own storage
+	c.WorkingDirectory = "/"
+	h := containerHarness(t, td, t.TempDir())
+	running := func(arn string) TaskInfo {
+		t.Helper()
+		for deadline := time.Now().Add(containerPatience); ; time.Sleep(50 * time.Millisecond) {
+			ti := h.task(t, arn)
+			logb, _ := h.srv.ContainerLog(ti.ID)
+			if ti.LastStatus == statusRunning && strings.Contains(string(logb), "ready") {
+				return ti
+			}
+			if ti.LastStatus == statusStopped || time.Now().After(deadline) {
+				t.Fatalf("never running and ready: %+v\n%s", ti, logb)
+			}
+		}
+	}
+	var tasks []TaskInfo
+	for range 2 {
+		out, err := h.client().RunTask(context.Background(), runInput("galley-worker", "galley"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, running(aws.ToString(out.Tasks[0].TaskArn)))
+	}
+	first, second := tasks[0], tasks[1]
+	if first.Workspace == "" || first.Workspace == second.Workspace {
+		t.Fatalf("the tasks' workspaces on the host: %q and %q, want one each", first.Workspace, second.Workspace)
+	}
+	if got := h.srv.HostPath(first.ID, "/workspace"); got != first.Workspace {
+		t.Errorf("HostPath of GALLEY_WORKSPACE = %q, want the task's Workspace %q", got, first.Workspace)
+	}
+	if b, err := os.ReadFile(first.Workspace); err != nil || string(b) != "x" {
+		t.Fatalf("the host reads %q (%v) where the task wrote", b, err)
+	}
+	// Each task wrote its own; what the host puts in one task's storage
+	// is not in the other's.
+	if err := os.WriteFile(filepath.Join(filepath.Dir(first.Workspace), "from-host"), []byte("first's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(filepath.Dir(second.Workspace), "from-host")); err == nil {
+		t.Error("a file of the first task's storage is in the second's")
+	}
+	if _, err := h.client().StopTask(context.Background(), &ecs.StopTaskInput{Cluster: aws.String("galley"), Task: aws.String(first.ARN)}); err != nil {
+		t.Fatal(err)
+	}
+	awaitStopped(t, h, first.ARN)
+	for deadline := time.Now().Add(containerPatience); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Lstat(first.Workspace); err != nil {
+			break // the container removed, its storage with it
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stopped task's storage is still at %s", first.Workspace)
+		}
+	}
+	if _, err := os.Stat(second.Workspace); err != nil {
+		t.Errorf("the running task's storage went with the other's: %v", err)
+	}
+}

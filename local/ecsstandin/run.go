@@ -48,8 +48,9 @@ type task struct {
 	containerArn, containerStatus, containerReason, runtimeID string
 	exitCode                                                  *int
 
-	root      string // the task's storage on the host
-	workspace string // GALLEY_WORKSPACE on the host, if set
+	root      string // the task's storage on the host (a container's log)
+	ctrRoot   string // a container's own file system on the host, once it runs
+	workspace string // GALLEY_WORKSPACE on the host, if set (and known)
 	exitFile  string
 	readyFile string
 	launched  bool // its init was started
@@ -71,10 +72,16 @@ type TaskInfo struct {
 	// task has launched.
 	Args []string
 	// Command is the override's command, if any.
-	Command   []string
-	Tags      map[string]string
-	Root      string // the task's storage on the host
-	Workspace string // the host folder GALLEY_WORKSPACE names, if set
+	Command []string
+	Tags    map[string]string
+	// Root is the task's storage on the host: a host program's own
+	// storage and working folder, a container's log.
+	Root string
+	// Workspace is the host folder GALLEY_WORKSPACE names, if set: below
+	// a mounted file system's folder, or in the task's own storage (a
+	// container's own file system, known once the container runs and
+	// gone once it stopped, as a Fargate task's ephemeral storage).
+	Workspace string
 	ExitCode  *int
 	Launched  bool
 }
@@ -347,21 +354,37 @@ func (s *Server) mounts(t *task) map[string]string {
 	return out
 }
 
-// hostPath returns where the container path p lies on the host: the same
-// path in a shared volume, below the host folder of a mounted file
-// system, else in the task's own storage (none for a container).
+// HostPath returns where the container path p of a task lies on the
+// host (for tests that look at a task's files as an attacker in another
+// task cannot): below the host folder of a mounted file system, else in
+// the task's own storage (a container's own file system while it runs).
+// It answers "" for a task it does not know or a container that is not
+// running yet.
+func (s *Server) HostPath(taskID, p string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tasks[taskID]
+	if t == nil {
+		return ""
+	}
+	return s.hostPath(t, p)
+}
+
+// hostPath returns where the container path p lies on the host: below
+// the host folder of a mounted file system, else in the task's own
+// storage (a container's own file system, "" until it runs).
 func (s *Server) hostPath(t *task, p string) string {
 	p = filepath.Clean("/" + p)
-	if s.onVolume(p) {
-		return p
-	}
 	for cp, dir := range s.mounts(t) {
 		if rel, err := filepath.Rel(cp, p); err == nil && dir != "" && rel != ".." && !strings.HasPrefix(rel, "../") {
 			return filepath.Join(dir, rel)
 		}
 	}
 	if t.ctr {
-		return "" // in the container's own layer: no host path
+		if t.ctrRoot == "" {
+			return ""
+		}
+		return filepath.Join(t.ctrRoot, p)
 	}
 	return filepath.Join(t.root, p)
 }
@@ -371,17 +394,6 @@ func (s *Server) hostWorkspace(t *task, env map[string]string) string {
 		return s.hostPath(t, ws)
 	}
 	return ""
-}
-
-// onVolume reports whether the container path p lies in a shared volume.
-func (s *Server) onVolume(p string) bool {
-	p = filepath.Clean(p)
-	for _, v := range s.volumes {
-		if p == v || strings.HasPrefix(p, v+string(filepath.Separator)) {
-			return true
-		}
-	}
-	return false
 }
 
 // prepare does what Fargate does before it starts a container: read the
@@ -475,7 +487,7 @@ func (s *Server) launch(t *task) {
 	t.workspace = s.hostWorkspace(t, env)
 	if ci, ok := s.containerImage(t.image); ok {
 		s.mu.Unlock()
-		err := s.startContainer(t, ci, maps.Clone(env))
+		root, err := s.startContainer(t, ci, maps.Clone(env))
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err != nil {
@@ -484,6 +496,8 @@ func (s *Server) launch(t *task) {
 			s.stoppedLocked(t, "", nil)
 			return
 		}
+		t.ctrRoot = root
+		t.workspace = s.hostWorkspace(t, env)
 		t.launched, t.pullStoppedAt = true, time.Now()
 		return
 	}

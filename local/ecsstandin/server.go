@@ -28,8 +28,8 @@
 // nothing of the host's. One task is one process tree started by the
 // stand-in's entrypoint (Entrypoint), which plays the container's init:
 // it roots GALLEY_WORKSPACE in the task's own storage folder (unless it
-// lies in a shared volume or a mounted file system: WithVolume,
-// WithFileSystem), and records the exit code. Tasks live in memory: a
+// lies in a mounted file system: WithFileSystem), and records the exit
+// code. Tasks live in memory: a
 // stand-in that restarts stops the tasks of the one before.
 package ecsstandin
 
@@ -77,7 +77,6 @@ type Server struct {
 	entrypoint   string // a binary that calls Entrypoint first thing
 	region       string
 	account      string
-	volumes      []string          // host folders every task sees at the same path
 	fileSystems  map[string]string // EFS file system ID: the host folder a mount shows
 	images       []imageRule
 	secrets      SecretsSource
@@ -154,12 +153,6 @@ func WithDir(dir string) Option { return func(s *Server) { s.dir = dir } }
 // running executable.
 func WithEntrypoint(path string) Option { return func(s *Server) { s.entrypoint = path } }
 
-// WithVolume shares the host folder dir with every task at the same path,
-// as an EFS file system mounted in every container: a GALLEY_WORKSPACE
-// inside it is used as is (it outlives the task), not rooted in the task's
-// own storage.
-func WithVolume(dir string) Option { return func(s *Server) { s.volumes = append(s.volumes, dir) } }
-
 // WithFileSystem makes the EFS file system id exist: a container that
 // mounts it (a task definition volume's efsVolumeConfiguration, mounted by
 // a mountPoint) sees the host folder dir there. Processes see host paths,
@@ -219,12 +212,6 @@ func New(opts ...Option) (*Server, error) {
 	}
 	if s.dir, err = filepath.Abs(s.dir); err != nil {
 		return nil, err
-	}
-	for i, v := range s.volumes {
-		if !filepath.IsAbs(v) {
-			return nil, fmt.Errorf("ecsstandin: volume %q is not an absolute path", v)
-		}
-		s.volumes[i] = filepath.Clean(v)
 	}
 	for id, dir := range s.fileSystems {
 		if !filepath.IsAbs(dir) {

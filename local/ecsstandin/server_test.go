@@ -712,18 +712,15 @@ func TestRestartStopsEarlierTasks(t *testing.T) {
 }
 
 // An override's command reaches the harness (the image's entrypoint) as its
-// arguments, and a workspace on a shared volume is used as is, so it
-// outlives the task.
-func TestCommandOverrideAndVolume(t *testing.T) {
-	vol := t.TempDir()
-	h := newHarness(t, WithVolume(vol))
-	ws := filepath.Join(vol, "wt-shared")
+// arguments.
+func TestCommandOverride(t *testing.T) {
+	h := newHarness(t)
 	body := runBody("tok-cmd", "galley-cmd", "exit")
 	co := body["overrides"].(map[string]any)["containerOverrides"].([]any)[0].(map[string]any)
-	co["command"] = []string{"remove-workspace", "/mnt/workspaces/wt-1"}
+	co["command"] = []string{"some-command", "/an/argument"}
 	co["environment"] = []any{
 		map[string]string{"name": "GALLEY_BRANCH", "value": "galley/test/exit"},
-		map[string]string{"name": "GALLEY_WORKSPACE", "value": ws},
+		map[string]string{"name": "GALLEY_WORKSPACE", "value": "/workspace/wt-1"},
 	}
 	status, out := h.call(t, OpRunTask, body)
 	tasks, _ := out["tasks"].([]any)
@@ -732,19 +729,19 @@ func TestCommandOverrideAndVolume(t *testing.T) {
 	}
 	arn := tasks[0].(map[string]any)["taskArn"].(string)
 	ti := h.await(t, arn, statusStopped)
-	if ti.Workspace != ws {
-		t.Errorf("workspace = %q, want the volume's %q", ti.Workspace, ws)
+	if want := filepath.Join(ti.Root, "workspace", "wt-1"); ti.Workspace != want {
+		t.Errorf("workspace = %q, want %q in the task's own storage", ti.Workspace, want)
 	}
-	if !slices.Equal(ti.Command, []string{"remove-workspace", "/mnt/workspaces/wt-1"}) {
+	if !slices.Equal(ti.Command, []string{"some-command", "/an/argument"}) {
 		t.Errorf("task command = %q", ti.Command)
 	}
-	matches, _ := filepath.Glob(filepath.Join(ws, "args-*.json"))
+	matches, _ := filepath.Glob(filepath.Join(ti.Workspace, "args-*.json"))
 	if len(matches) != 1 {
-		t.Fatalf("the harness left %d argument records in the volume, want 1", len(matches))
+		t.Fatalf("the harness left %d argument records in its workspace, want 1", len(matches))
 	}
 	b, _ := os.ReadFile(matches[0])
 	var args []string
-	if err := json.Unmarshal(b, &args); err != nil || !slices.Equal(args, []string{"remove-workspace", "/mnt/workspaces/wt-1"}) {
+	if err := json.Unmarshal(b, &args); err != nil || !slices.Equal(args, []string{"some-command", "/an/argument"}) {
 		t.Errorf("the harness got arguments %s (%v)", b, err)
 	}
 

@@ -119,13 +119,26 @@ func TestRegisterTaskDefinitionAndClusters(t *testing.T) {
 			c.MountPoints = []types.MountPoint{{SourceVolume: aws.String("efs"), ContainerPath: aws.String("/mnt")}}
 		}),
 		"a bad family": sdkDef(func(_ *types.ContainerDefinition, in *ecs.RegisterTaskDefinitionInput) { in.Family = aws.String("a b") }),
+		"20 GiB of ephemeral storage": sdkDef(func(_ *types.ContainerDefinition, in *ecs.RegisterTaskDefinitionInput) {
+			in.EphemeralStorage = &types.EphemeralStorage{SizeInGiB: 20}
+		}),
+		"201 GiB of ephemeral storage": sdkDef(func(_ *types.ContainerDefinition, in *ecs.RegisterTaskDefinitionInput) {
+			in.EphemeralStorage = &types.EphemeralStorage{SizeInGiB: 201}
+		}),
 	}
 	for name, in := range refused {
 		if _, err := client.RegisterTaskDefinition(ctx, in); func() string { c, _ := apiCode(err); return c }() != "ClientException" {
 			t.Errorf("%s: RegisterTaskDefinition = %v, want ClientException", name, err)
 		}
 	}
-	_, err := client.RegisterTaskDefinition(ctx, refused["secrets without an execution role"])
+	// The worker's: 30 GiB of its own storage, answered as given.
+	es, err := client.RegisterTaskDefinition(ctx, sdkDef(func(_ *types.ContainerDefinition, in *ecs.RegisterTaskDefinitionInput) {
+		in.EphemeralStorage = &types.EphemeralStorage{SizeInGiB: 30}
+	}))
+	if err != nil || es.TaskDefinition.EphemeralStorage == nil || es.TaskDefinition.EphemeralStorage.SizeInGiB != 30 {
+		t.Errorf("30 GiB of ephemeral storage: %+v, %v", es, err)
+	}
+	_, err = client.RegisterTaskDefinition(ctx, refused["secrets without an execution role"])
 	if _, msg := apiCode(err); msg != "When you are specifying container secrets, you must also specify a value for 'executionRoleArn'." {
 		t.Errorf("secrets without an execution role: %q", msg)
 	}

@@ -27,7 +27,22 @@ type TaskDefinition struct {
 	RuntimePlatform         *RuntimePlatform      `json:"runtimePlatform,omitempty"`
 	Volumes                 []Volume              `json:"volumes,omitempty"`
 	ContainerDefinitions    []ContainerDefinition `json:"containerDefinitions"`
+	// EphemeralStorage is a Fargate task's own storage, when larger than
+	// the default 20 GiB. Its size is checked as ECS checks it; it is not
+	// enforced (a container's own storage here is the host's disk).
+	EphemeralStorage *EphemeralStorage `json:"ephemeralStorage,omitempty"`
 }
+
+// EphemeralStorage is a task definition's ephemeralStorage.
+type EphemeralStorage struct {
+	SizeInGiB int `json:"sizeInGiB"`
+}
+
+// Fargate's bounds of a task's ephemeral storage, in GiB.
+const (
+	minEphemeralGiB = 21
+	maxEphemeralGiB = 200
+)
 
 // RuntimePlatform is a task definition's operating system and CPU
 // architecture.
@@ -302,6 +317,9 @@ func validateTaskDefinition(td *TaskDefinition) (cpu, mem int, e *awswire.Error)
 			}
 		}
 	}
+	if es := td.EphemeralStorage; es != nil && (es.SizeInGiB < minEphemeralGiB || es.SizeInGiB > maxEphemeralGiB) {
+		return 0, 0, clientErr("The ephemeral storage size must be between %d GiB and %d GiB.", minEphemeralGiB, maxEphemeralGiB)
+	}
 	volumes := map[string]Volume{}
 	for _, v := range td.Volumes {
 		switch {
@@ -496,6 +514,9 @@ func (s *Server) renderTaskDef(d *taskDef) map[string]any {
 		if v != "" {
 			out[k] = v
 		}
+	}
+	if d.EphemeralStorage != nil {
+		out["ephemeralStorage"] = d.EphemeralStorage
 	}
 	if d.RuntimePlatform != nil {
 		out["runtimePlatform"] = d.RuntimePlatform

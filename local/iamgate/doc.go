@@ -4,8 +4,9 @@
 // sessions with their keys and the role's policies from the template),
 // mapped to the IAM actions, resources and condition keys AWS authorizes
 // it by, evaluated with package iampolicy, and only then passed to the
-// upstream stand-in (DynamoDB Local, fauxqs, the Secrets Manager, ECS and
-// STS stand-ins; Proxy makes one from a URL). A Gate serves one service.
+// upstream stand-in (DynamoDB Local, fauxqs, the Secrets Manager, ECS,
+// STS and S3 stand-ins; Proxy makes one from a URL). A Gate serves one
+// service.
 //
 // # Wiring
 //
@@ -131,6 +132,19 @@
 //     X-Galley-Iamgate-* header the client sent, so only a stand-in
 //     served as the gate's upstream handler can trust it. Chain combines
 //     the stack's principals with the sessions the stand-in issues.
+//   - S3 (REST, path-style; s3.go): the signature as S3 computes it (the
+//     path encoded once, the payload hash x-amz-content-sha256 names, which
+//     must be signed; a hex digest is checked against the body, signed
+//     chunks are refused), errors as S3's XML <Error> (AccessDenied 403,
+//     SignatureDoesNotMatch, InvalidAccessKeyId, ExpiredToken).
+//     PutObject, CreateMultipartUpload, UploadPart, CompleteMultipartUpload
+//     as s3:PutObject (with s3:x-amz-server-side-encryption as requested),
+//     AbortMultipartUpload, GetObject and HeadObject (s3:GetObject) and
+//     DeleteObject on arn:aws:s3:::<bucket>/<key>; ListObjectsV2 as
+//     s3:ListBucket on arn:aws:s3:::<bucket> with s3:prefix when named.
+//     Anything else is refused NotImplemented. The bucket's own policy is
+//     not evaluated: the S3 stand-in (local/s3standin) enforces what the
+//     snapshots bucket's denies.
 //
 // Every request's context has aws:SecureTransport ("true" only when the
 // request came over TLS), aws:PrincipalArn (the role ARN),

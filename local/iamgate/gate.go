@@ -181,7 +181,7 @@ func WithObserver(f func(Record)) Option { return func(g *Gate) { g.observe = f 
 func New(service Service, upstream http.Handler, principals Principals, opts ...Option) (*Gate, error) {
 	proto, ok := protocols[service]
 	if !ok {
-		return nil, fmt.Errorf("iamgate: service %q is not modelled (dynamodb, sqs, secretsmanager, ecs, sts)", service)
+		return nil, fmt.Errorf("iamgate: service %q is not modelled (dynamodb, sqs, secretsmanager, ecs, sts, s3)", service)
 	}
 	if upstream == nil || principals == nil {
 		return nil, errors.New("iamgate: New needs an upstream and principals")
@@ -269,20 +269,33 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	op, named, ok := g.operation(r, body)
-	mapOp := g.ops[op]
-	if r.Method != http.MethodPost || !ok || mapOp == nil {
-		// Refused, never passed through unchecked: the gate cannot tell
-		// what it would authorize.
-		msg := fmt.Sprintf("iamgate: %s operation %q is not modelled by the IAM gate; refusing it rather than passing it unchecked", g.service, named)
-		g.log.Warn("iamgate: unmodelled operation", "service", g.service, "target", named, "role", p.RoleARN)
-		g.proto.write(w, g.proto.refused("UnknownOperationException", msg))
-		return
-	}
-	m, mapErr := mapOp(g, body)
-	if mapErr != nil {
-		g.proto.write(w, *mapErr)
-		return
+	var op string
+	var m mapping
+	if g.proto.rest {
+		var mapErr *awsError
+		if op, m, mapErr = g.s3Operation(r); mapErr != nil {
+			g.log.Warn("iamgate: unmodelled operation", "service", g.service, "method", r.Method, "role", p.RoleARN)
+			g.proto.write(w, *mapErr)
+			return
+		}
+	} else {
+		var named string
+		var ok bool
+		op, named, ok = g.operation(r, body)
+		mapOp := g.ops[op]
+		if r.Method != http.MethodPost || !ok || mapOp == nil {
+			// Refused, never passed through unchecked: the gate cannot tell
+			// what it would authorize.
+			msg := fmt.Sprintf("iamgate: %s operation %q is not modelled by the IAM gate; refusing it rather than passing it unchecked", g.service, named)
+			g.log.Warn("iamgate: unmodelled operation", "service", g.service, "target", named, "role", p.RoleARN)
+			g.proto.write(w, g.proto.refused("UnknownOperationException", msg))
+			return
+		}
+		var mapErr *awsError
+		if m, mapErr = mapOp(g, body); mapErr != nil {
+			g.proto.write(w, *mapErr)
+			return
+		}
 	}
 
 	if len(m.checks) == 0 && m.after == nil && !m.free {
@@ -350,13 +363,40 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"region": {g.region}, "tls": {fmt.Sprint(r.TLS != nil)},
 		}.Encode())
 	}
-	if g.usage != nil {
+	if g.usage != nil && !g.proto.rest {
 		g.serveCounted(w, r, p, op, body)
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
-	g.upstream.ServeHTTP(w, r)
+	if g.usage == nil {
+		g.upstream.ServeHTTP(w, r)
+		return
+	}
+	// S3's answers (an object) stream through, their status seen on the
+	// way.
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	g.upstream.ServeHTTP(sw, r)
+	g.usage(Call{Service: g.service, Operation: op, Role: p.RoleARN, Status: sw.status})
+}
+
+// statusWriter remembers the status its handler answered.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if !s.wrote {
+		s.status, s.wrote = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	s.wrote = true
+	return s.ResponseWriter.Write(b)
 }
 
 // evaluate decides a request of p's session as AWS does for a role
@@ -475,7 +515,21 @@ func (g *Gate) authenticate(r *http.Request, body []byte) (Principal, *awsError)
 		}
 		return Principal{}, &e
 	}
-	if !sameSignature(signature(r, body, a, p.SecretAccessKey, stamp), a.signature) {
+	payload, s3Path := bodyHash(body), false
+	if g.proto.rest {
+		// S3: the payload's hash as x-amz-content-sha256 names it, which
+		// must be signed so that it cannot be swapped.
+		var e *awsError
+		if payload, e = g.s3PayloadHash(r, body); e != nil {
+			return Principal{}, e
+		}
+		if !signed(a, "x-amz-content-sha256") {
+			e := g.proto.invalidSignature("'x-amz-content-sha256' must be a 'SignedHeader' in the AWS Authorization.")
+			return Principal{}, &e
+		}
+		s3Path = true
+	}
+	if !sameSignature(signature(r, payload, s3Path, a, p.SecretAccessKey, stamp), a.signature) {
 		e := g.proto.invalidSignature("The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method. Consult the service documentation for details.")
 		return Principal{}, &e
 	}

@@ -74,11 +74,18 @@ func parseAuth(h string) (a authHeader, why string) {
 
 // signature computes the SigV4 signature of r (with its body) for the
 // secret key and the scope in a.
-func signature(r *http.Request, body []byte, a authHeader, secret, stamp string) string {
+// payloadHash is the canonical request's last line: the body's SHA-256
+// in hex, or what S3's x-amz-content-sha256 names (s3PayloadHash); S3's
+// path is not encoded a second time (s3Path).
+func signature(r *http.Request, payloadHash string, s3Path bool, a authHeader, secret, stamp string) string {
 	var canon strings.Builder
 	canon.WriteString(r.Method)
 	canon.WriteByte('\n')
-	canon.WriteString(canonicalURI(r.URL))
+	if s3Path {
+		canon.WriteString(canonicalS3URI(r.URL))
+	} else {
+		canon.WriteString(canonicalURI(r.URL))
+	}
 	canon.WriteByte('\n')
 	canon.WriteString(canonicalQuery(r.URL))
 	canon.WriteByte('\n')
@@ -91,8 +98,7 @@ func signature(r *http.Request, body []byte, a authHeader, secret, stamp string)
 	canon.WriteByte('\n')
 	canon.WriteString(strings.Join(a.signedHeaders, ";"))
 	canon.WriteByte('\n')
-	sum := sha256.Sum256(body)
-	canon.WriteString(hex.EncodeToString(sum[:]))
+	canon.WriteString(payloadHash)
 
 	scope := a.date + "/" + a.region + "/" + a.service + "/aws4_request"
 	creq := sha256.Sum256([]byte(canon.String()))
@@ -144,6 +150,20 @@ func canonicalURI(u *url.URL) string {
 		return "/"
 	}
 	return escape(p, true)
+}
+
+// canonicalS3URI is the path as sent, encoded once: S3 signs it so.
+func canonicalS3URI(u *url.URL) string {
+	if p := u.EscapedPath(); p != "" {
+		return p
+	}
+	return "/"
+}
+
+// bodyHash is a body's SHA-256 in hex.
+func bodyHash(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:])
 }
 
 func canonicalQuery(u *url.URL) string {

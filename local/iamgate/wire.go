@@ -19,10 +19,11 @@ const (
 	SecretsManager Service = "secretsmanager"
 	ECS            Service = "ecs"
 	STS            Service = "sts"
+	S3             Service = "s3"
 )
 
 // Services are the services the gate stands in front of.
-var Services = []Service{DynamoDB, SQS, SecretsManager, ECS, STS}
+var Services = []Service{DynamoDB, SQS, SecretsManager, ECS, STS, S3}
 
 // STSNamespace is the XML namespace of STS's awsQuery answers.
 const STSNamespace = "https://sts.amazonaws.com/doc/2011-06-15/"
@@ -47,6 +48,9 @@ type protocol struct {
 	// operation in Action, answered in XML; errors are an ErrorResponse
 	// with the query code, and a denial names no reason.
 	query bool
+	// rest services (S3) name their operation by method, path and query
+	// (s3.go), and answer errors as S3's XML document.
+	rest bool
 }
 
 var protocols = map[Service]protocol{
@@ -80,6 +84,13 @@ var protocols = map[Service]protocol{
 		contentType:  "text/xml",
 		deniedStatus: 403, deniedType: "AccessDenied",
 		authStatus: 403, query: true,
+	},
+	// S3, REST with XML errors: a denial is HTTP 403 AccessDenied, with
+	// the IAM reason as S3 now gives it.
+	S3: {
+		contentType:  "application/xml",
+		deniedStatus: 403, deniedType: "AccessDenied",
+		authStatus: 403, rest: true,
 	},
 }
 
@@ -164,6 +175,10 @@ func (p protocol) refused(typ, msg string) awsError {
 }
 
 func (p protocol) write(w http.ResponseWriter, e awsError) {
+	if p.rest {
+		writeS3Error(w, e)
+		return
+	}
 	if p.query {
 		writeQueryError(w, e)
 		return

@@ -2,7 +2,6 @@ package shapetest
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"net"
@@ -12,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/galley-run/galley/local/providerstandin"
 	"github.com/galley-run/galley/local/standin-cli/standin"
@@ -42,6 +40,13 @@ const (
 	FloodPushBudget = 12 << 20
 	FloodPushEach   = 5 << 20
 )
+
+// reuseHold is the question the reuse of the attacker's worktree asks,
+// and waits on, while the test reads the worktree.
+const reuseHold = "holding the reused worktree"
+
+// plantedHooks are the hooks the plant attack writes (standin's plant).
+var plantedHooks = []string{"pre-commit", "post-commit", "pre-push", "post-checkout", "reference-transaction"}
 
 // The victim's launch key and branch, and the attacker's branch.
 const (
@@ -150,6 +155,14 @@ type House interface {
 	// AfterAttacks runs the shape's own sub-tests once the attacker has
 	// ended.
 	AfterAttacks(t *testing.T, v Victim, attacker string)
+	// Reusing runs the shape's own sub-tests of worktree wt while worker,
+	// which reuses it, holds after its git commands (where the reused
+	// worktree came from), and notes what Released will check.
+	Reusing(t *testing.T, worker, wt string)
+	// Released waits until worktree wt, released once worker (its last
+	// user, which worked in it at workspace) ended, is gone as the shape
+	// removes it, and checks that it is.
+	Released(t *testing.T, worker, wt, workspace string)
 	// BeforeFloods is called before the flooder launches; LogFlood checks
 	// that the flooder's log stayed within LogLimit, and AfterFloods runs
 	// the shape's sub-tests after both floods.
@@ -415,27 +428,42 @@ func Adversarial(t *testing.T, a Adversary) {
 
 	// The worktree is reused: the next agent runs plain git there (status
 	// consults core.fsmonitor, commit runs hooks, push runs pre-push and
-	// may ask the credential helper). Nothing the attacker planted runs,
-	// and no link it planted is followed. The reuse plants the links
-	// again, for the release.
+	// may ask the credential helper), and holds (asks and waits) while the
+	// test reads the worktree it works in: what the shape gave it, on
+	// this machine (the attacker's folder, scrubbed, in the local shape;
+	// a new task's storage in aws-local). Nothing the attacker planted ran
+	// or is there to run, and no link it planted is there or was
+	// followed. Then the reuse plants the links again, for the release.
 	linksAgain, _ := json.Marshal(standin.Attack{Kind: "links", Path: tg.LinkInfo, Target: tg.LinkObjectsInfo, Modules: tg.LinkModules})
 	reuse := strings.Join([]string{"#!standin",
 		"git status", "git add -A", "git commit --allow-empty -m reuse", "git push origin HEAD",
 		`tool post_status {"body":"reused: $LAST"}`,
+		`tool ask_coordinator {"subject":"reused","body":"` + reuseHold + `"}`,
 		"attack plant-links " + string(linksAgain),
 		`tool finish {"outcome":"succeeded","body":"reused"}`}, "\n")
-	launch(t, h, "k-reuse", wt, "", reuse)
+	reuser, _ := launch(t, h, "k-reuse", wt, "", reuse)
 	h.Next(t, "the reuse's status", Kind(protocol.MsgStatus, "reused: "))
-	replanted := h.Next(t, "the reuse's links", Kind(protocol.MsgStatus, "attack plant-links: "))
-	h.Next(t, "the reuse's worker-done", Kind(protocol.MsgWorkerDone, ""))
+	hold := h.Next(t, "the reuse's hold", Kind(protocol.MsgQuestion, reuseHold))
+	reusedWS := h.Workspace(t, reuser)
 	t.Run("planted code never ran", func(t *testing.T) {
-		ran, _ := filepath.Glob(filepath.Join(attackerWS, ".git", "*-*"))
+		gitDir := filepath.Join(reusedWS, ".git")
+		if _, err := os.Stat(filepath.Join(gitDir, "HEAD")); err != nil {
+			t.Fatalf("the reused worktree has no git directory to check: %v", err)
+		}
+		ran, _ := filepath.Glob(filepath.Join(gitDir, "*-*"))
 		for _, r := range ran {
 			if b := filepath.Base(r); strings.HasPrefix(b, "hook-") || b == "fsmonitor" || b == "credential-helper" {
 				t.Errorf("planted code ran: %s", b)
 			}
 		}
-		cfg, _ := os.ReadFile(filepath.Join(attackerWS, ".git", "config"))
+		// Galley writes a pre-push hook of its own; a planted one writes
+		// its marker.
+		for _, hook := range plantedHooks {
+			if b, err := os.ReadFile(filepath.Join(gitDir, "hooks", hook)); err == nil && strings.Contains(string(b), "hook-"+hook) {
+				t.Errorf("the reused worktree has the planted %s hook:\n%s", hook, b)
+			}
+		}
+		cfg, _ := os.ReadFile(filepath.Join(gitDir, "config"))
 		for _, key := range []string{"fsmonitor", "helper"} {
 			if strings.Contains(string(cfg), key) {
 				t.Errorf("the reused worktree's config still names %s:\n%s", key, cfg)
@@ -446,20 +474,34 @@ func Adversarial(t *testing.T, a Adversary) {
 		if got := SnapshotOwned(t, aimed.Linked...); got != linkedBefore {
 			t.Errorf("what the attacker's links named changed when its worktree was reused:\nbefore\n%s\nafter\n%s", linkedBefore, got)
 		}
+		// A clone has no link in its git directory: one there is planted.
+		err := filepath.WalkDir(filepath.Join(reusedWS, ".git"), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.Type()&fs.ModeSymlink != 0 {
+				target, _ := os.Readlink(p)
+				t.Errorf("the reused worktree's git directory holds a link: %s -> %s", p, target)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("reading the reused worktree's git directory: %v", err)
+		}
+	})
+	h.Reusing(t, reuser, wt)
+	apply(t, h, "k-reuse-reply", fmt.Sprintf(`{"type":"reply-to-worker","worker":%s,"question":%q,"body":"go on"}`, WorkerRes(reuser), hold.ID))
+	replanted := h.Next(t, "the reuse's links", Kind(protocol.MsgStatus, "attack plant-links: "))
+	h.Next(t, "the reuse's worker-done", Kind(protocol.MsgWorkerDone, ""))
+	t.Run("links planted again for the release", func(t *testing.T) {
 		if tg.LinkModules != "" && !strings.Contains(replanted.Body, ".git/modules -> ") {
 			t.Errorf("the links were not planted again for the release: %s", replanted.Body)
 		}
 	})
+	h.Ended(t, reuser)
 	// The worktree, with the links planted again, is released.
 	apply(t, h, "k-release", fmt.Sprintf(`{"type":"release-resource","resource":{"kind":"worktree","backend":"galley","handle":%q}}`, wt))
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := os.Lstat(attackerWS); errors.Is(err, fs.ErrNotExist) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the released worktree was not removed")
-		}
-	}
+	h.Released(t, reuser, wt, reusedWS)
 	t.Run("links not followed on release", func(t *testing.T) {
 		if got := SnapshotOwned(t, aimed.Linked...); got != linkedBefore {
 			t.Errorf("what the attacker's links named changed when its worktree was released:\nbefore\n%s\nafter\n%s", linkedBefore, got)

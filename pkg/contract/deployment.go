@@ -11,10 +11,6 @@ const AwaitCap = 25 * time.Second
 // The worker image's entrypoint is galley-worker; the stack and the ECS
 // runtime start it with these subcommands.
 const (
-	// CleanupCommand deletes one workspace, the path after it, and only
-	// below EnvWorkspaceRoot: the cleanup task the ECS runtime starts of
-	// the worker task definition when a worktree is released.
-	CleanupCommand = "remove-workspace"
 	// EgressProxyCommand runs the egress proxy service, the stack's task
 	// of the worker image.
 	EgressProxyCommand = "egress-proxy"
@@ -25,11 +21,14 @@ const (
 	// WorkerContainer is the worker task definition's only container,
 	// the one RunTask's overrides name.
 	WorkerContainer = "worker"
-	// WorkspaceMount is where the workspaces file system (EFS) is mounted
-	// in the worker container (EnvWorkspaceRoot).
-	WorkspaceMount = "/mnt/workspaces"
-	// DefaultWorkspace is a worker's workspace when none is shared.
+	// DefaultWorkspace is the folder of the worktrees on ECS: the task's
+	// own (ephemeral) storage, each worktree a folder below it, kept
+	// across tasks by its snapshot.
 	DefaultWorkspace = "/workspace"
+	// GitCacheMount is where the stack mounts the git object cache's file
+	// system (EFS) in the worker container: the folder EnvGitCache names,
+	// one cache shared by every worker task of the house.
+	GitCacheMount = "/mnt/git-cache"
 	// AgentNetworkTask is EnvAgentNetwork on Fargate: the platform
 	// confines the task's network (isolated subnets, the security group),
 	// so the harness makes no namespace.

@@ -70,12 +70,6 @@ const (
 	// calls (the worker API's routes are below it): the functions hand it
 	// to each worker, and the harness reads it.
 	EnvWorkerEndpoint = "GALLEY_WORKER_ENDPOINT"
-	// EnvWorkspaceRoot is WorkspaceMount, where the shared file system
-	// (EFS) is mounted in the worker container: set on the effects
-	// function, which makes every worktree below it, and on the worker
-	// task, whose CleanupCommand deletes only below it. Unset, workspaces
-	// live in each task's ephemeral storage.
-	EnvWorkspaceRoot = "GALLEY_WORKSPACE_ROOT"
 	// EnvWorkspace is where a worker's workspace is: per worker, its
 	// worktree's folder; on the functions and the worker task definition,
 	// the fallback (DefaultWorkspace).
@@ -132,8 +126,8 @@ const (
 )
 
 // The worker task's plain environment (configuration only), beside
-// EnvHouse, EnvRepository, EnvWorkerEndpoint, EnvWorkspace,
-// EnvWorkspaceRoot and EnvGitUsername.
+// EnvHouse, EnvRepository, EnvWorkerEndpoint, EnvWorkspace, EnvGitCache
+// and EnvGitUsername.
 const (
 	// EnvAnthropicBaseURL and EnvOpenAIBaseURL are each provider's base
 	// URL (an LLM gateway or proxy the operator runs), set only when given
@@ -167,13 +161,12 @@ const (
 	EnvModelCapUSD    = "GALLEY_MODEL_CAP_USD"
 	// EnvSnapshotBucket is the S3 bucket the harness keeps each worktree's
 	// snapshot in (docs/snapshots.md), under the key
-	// snapshot.Key(EnvHouse, worktree, "worktree"), whose first segment is
-	// the house: the task role may get, put and delete only below it. A
-	// harness whose workspace lies below EnvWorkspaceRoot (a shared file
-	// system, where the worktree outlives the task) takes none.
+	// snapshot.WorktreeKey(EnvHouse, worktree), whose first segment is
+	// the house: the task role may get, put and delete only below it; the
+	// effects function deletes a released worktree's.
 	EnvSnapshotBucket = "GALLEY_SNAPSHOT_BUCKET"
 	// EnvSnapshotDir is the folder the harness keeps the snapshots in
-	// instead (galley serve: snapshots/ of its data folder).
+	// instead (galley serve sets none: a local worktree stays on disk).
 	EnvSnapshotDir = "GALLEY_SNAPSHOT_DIR"
 	// EnvSnapshotMaxBytes and EnvSnapshotMaxEntries bound one snapshot:
 	// the bytes of its files and links, and its entries (default
@@ -222,8 +215,8 @@ const (
 	// EnvGitCache names the folder of the shared git object cache the
 	// workspace is cloned through: an absolute path, or "off" for none.
 	// Unset, it is a folder beside the workspace (in the data directory's
-	// workspaces/ locally, WorkspaceMount on ECS), so every worker of a
-	// machine or a file system shares one cache.
+	// workspaces/ locally), so every worker of a machine shares one cache;
+	// the stack sets GitCacheMount, on EFS, shared by every worker task.
 	EnvGitCache = "GALLEY_GIT_CACHE"
 	// EnvMCPProgressInterval overrides the interval of the MCP progress
 	// notifications a blocking tool call sends (a Go duration; tests

@@ -38,9 +38,6 @@ var notCounted = map[string]string{
 // by the file (slash-separated, from the repository's root) that holds
 // them.
 var elsewhere = map[string]map[string]string{
-	"pkg/store/records.go": {
-		"remove-workspace": "the stored kind of cleanup a record owes (persisted), not the command",
-	},
 	"infra/stack/secrets.go": {
 		"egress-proxy": "the egress secret's name, galley/<house>/egress-proxy (persisted)",
 	},

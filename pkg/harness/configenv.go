@@ -136,7 +136,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		return cfg, galleyerr.E(op, galleyerr.Invalid, err)
 	}
 	cfg.House = getenv(contract.EnvHouse)
-	if cfg.Snapshots, cfg.SnapshotLimits, err = snapshotsFromEnv(getenv, cfg.Workspace); err != nil {
+	if cfg.Snapshots, cfg.SnapshotLimits, err = snapshotsFromEnv(getenv); err != nil {
 		return cfg, galleyerr.E(op, galleyerr.Invalid, err)
 	}
 	return cfg, nil

@@ -17,15 +17,13 @@ import (
 // snapshotsFromEnv makes the snapshot store the environment names, and
 // its limits: an S3 bucket (contract.EnvSnapshotBucket), reached with the
 // task role's credentials, or a folder (contract.EnvSnapshotDir); none
-// when neither is set, or when the workspace lies below
-// contract.EnvWorkspaceRoot, a shared file system on which the worktree
-// outlives the task.
+// when neither is set.
 //
 // It reads the SDK's configuration (the task's credentials endpoint, its
 // region, AWS_ENDPOINT_URL_S3 and AWS_CA_BUNDLE) from this process's
 // environment now: UnsetSecretEnv removes those variables once the
 // Config is read.
-func snapshotsFromEnv(getenv func(string) string, workspace string) (SnapshotStore, snapshot.Limits, error) {
+func snapshotsFromEnv(getenv func(string) string) (SnapshotStore, snapshot.Limits, error) {
 	var limits snapshot.Limits
 	for _, l := range []struct {
 		name string
@@ -45,11 +43,6 @@ func snapshotsFromEnv(getenv func(string) string, workspace string) (SnapshotSto
 	}
 	bucket := strings.TrimSpace(getenv(contract.EnvSnapshotBucket))
 	dir := strings.TrimSpace(getenv(contract.EnvSnapshotDir))
-	if root := getenv(contract.EnvWorkspaceRoot); root != "" && filepath.IsAbs(workspace) {
-		if rel, err := filepath.Rel(filepath.Clean(root), filepath.Clean(workspace)); err == nil && filepath.IsLocal(rel) {
-			return nil, limits, nil
-		}
-	}
 	switch {
 	case bucket != "" && dir != "":
 		return nil, limits, errors.New("set " + contract.EnvSnapshotBucket + " or " + contract.EnvSnapshotDir + ", not both")

@@ -17,15 +17,12 @@ import (
 // SnapshotStore keeps the worktree's snapshots by key (docs/snapshots.md):
 // snapshot.DirStore locally, snapshot.S3Store on AWS. Its methods are
 // snapshot.Store's, which snapshot.SaveTo and RestoreFrom take; the
-// harness deletes nothing.
+// harness deletes nothing (galley does, when it releases the worktree).
 type SnapshotStore interface {
 	Put(ctx context.Context, key string, r io.Reader) error
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
 	Delete(ctx context.Context, key string) error
 }
-
-// snapshotName names the worktree's snapshot among a worktree's keys.
-const snapshotName = "worktree"
 
 // How long a save may take: after the agent ended by itself, and once the
 // harness was told to stop (SIGTERM; Fargate kills the task 120 s later,
@@ -41,7 +38,7 @@ func (h *harness) snapshotKey() string {
 	if h.cfg.Snapshots == nil || h.self.Worktree == "" {
 		return ""
 	}
-	return snapshot.Key(h.cfg.House, h.self.Worktree, snapshotName)
+	return snapshot.WorktreeKey(h.cfg.House, h.self.Worktree)
 }
 
 // workspaceOnDisk reports whether dir holds a clone before Prepare: a

@@ -274,16 +274,14 @@ func hasEvent(evs []workerapi.HarnessEvent, event, text string) bool {
 }
 
 // The environment names the snapshot store: a folder, or an S3 bucket
-// (with the process's AWS configuration), never both, and none for a
-// workspace on the shared file system, where the worktree outlives the
-// task.
+// (with the process's AWS configuration), never both.
 func TestSnapshotStoreFromEnv(t *testing.T) {
 	t.Setenv("AWS_REGION", "eu-west-1")
 	dir := filepath.Join(t.TempDir(), "snapshots")
 	base := map[string]string{
 		contract.EnvWorkerEndpoint: "http://127.0.0.1:8080",
 		contract.EnvWorkerToken:    testToken,
-		contract.EnvWorkspace:      "/mnt/shared/wt-1",
+		contract.EnvWorkspace:      "/workspace/wt-1",
 		contract.EnvRepository:     "/tmp/repo.git",
 	}
 	tests := []struct {
@@ -298,8 +296,6 @@ func TestSnapshotStoreFromEnv(t *testing.T) {
 		{"a bucket", map[string]string{contract.EnvSnapshotBucket: "galley-snapshots"}, true, "*snapshot.S3Store", snapshot.Limits{}},
 		{"limits", map[string]string{contract.EnvSnapshotDir: dir, contract.EnvSnapshotMaxBytes: "1048576", contract.EnvSnapshotMaxEntries: "1000"},
 			true, "*snapshot.DirStore", snapshot.Limits{MaxBytes: 1 << 20, MaxEntries: 1000}},
-		{"on the shared file system", map[string]string{contract.EnvSnapshotBucket: "galley-snapshots", contract.EnvWorkspaceRoot: "/mnt/shared"}, true, "", snapshot.Limits{}},
-		{"beside the shared file system", map[string]string{contract.EnvSnapshotDir: dir, contract.EnvWorkspaceRoot: "/mnt/shared/other"}, true, "*snapshot.DirStore", snapshot.Limits{}},
 		{"both", map[string]string{contract.EnvSnapshotDir: dir, contract.EnvSnapshotBucket: "galley-snapshots"}, false, "", snapshot.Limits{}},
 		{"a relative folder", map[string]string{contract.EnvSnapshotDir: "snapshots"}, false, "", snapshot.Limits{}},
 		{"no bytes", map[string]string{contract.EnvSnapshotMaxBytes: "0"}, false, "", snapshot.Limits{}},

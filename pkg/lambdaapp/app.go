@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
@@ -26,6 +27,7 @@ import (
 	"github.com/galley-run/galley/pkg/githost/remote"
 	"github.com/galley-run/galley/pkg/runtime/ecsrt"
 	"github.com/galley-run/galley/pkg/service"
+	"github.com/galley-run/galley/pkg/snapshot"
 	"github.com/galley-run/galley/pkg/store"
 	"github.com/galley-run/galley/pkg/store/dynamostore"
 )
@@ -48,6 +50,10 @@ type Deps struct {
 	Auth    api.Authenticator
 	Log     *slog.Logger
 	Clock   service.Clock
+	// Snapshots removes a released worktree's snapshot (the effects
+	// function only); default: with GALLEY_SNAPSHOT_BUCKET, the S3 store
+	// of that bucket; without it, none.
+	Snapshots service.WorktreeSnapshots
 }
 
 // App is one function's wiring: the service with exactly the dependencies
@@ -169,7 +175,6 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 				Cluster: cfg.Cluster, TaskDefinition: cfg.TaskDefinition, Container: cfg.WorkerContainer,
 				Subnets: cfg.Subnets, SecurityGroups: cfg.SecurityGroups, AssignPublicIP: cfg.AssignPublicIP,
 				Endpoint: cfg.WorkerEndpoint, Repository: cfg.Repository, House: cfg.House,
-				WorkspaceRoot: cfg.SharedWorkspaceRoot,
 			}, ecsrt.WithLogger(d.Log),
 				// Every function finds a worker's task by its record, where
 				// ListTasks lags behind the launch (docs/runtime-ecs.md).
@@ -239,6 +244,17 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 	svcOpts := []service.Option{service.WithStore(d.Store), service.WithRuntime(d.Runtime), service.WithGitHost(d.GitHost),
 		service.WithDoorbell(d.Doorbell), service.WithClock(d.Clock), service.WithLogger(d.Log),
 		service.WithWakeGranter(d.Wakes)}
+	if d.Snapshots == nil && fn == Effects && cfg.SnapshotBucket != "" {
+		c, err := awsCfg()
+		if err != nil {
+			return nil, err
+		}
+		client := s3.NewFromConfig(c, func(o *s3.Options) { o.UsePathStyle = cfg.S3PathStyle })
+		d.Snapshots = snapshot.Worktrees{Store: snapshot.NewS3Store(client, cfg.SnapshotBucket), House: cfg.House}
+	}
+	if d.Snapshots != nil {
+		svcOpts = append(svcOpts, service.WithSnapshots(d.Snapshots))
+	}
 	if evlog, ok := d.Store.(eventlog.Log); ok && fn.recordsEvents() {
 		rec = eventlog.New(evlog, d.Doorbell, d.Log)
 		svcOpts = append(svcOpts, service.WithEvents(rec))

@@ -2,7 +2,6 @@ package lambdaapp
 
 import (
 	"fmt"
-	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -112,13 +111,16 @@ type Config struct {
 	Repository   string
 	GitSecretArn string
 	GitUsername  string
-	// WorkspaceRoot is where worktrees are made (service.Config): the
-	// shared root when set, else GALLEY_WORKSPACE, else /workspace.
+	// WorkspaceRoot is where worktrees are made (service.Config), on the
+	// worker task's own storage: GALLEY_WORKSPACE, else /workspace.
 	WorkspaceRoot string
-	// SharedWorkspaceRoot is GALLEY_WORKSPACE_ROOT: the shared file
-	// system's mount in the worker container, which the ECS runtime keeps
-	// workspaces under and removes them from with a cleanup task.
-	SharedWorkspaceRoot string
+	// SnapshotBucket is GALLEY_SNAPSHOT_BUCKET, the worktrees' snapshots'
+	// bucket (the worker task's too): the effects function deletes a
+	// worktree's snapshot there when it releases the worktree. S3PathStyle
+	// addresses it by path, for an endpoint of its own
+	// (AWS_ENDPOINT_URL_S3: aws-local's stand-in).
+	SnapshotBucket string
+	S3PathStyle    bool
 
 	AwaitCap     time.Duration
 	MaxWorkers   int
@@ -155,7 +157,8 @@ func ConfigFromEnv(fn Function, getenv func(string) string) (Config, error) {
 		GitSecretArn:           getenv(contract.EnvSecretGit),
 		GitUsername:            getenv(contract.EnvGitUsername),
 		WorkspaceRoot:          getenv(contract.EnvWorkspace),
-		SharedWorkspaceRoot:    getenv(contract.EnvWorkspaceRoot),
+		SnapshotBucket:         getenv(contract.EnvSnapshotBucket),
+		S3PathStyle:            getenv("AWS_ENDPOINT_URL_S3") != "" || getenv("AWS_ENDPOINT_URL") != "",
 		Families:               list(getenv(contract.EnvAgentFamilies)),
 		DefaultAgent:           getenv(contract.EnvDefaultAgent),
 		LogLevel:               getenv(contract.EnvLogLevel),
@@ -203,13 +206,6 @@ func ConfigFromEnv(fn Function, getenv func(string) string) (Config, error) {
 	}
 	if c.WorkerContainer == "" {
 		c.WorkerContainer = contract.WorkerContainer
-	}
-	if r := c.SharedWorkspaceRoot; r != "" {
-		if !path.IsAbs(r) || path.Clean(r) == "/" {
-			return c, galleyerr.E(op, galleyerr.Invalid, contract.EnvWorkspaceRoot+" must be an absolute path below /")
-		}
-		c.SharedWorkspaceRoot = path.Clean(r)
-		c.WorkspaceRoot = c.SharedWorkspaceRoot
 	}
 	if c.WorkspaceRoot == "" {
 		c.WorkspaceRoot = contract.DefaultWorkspace

@@ -112,25 +112,15 @@ func TestConfigFromEnv(t *testing.T) {
 			wantErr: "GALLEY_QUEUE_IDLE_HOURS"},
 		{name: "queue idle age not a number", fn: lambdaapp.Reconciler, mod: func(m map[string]string) { m["GALLEY_QUEUE_IDLE_HOURS"] = "1.5" },
 			wantErr: "GALLEY_QUEUE_IDLE_HOURS"},
-		{name: "no shared workspace root by default", fn: lambdaapp.Effects, check: func(t *testing.T, c lambdaapp.Config) {
-			if c.SharedWorkspaceRoot != "" {
-				t.Errorf("shared workspace root %q, want none", c.SharedWorkspaceRoot)
-			}
-		}},
-		// The worktrees live on EFS: the service makes them there, and the
-		// runtime removes them with a cleanup task.
-		{name: "shared workspace root", fn: lambdaapp.Effects, mod: func(m map[string]string) {
-			m["GALLEY_WORKSPACE_ROOT"] = "/mnt/workspaces/"
-			m["GALLEY_WORKSPACE"] = "/workspace"
+		// The worktrees live on the worker task's own storage, at
+		// GALLEY_WORKSPACE.
+		{name: "workspace root", fn: lambdaapp.Effects, mod: func(m map[string]string) {
+			m["GALLEY_WORKSPACE"] = "/scratch"
 		}, check: func(t *testing.T, c lambdaapp.Config) {
-			if c.SharedWorkspaceRoot != "/mnt/workspaces" || c.WorkspaceRoot != "/mnt/workspaces" {
-				t.Errorf("shared root %q, workspace root %q, want /mnt/workspaces for both", c.SharedWorkspaceRoot, c.WorkspaceRoot)
+			if c.WorkspaceRoot != "/scratch" {
+				t.Errorf("workspace root %q, want /scratch", c.WorkspaceRoot)
 			}
 		}},
-		{name: "relative shared workspace root", fn: lambdaapp.Effects,
-			mod: func(m map[string]string) { m["GALLEY_WORKSPACE_ROOT"] = "mnt/workspaces" }, wantErr: "GALLEY_WORKSPACE_ROOT"},
-		{name: "shared workspace root at /", fn: lambdaapp.Effects,
-			mod: func(m map[string]string) { m["GALLEY_WORKSPACE_ROOT"] = "/" }, wantErr: "GALLEY_WORKSPACE_ROOT"},
 		{name: "unknown function", fn: "cron", wantErr: "unknown function"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

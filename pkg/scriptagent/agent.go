@@ -23,6 +23,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -178,6 +179,10 @@ func (a *agent) do(ctx context.Context, d Directive) error {
 		}
 	case OpCommit:
 		return a.commit(ctx, a.dir, d.Path, d.Content, "galley script: write "+d.Path)
+	case OpWrite:
+		return writeFile(a.dir, d.Path, d.Content)
+	case OpShow:
+		return a.status(ctx, "show "+d.Path+": "+readShown(a.dir, d.Path))
 	case OpUsage:
 		args := map[string]any{"input": d.Input, "output": d.Output}
 		if d.Cost != nil {
@@ -290,4 +295,41 @@ func connect(ctx context.Context, url, secret string) (Tools, func(), error) {
 		}
 	}
 	return session{cs}, func() { cs.Close() }, nil
+}
+
+// writeFile writes content to path in the workspace dir, its folders made,
+// through an os.Root (no link leads it out of the workspace), and commits
+// nothing.
+func writeFile(dir, path, content string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if d := filepath.Dir(path); d != "." {
+		if err := root.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	return root.WriteFile(path, []byte(content), 0o644)
+}
+
+// maxShown bounds what show reports of a file.
+const maxShown = 512
+
+// readShown is what show reports of path in the workspace dir: its
+// content (its first maxShown bytes), or "missing".
+func readShown(dir, path string) string {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return "missing"
+	}
+	defer root.Close()
+	f, err := root.Open(path)
+	if err != nil {
+		return "missing"
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, maxShown))
+	return string(b)
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -196,4 +198,45 @@ func decodeEvents(t *testing.T, out *bytes.Buffer) []map[string]any {
 		t.Fatal("no events")
 	}
 	return events
+}
+
+// write leaves a file uncommitted (its folders made); show reports a
+// file's content, or that it is missing.
+func TestWriteAndShow(t *testing.T) {
+	dir := t.TempDir()
+	tools := &fakeTools{}
+	committed := false
+	commit := func(context.Context, string, string, string, string) error { committed = true; return nil }
+	brief := "#!galley-script\nwrite notes/todo.txt left for later\nshow notes/todo.txt\nshow absent.txt\ndone succeeded"
+	code, err := Execute(context.Background(), tools, brief, dir, &bytes.Buffer{}, commit)
+	if err != nil || code != 0 {
+		t.Fatalf("Execute: %d %v", code, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "notes", "todo.txt")); err != nil || string(b) != "left for later" {
+		t.Fatalf("the written file: %q %v", b, err)
+	}
+	if committed {
+		t.Error("write committed")
+	}
+	want := []string{
+		"post_status map[body:show notes/todo.txt: left for later]",
+		"post_status map[body:show absent.txt: missing]",
+		"finish map[body: outcome:succeeded]",
+	}
+	if !reflect.DeepEqual(tools.calls, want) {
+		t.Errorf("calls %v, want %v", tools.calls, want)
+	}
+	// A link out of the workspace is not followed.
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(dir, "out")); err != nil {
+		t.Fatal(err)
+	}
+	tools = &fakeTools{}
+	_, _ = Execute(context.Background(), tools, "#!galley-script\nwrite out/x escaped", dir, &bytes.Buffer{}, commit)
+	if len(tools.calls) == 0 || !strings.HasPrefix(tools.calls[0], "escalate map[body:line 2 (write): ") {
+		t.Errorf("a write through a link out of the workspace: calls %v, want the directive's failure escalated", tools.calls)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "x")); err == nil {
+		t.Error("the write went through the link")
+	}
 }

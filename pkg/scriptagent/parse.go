@@ -22,6 +22,8 @@ const (
 	OpWaitMessage = "wait-message"
 	OpSleep       = "sleep"
 	OpCommit      = "commit"
+	OpWrite       = "write"
+	OpShow        = "show"
 	OpUsage       = "usage"
 	OpDone        = "done"
 	OpExit        = "exit"
@@ -37,8 +39,8 @@ type Directive struct {
 	Subject  string        // ask, escalate
 	Body     string        // ask, escalate, done (optional)
 	Duration time.Duration // sleep
-	Path     string        // commit: a local, slash-separated path
-	Content  string        // commit: the file's exact content
+	Path     string        // commit, write, show: a local, slash-separated path
+	Content  string        // commit, write: the file's exact content
 	Input    int64         // usage
 	Output   int64         // usage
 	Cost     *int64        // usage, optional, in millionths of a dollar
@@ -124,6 +126,25 @@ func parseLine(line string) (Directive, error) {
 			return d, err
 		}
 		d.Path, d.Content = path, content
+	case OpWrite:
+		// A file written and left uncommitted (a new one untracked, a
+		// tracked one changed).
+		path, content, ok := strings.Cut(rest, " ")
+		if !ok || path == "" || content == "" {
+			return d, fmt.Errorf("write needs a path and text")
+		}
+		if err := checkPath(path); err != nil {
+			return d, err
+		}
+		d.Path, d.Content = path, content
+	case OpShow:
+		if rest == "" || strings.Contains(rest, " ") {
+			return d, fmt.Errorf("show needs one path")
+		}
+		if err := checkPath(rest); err != nil {
+			return d, err
+		}
+		d.Path = rest
 	case OpUsage:
 		f := strings.Fields(rest)
 		if len(f) != 2 && len(f) != 3 {
@@ -162,6 +183,7 @@ func parseLine(line string) (Directive, error) {
 }
 
 // checkPath accepts only a relative path inside the workspace, outside .git.
+// (Its messages say "commit path" for every directive that takes a path.)
 func checkPath(path string) error {
 	if !filepath.IsLocal(path) || strings.Contains(path, `\`) {
 		return fmt.Errorf("commit path %q must be relative and stay inside the workspace", path)

@@ -10,12 +10,11 @@ import (
 )
 
 // Cleanups owed to the platform (store.Resource.Cleanup). The write that
-// makes one owed (a worker settled by galley, a worktree released with its
-// removal running behind) records it; the cleanup itself follows, and once
-// it is done a second write clears the record. A cleanup that failed, or
-// whose caller died before it, stays recorded, and housekeeping
-// (RetryCleanups) does it again on every tick until it is done; a cleanup
-// done is never done again.
+// makes one owed (a worker settled by galley) records it; the cleanup
+// itself follows, and once it is done a second write clears the record.
+// A cleanup that failed, or whose caller died before it, stays recorded,
+// and housekeeping (RetryCleanups) does it again on every tick until it
+// is done; a cleanup done is never done again.
 
 // stopOwed stops the worker's compute and, once the stop is requested,
 // clears the stop its record owes. A failed clear only costs housekeeping
@@ -47,21 +46,11 @@ func (s *Service) oweStop(ctx context.Context, handle string) error {
 	return galleyerr.Errorf(galleyerr.InFlight, "worker %s is contended", quoteShort(handle))
 }
 
-// startRemoval starts removal attempt try of a worktree's files and answers
-// the reference of what runs behind, "" when nothing does (a runtime that
-// removes at once, or one whose workspaces go with their task).
-func (s *Service) startRemoval(ctx context.Context, handle, path string, try int) (string, error) {
-	if wr, ok := s.runtime.(WorkspaceRemover); ok {
-		return wr.StartWorkspaceRemoval(ctx, handle, path, try)
-	}
-	return "", s.runtime.RemoveWorkspace(ctx, handle, path)
-}
-
 // clearCleanup clears the cleanup the record of handle (a worker's or a
 // worktree's) owes, if it still owes want.
 func (s *Service) clearCleanup(ctx context.Context, handle, want string) {
 	if err := s.updateCleanup(ctx, handle, want, func(r *store.Resource) {
-		r.Cleanup, r.CleanupRef = "", ""
+		r.Cleanup = ""
 	}); err != nil {
 		s.log.Warn("cleanup done but still recorded as owed: housekeeping repeats it", "resource", handle, "cleanup", want, "err", err)
 	}
@@ -97,12 +86,12 @@ func kindOfCleanup(c string) string {
 
 // RetryCleanups does, for housekeeping, every cleanup a record still owes:
 // it stops the compute of a worker galley settled whose stop failed (or
-// whose caller died before it), and follows each worktree removal that runs
-// behind its release (ECS's cleanup task) to its end, starting a new
-// attempt when one ended without removing the files (a task that failed to
-// start: an EFS mount error). A cleanup done is cleared from its record and
-// never repeated. It answers how many it finished this pass; a cleanup it
-// could not do is left for the next one.
+// whose caller died before it), and removes a released worktree's files
+// that an earlier version left owed (its ECS cleanup task, when worktrees
+// were on EFS: today's runtime has nothing to remove, and the record is
+// cleared). A cleanup done is cleared from its record and never repeated.
+// It answers how many it finished this pass; a cleanup it could not do is
+// left for the next one.
 func (s *Service) RetryCleanups(ctx context.Context) (int, error) {
 	all, err := s.store.ListResources(ctx)
 	if err != nil {
@@ -140,45 +129,29 @@ func (s *Service) RetryCleanups(ctx context.Context) (int, error) {
 	return n, errors.Join(errs...)
 }
 
-// retryRemoval follows a worktree removal: done, it clears the record;
-// failed (or never started, its ref lost), it starts the next attempt and
-// records it; under way, it waits for the next pass.
+// retryRemoval removes a released worktree's files at once and clears
+// what its record owes.
 func (s *Service) retryRemoval(ctx context.Context, r store.Resource) (bool, error) {
-	wr, ok := s.runtime.(WorkspaceRemover)
-	if !ok {
-		// A runtime that removes at once: remove now.
-		if err := s.runtime.RemoveWorkspace(ctx, r.Handle, r.Path); err != nil {
-			return false, err
-		}
-		s.clearCleanup(ctx, r.Handle, store.CleanupWorkspace)
-		return true, nil
-	}
-	tries := r.CleanupTries
-	if r.CleanupRef != "" {
-		st, err := wr.WorkspaceRemoval(ctx, r.CleanupRef)
-		switch {
-		case err != nil:
-			return false, err
-		case st == RemovalPending:
-			return false, nil
-		case st == RemovalDone:
-			s.clearCleanup(ctx, r.Handle, store.CleanupWorkspace)
-			return true, nil
-		}
-		tries++
-	}
-	// The attempt is named by its number: a pass that dies between the
-	// start and the write below starts the same attempt again, not another.
-	ref, err := wr.StartWorkspaceRemoval(ctx, r.Handle, r.Path, tries)
-	if err != nil {
+	if err := s.runtime.RemoveWorkspace(ctx, r.Handle, r.Path); err != nil {
 		return false, err
 	}
-	s.log.Warn("a worktree's removal ended without removing it: started again", "worktree", r.Handle, "try", tries)
-	if ref == "" {
-		s.clearCleanup(ctx, r.Handle, store.CleanupWorkspace)
-		return true, nil
+	s.clearCleanup(ctx, r.Handle, store.CleanupWorkspace)
+	return true, nil
+}
+
+// removeSnapshot deletes a released worktree's snapshot, once the release
+// is recorded (a release that fails before keeps it). A failure is logged
+// and fails nothing: the worktree is released, its pushed commits are on
+// its branch, and the store's own expiry (the bucket's lifecycle rule on
+// AWS) removes what is left.
+func (s *Service) removeSnapshot(ctx context.Context, worktree string) {
+	if s.snapshots == nil {
+		return
 	}
-	return false, s.updateCleanup(ctx, r.Handle, store.CleanupWorkspace, func(res *store.Resource) {
-		res.CleanupRef, res.CleanupTries = ref, tries
-	})
+	if err := s.snapshots.RemoveSnapshot(ctx, worktree); err != nil {
+		s.log.Warn("the released worktree's snapshot could not be deleted: it stays until the store expires it",
+			"worktree", worktree, "err", err)
+		return
+	}
+	s.log.Info("the released worktree's snapshot deleted", "worktree", worktree)
 }

@@ -112,3 +112,27 @@ func TestStopAfterARacingCancelIsOwed(t *testing.T) {
 		t.Fatalf("a second pass did %d cleanups (%v), %d stops: a done stop was repeated", n, err, rt.done()-stops)
 	}
 }
+
+// A released worktree whose removal an earlier version left owed (its ECS
+// cleanup task, when worktrees were on EFS) is removed once by the next
+// housekeeping pass, its record cleared, and never again.
+func TestWorktreeRemovalOwedByAnEarlierVersionIsCleared(t *testing.T) {
+	te := servicetest.New(t, nil)
+	svc, st := te.Service, te.Store
+	ctx := context.Background()
+	if _, err := st.PutResource(ctx, store.Resource{Kind: protocol.KindWorktree, Handle: "wt-old", Owner: "k-old",
+		Created: service.SystemClock.Now(), Released: true, Path: "/mnt/workspaces/wt-old", Cleanup: store.CleanupWorkspace}, store.NoVersion); err != nil {
+		t.Fatal(err)
+	}
+	for pass, want := range []int{1, 0} {
+		if n, err := svc.RetryCleanups(ctx); err != nil || n != want {
+			t.Fatalf("pass %d did %d cleanups (%v), want %d", pass+1, n, err, want)
+		}
+	}
+	if got := te.Runtime.Removed; len(got) != 1 || got[0] != "wt-old" {
+		t.Errorf("the runtime removed %v, want the worktree once", got)
+	}
+	if r, _, err := st.GetResource(ctx, protocol.KindWorktree, "wt-old"); err != nil || r.Cleanup != "" || !r.Released {
+		t.Errorf("the record is %+v (%v), want released owing nothing", r, err)
+	}
+}

@@ -57,29 +57,16 @@ type Runtime interface {
 	RemoveWorkspace(ctx context.Context, handle, path string) error
 }
 
-// WorkspaceRemover is a Runtime whose removal of a workspace runs behind
-// the call and may fail after it (ecsrt's cleanup task, which an EFS mount
-// error stops before its command runs). The service records the removal
-// on the worktree's record, and housekeeping (RetryCleanups) reads how it
-// ended and starts another attempt until one removed the files.
-type WorkspaceRemover interface {
-	// StartWorkspaceRemoval starts attempt try (0, 1, ...) at removing
-	// handle's files at path and answers its reference; calling it again
-	// with the same try starts nothing more. "" means nothing was left
-	// to run behind (the files went with the call, or with the task).
-	StartWorkspaceRemoval(ctx context.Context, handle, path string, try int) (ref string, err error)
-	// WorkspaceRemoval reads how the removal ref stands.
-	WorkspaceRemoval(ctx context.Context, ref string) (Removal, error)
+// WorktreeSnapshots removes a worktree's snapshot (docs/snapshots.md: what
+// a worker's harness saves at its end so that a later launch that reuses
+// the worktree, on another machine, gets its files back) when the
+// worktree is released: snapshot.Worktrees over the store the harnesses
+// save to.
+type WorktreeSnapshots interface {
+	// RemoveSnapshot deletes the worktree's snapshot; a worktree without
+	// one is no error.
+	RemoveSnapshot(ctx context.Context, worktree string) error
 }
-
-// Removal is how a workspace removal stands.
-type Removal int
-
-const (
-	RemovalPending Removal = iota // under way
-	RemovalDone                   // the files are gone
-	RemovalFailed                 // it ended without removing them: try again
-)
 
 // Liveness of a worker's compute.
 type Liveness int

@@ -284,13 +284,13 @@ func (s *Service) release(ctx context.Context, c *claim, eff protocol.WorkerEffe
 		if err := s.act(ctx, c); err != nil {
 			return nil, err
 		}
-		ref, err := s.startRemoval(ctx, r.Handle, res.Path, res.CleanupTries)
-		if err != nil {
+		if err := s.runtime.RemoveWorkspace(ctx, r.Handle, res.Path); err != nil {
 			return nil, err
 		}
-		if err := s.markReleasedOwing(ctx, r.Kind, r.Handle, ref); err != nil {
+		if err := s.markReleased(ctx, r.Kind, r.Handle); err != nil {
 			return nil, err
 		}
+		s.removeSnapshot(ctx, r.Handle)
 		return s.touchedReceipt(c, s.resource(r.Kind, r.Handle))
 	case protocol.KindBranch:
 		if err := s.git.DeleteBranch(ctx, r.Handle); err != nil {

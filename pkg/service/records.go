@@ -47,13 +47,6 @@ func (s *Service) createResource(ctx context.Context, r store.Resource, replaceO
 }
 
 func (s *Service) markReleased(ctx context.Context, kind, handle string) error {
-	return s.markReleasedOwing(ctx, kind, handle, "")
-}
-
-// markReleasedOwing is markReleased, recording in the same write the
-// workspace removal ref that runs behind the release (a removal the
-// runtime did at once is ""): housekeeping follows it to its end.
-func (s *Service) markReleasedOwing(ctx context.Context, kind, handle, removal string) error {
 	for range claimAttempts {
 		res, v, err := s.store.GetResource(ctx, kind, handle)
 		if err != nil {
@@ -63,9 +56,6 @@ func (s *Service) markReleasedOwing(ctx context.Context, kind, handle, removal s
 			return nil
 		}
 		res.Released = true
-		if removal != "" {
-			res.Cleanup, res.CleanupRef = store.CleanupWorkspace, removal
-		}
 		if _, err = s.store.PutResource(ctx, res, v); !galleyerr.Is(galleyerr.Conflict, err) {
 			return err
 		}

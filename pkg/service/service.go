@@ -119,6 +119,8 @@ type Service struct {
 	inboxes *inboxCache
 	budgets *budgets
 	events  EventRecorder
+	// snapshots removes a released worktree's snapshot (nil: none kept).
+	snapshots WorktreeSnapshots
 	// incarnation names this Service in the leases it takes, so that with
 	// an exclusive store a lease of any other incarnation is known dead.
 	incarnation string
@@ -143,6 +145,10 @@ func WithWakeGranter(g WakeGranter) Option { return func(v *Service) { v.wakes =
 // WithEvents records what happens to each worker in its event log
 // (package eventlog); without it nothing is recorded.
 func WithEvents(r EventRecorder) Option { return func(v *Service) { v.events = r } }
+
+// WithSnapshots removes each worktree's snapshot when the worktree is
+// released; without it a snapshot stays until its store expires it.
+func WithSnapshots(w WorktreeSnapshots) Option { return func(v *Service) { v.snapshots = w } }
 
 func WithLogger(l *slog.Logger) Option {
 	return func(v *Service) { v.log = l }

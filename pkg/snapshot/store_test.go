@@ -3,20 +3,16 @@ package snapshot_test
 import (
 	"bytes"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
+	"github.com/galley-run/galley/local/s3standin"
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/snapshot"
 	"github.com/galley-run/galley/pkg/snapshot/storetest"
@@ -76,12 +72,11 @@ func TestS3Store(t *testing.T) {
 	})
 	var multipart int
 	for _, f := range fakes {
-		f.mu.Lock()
-		multipart += f.created
-		if f.created != f.completed+f.aborted {
-			t.Errorf("multipart uploads: %d created, %d completed, %d aborted: some left open", f.created, f.completed, f.aborted)
+		st := f.Stats()
+		multipart += st.Created
+		if st.Created != st.Completed+st.Aborted {
+			t.Errorf("multipart uploads: %d created, %d completed, %d aborted: some left open", st.Created, st.Completed, st.Aborted)
 		}
-		f.mu.Unlock()
 	}
 	if multipart == 0 {
 		t.Error("the suite made no multipart upload: Large is too small to test that path")
@@ -115,18 +110,17 @@ func TestS3StoreRequestsEncryption(t *testing.T) {
 					t.Fatalf("Put of %d bytes: %v", size, err)
 				}
 			}
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			if len(f.sse) != 2 {
-				t.Fatalf("%d puts or uploads seen, want 2 (one PutObject, one multipart)", len(f.sse))
+			st := f.Stats()
+			if len(st.SSE) != 2 {
+				t.Fatalf("%d puts or uploads seen, want 2 (one PutObject, one multipart)", len(st.SSE))
 			}
-			for _, got := range f.sse {
+			for _, got := range st.SSE {
 				if got != tc.want {
 					t.Errorf("server-side encryption %q requested, want %q", got, tc.want)
 				}
 			}
-			if tc.want == "aws:kms" && f.kmsKey != "alias/galley-snapshots" {
-				t.Errorf("KMS key %q requested", f.kmsKey)
+			if tc.want == "aws:kms" && st.KMSKey != "alias/galley-snapshots" {
+				t.Errorf("KMS key %q requested", st.KMSKey)
 			}
 		})
 	}
@@ -142,71 +136,28 @@ func TestS3StoreMissingBucket(t *testing.T) {
 	}
 }
 
-// fakeS3 is gofakes3 (an S3 at the wire, in memory) behind a front as
-// strict as S3 with a bucket policy requiring encryption: a PutObject or
-// CreateMultipartUpload without x-amz-server-side-encryption is refused
-// 403, an UploadPart with it 400 (S3 refuses SSE-S3/KMS headers on a
-// part). It counts multipart uploads created, completed and aborted.
+// fakeS3 is the S3 stand-in (local/s3standin: gofakes3 behind a front as
+// strict as S3 with a bucket policy requiring encryption) on an httptest
+// server over TLS, so the SDK sends its bodies aws-chunked with a trailing
+// checksum, as it does to S3.
 type fakeS3 struct {
+	*s3standin.Server
 	client *s3.Client
-
-	mu                          sync.Mutex
-	sse                         []string
-	kmsKey                      string
-	created, completed, aborted int
 }
 
 func newFakeS3(t *testing.T) *fakeS3 {
 	t.Helper()
-	backend := s3mem.New()
-	if err := backend.CreateBucket("snapshots"); err != nil {
+	st, err := s3standin.New([]string{"snapshots"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	fake := gofakes3.New(backend)
-	f := &fakeS3{}
-	inner := fake.Server()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		sse := r.Header.Get("X-Amz-Server-Side-Encryption")
-		isPart := r.Method == http.MethodPut && q.Has("partNumber")
-		isPut := r.Method == http.MethodPut && !isPart && strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1
-		isCreate := r.Method == http.MethodPost && q.Has("uploads")
-		switch {
-		case isPart && sse != "":
-			s3Refuse(w, http.StatusBadRequest, "InvalidArgument")
-			return
-		case (isPut || isCreate) && sse != "AES256" && sse != "aws:kms":
-			s3Refuse(w, http.StatusForbidden, "AccessDenied")
-			return
-		}
-		f.mu.Lock()
-		switch {
-		case isPut || isCreate:
-			f.sse = append(f.sse, sse)
-			f.kmsKey = r.Header.Get("X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id")
-			if isCreate {
-				f.created++
-			}
-		case r.Method == http.MethodPost && q.Has("uploadId"):
-			f.completed++
-		case r.Method == http.MethodDelete && q.Has("uploadId"):
-			f.aborted++
-		}
-		f.mu.Unlock()
-		inner.ServeHTTP(w, r)
-	}))
+	srv := httptest.NewTLSServer(st)
 	t.Cleanup(srv.Close)
-	f.client = s3.New(s3.Options{
+	return &fakeS3{Server: st, client: s3.New(s3.Options{
 		BaseEndpoint: aws.String(srv.URL),
 		Region:       "us-east-1",
 		Credentials:  credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "fake-secret-for-the-fake", ""),
 		UsePathStyle: true,
-	})
-	return f
-}
-
-func s3Refuse(w http.ResponseWriter, status int, code string) {
-	w.Header().Set("Content-Type", "application/xml")
-	w.WriteHeader(status)
-	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>refused by the test's front</Message></Error>`, code)
+		HTTPClient:   srv.Client(),
+	})}
 }

@@ -78,15 +78,10 @@ type Resource struct {
 	// kept here until it is done so that housekeeping retries a cleanup
 	// that failed and never repeats one that is done: CleanupStop, the
 	// task of a worker galley settled (a cancel, a release, a failed
-	// start); CleanupWorkspace, a released worktree's files. "" when
-	// nothing is owed.
+	// start); CleanupWorkspace, a released worktree's files (recorded by
+	// earlier versions, whose ECS worktrees were on EFS). "" when nothing
+	// is owed.
 	Cleanup string `json:"cleanup,omitempty"`
-	// CleanupRef names the platform's work under way for Cleanup (the ECS
-	// task removing a worktree's files), and CleanupTries counts the
-	// attempts that ended without doing it: the next attempt is a new
-	// one.
-	CleanupRef   string `json:"cleanupRef,omitempty"`
-	CleanupTries int    `json:"cleanupTries,omitempty"`
 }
 
 // What a record's Cleanup owes.

@@ -102,7 +102,7 @@ type result struct {
 	started                 time.Time
 	launch, window, release awslocal.Usage // each phase's difference
 	windowLen               time.Duration
-	vcpu, memGB             float64 // the worker task's size, from the template
+	vcpu, memGB, storageGB  float64 // the worker task's size, from the template
 }
 
 func progress(c config, format string, a ...any) {
@@ -150,7 +150,7 @@ func measure(ctx context.Context, c config) (_ *result, err error) {
 		return nil, err
 	}
 	r := &result{cfg: c, started: time.Now()}
-	r.vcpu, r.memGB = workerSize(s)
+	r.vcpu, r.memGB, r.storageGB = workerSize(s)
 	k := &kitchn{kc: client.New(s.Endpoint(), strings.TrimSpace(string(tok)), client.WithTimeout(60*time.Second)),
 		house: s.FunctionEnv(lambdaapp.Effects)[contract.EnvHouse], run: "run-cost",
 		done: map[string]bool{}, why: map[string]string{}}
@@ -233,16 +233,23 @@ func measure(ctx context.Context, c config) (_ *result, err error) {
 	return r, nil
 }
 
-// workerSize reads the worker task definition's CPU and memory.
-func workerSize(s *awslocal.Stack) (vcpu, gb float64) {
+// workerSize reads the worker task definition's CPU, memory and own
+// storage (Fargate's 20 GB when it sets none).
+func workerSize(s *awslocal.Stack) (vcpu, gb, storage float64) {
 	for _, p := range s.Resources("AWS::ECS::TaskDefinition") {
 		cpu, _ := strconv.ParseFloat(fmt.Sprint(p["Cpu"]), 64)
 		mem, _ := strconv.ParseFloat(fmt.Sprint(p["Memory"]), 64)
 		if cpu > 0 && mem > 0 {
-			return cpu / 1024, mem / 1024
+			storage = fargateFreeStorageGB
+			if es, ok := p["EphemeralStorage"].(map[string]any); ok {
+				if n, err := strconv.ParseFloat(fmt.Sprint(es["SizeInGiB"]), 64); err == nil && n > 0 {
+					storage = n
+				}
+			}
+			return cpu / 1024, mem / 1024, storage
 		}
 	}
-	return 1, 4
+	return 1, 4, fargateFreeStorageGB
 }
 
 func sum(m map[string]int) int {

@@ -59,10 +59,12 @@ func TestSplitAndPrice(t *testing.T) {
 func TestReport(t *testing.T) {
 	var b bytes.Buffer
 	report(&b, &result{cfg: config{workers: 2, launches: 2, idle: time.Hour, template: "t.json"}, command: "go run ./scripts/cost",
-		started: time.Now(), window: window(), windowLen: time.Hour, launch: window(), release: window(), vcpu: 1, memGB: 4})
+		started: time.Now(), window: window(), windowLen: time.Hour, launch: window(), release: window(), vcpu: 1, memGB: 4, storageGB: 30})
 	out := b.String()
 	for _, s := range []string{"`go run ./scripts/cost`", "per worker-hour (measured)", "per coordinator-hour (measured)",
-		"launch and question", "release", "1,000 workers", "control plane ÷ Fargate", pricesChecked} {
+		"launch and question", "release", "1,000 workers", "control plane ÷ Fargate", pricesChecked,
+		// 10 workers' Fargate: vCPU, memory and the 10 GB of storage above the free 20.
+		"| Fargate (1 vCPU, 4 GB, 30 GB of storage, Arm) | assumed price × template size | 0.4773 |"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("the report lacks %q:\n%s", s, out)
 		}

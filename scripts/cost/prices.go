@@ -15,6 +15,8 @@ const (
 	priceSecretsPer10k        = 0.05         // Secrets Manager API calls
 	priceFargateVCPUHourArm   = 0.03238      // Fargate Linux/Arm vCPU-hour
 	priceFargateGBHourArm     = 0.00356      // Fargate Linux/Arm GB-hour
+	priceFargateStorageGBHour = 0.000111     // Fargate ephemeral storage GB-hour, above the free 20 GB
+	fargateFreeStorageGB      = 20.0         // the ephemeral storage every task gets free
 	pricePublicIPv4Hour       = 0.005        // public IPv4 address-hour (the egress proxy's task; worker tasks have none)
 	priceInterfaceEndpointHr  = 0.01         // VPC interface endpoint-hour, per AZ
 	priceHostedZoneMonth      = 0.50         // Route 53 private hosted zone (the Cloud Map namespace's)

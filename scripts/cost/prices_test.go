@@ -47,6 +47,7 @@ func TestPricesMatchTheDocument(t *testing.T) {
 		{"SQS standard", 0, priceSQSPerMillion},
 		{"Fargate Linux/Arm vCPU", 0, priceFargateVCPUHourArm},
 		{"Fargate Linux/Arm memory", 0, priceFargateGBHourArm},
+		{"Fargate ephemeral storage over 20 GB", 0, priceFargateStorageGBHour},
 		{"Public IPv4 address", 0, pricePublicIPv4Hour},
 		{"VPC interface endpoint", 0, priceInterfaceEndpointHr},
 		{"Route 53 private hosted zone", 0, priceHostedZoneMonth},

@@ -224,7 +224,8 @@ func report(w io.Writer, r *result) {
 	lo := table(w, "Once per worker: launch and question (measured)", "/ worker", oneOff)
 	ro := table(w, "Once per worker: release (measured)", "/ worker", release)
 
-	fargate := r.vcpu*priceFargateVCPUHourArm + r.memGB*priceFargateGBHourArm
+	fargate := r.vcpu*priceFargateVCPUHourArm + r.memGB*priceFargateGBHourArm +
+		max(r.storageGB-fargateFreeStorageGB, 0)*priceFargateStorageGBHour
 	logs := assumedLogMBPerWorkerHour / 1024 * priceLogsIngestPerGB
 	fmt.Fprintf(w, "\n#### A house per hour, workers living 1 hour each, one coordinator waiting\n\n")
 	fmt.Fprintf(w, "| line | source | 10 workers | 100 workers | 1,000 workers |\n| --- | --- | ---: | ---: | ---: |\n")
@@ -232,7 +233,7 @@ func report(w io.Writer, r *result) {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", what, src, usd(f(10)), usd(f(100)), usd(f(1000)))
 	}
 	control := func(n float64) float64 { return n*(wh+lo+ro) + ch }
-	row(fmt.Sprintf("Fargate (%.0f vCPU, %.0f GB, Arm)", r.vcpu, r.memGB), "assumed price × template size", func(n float64) float64 { return n * fargate })
+	row(fmt.Sprintf("Fargate (%.0f vCPU, %.0f GB, %.0f GB of storage, Arm)", r.vcpu, r.memGB, r.storageGB), "assumed price × template size", func(n float64) float64 { return n * fargate })
 	row("Idle workers' control plane", "measured", func(n float64) float64 { return n * wh })
 	row("Launch, question, release (once per worker-hour)", "measured", func(n float64) float64 { return n * (lo + ro) })
 	row("Coordinator awaiting", "measured", func(float64) float64 { return ch })

@@ -7,10 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/galley-run/galley/local/ecsstandin"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -21,8 +18,7 @@ import (
 	"github.com/galley-run/galley/pkg/store/memstore"
 )
 
-// Issue 20, item 12: a cleanup that fails at ECS (a StopTask refused, a
-// worktree's cleanup task that fails to start on an EFS mount error) is
+// Issue 20, item 12: a cleanup that fails at ECS (a StopTask refused) is
 // owed in the store and done again by the next housekeeping tick, and a
 // cleanup done is never done again.
 
@@ -116,90 +112,5 @@ func TestHousekeepingRetriesAFailedStop(t *testing.T) {
 	}
 	if n := len(e.srv.Requests(ecsstandin.OpStopTask)); n != stops {
 		t.Errorf("a tick after the stop was done stopped again (%d StopTask calls)", n-stops)
-	}
-}
-
-func TestHousekeepingRetriesAWorktreeRemovalThatFailedToStart(t *testing.T) {
-	e, root := newEFSEnv(t, galleyWorker)
-	st := memstore.New()
-	le := newLaunchEnv(t, e.runtime(t), st, newClock(), func(c *service.Config) { c.WorkspaceRoot = root })
-	ws := filepath.Join(root, "wt-efs")
-	clone(t, ws)
-	if _, err := st.PutResource(context.Background(), store.Resource{Kind: protocol.KindWorktree, Handle: "wt-efs",
-		Owner: "k-made", Created: le.clock.Now(), Path: ws}, store.NoVersion); err != nil {
-		t.Fatal(err)
-	}
-
-	// The first cleanup task fails to mount EFS, as Fargate fails it.
-	e.srv.InjectStartFailure(ecsstandin.StartFailure{Reason: ecsstandin.ReasonEFSMount, Times: 1})
-	release := effectCall("k-release", `{"type":"release-resource","resource":{"kind":"worktree","backend":"galley","handle":"wt-efs"}}`)
-	if _, err := le.svc.Apply(context.Background(), release, le.clock.Now()); err != nil {
-		t.Fatalf("release: %v", err)
-	}
-	rec := record(t, st, protocol.KindWorktree, "wt-efs")
-	if !rec.Released || rec.Cleanup != store.CleanupWorkspace || rec.CleanupRef == "" {
-		t.Fatalf("after the release the record is %+v, want released owing its removal with the task named", rec)
-	}
-	first := awaitCleanupStopped(t, e, 1)[0]
-	if first.StopCode != "TaskFailedToStart" {
-		t.Fatalf("the first cleanup task stopped with %q (%s), want TaskFailedToStart", first.StopCode, first.StoppedReason)
-	}
-	if _, err := os.Stat(filepath.Join(ws, "work.txt")); err != nil {
-		t.Fatalf("the worktree went though its cleanup task never ran: %v", err)
-	}
-
-	h := newHousekeeper(le.svc, st)
-	if err := h.tick(); err != nil {
-		t.Fatal(err)
-	}
-	awaitGone(t, ws)
-	second := awaitCleanupStopped(t, e, 2)
-	if second[1].ClientToken == first.ClientToken {
-		t.Error("the second attempt reused the first's clientToken: ECS would answer the failed task")
-	}
-	if c := second[1].ExitCode; c == nil || *c != 0 {
-		t.Errorf("the second cleanup task exited %v, want 0", c)
-	}
-	if rec := record(t, st, protocol.KindWorktree, "wt-efs"); rec.Cleanup != store.CleanupWorkspace || rec.CleanupTries != 1 {
-		t.Fatalf("before the tick that sees it done the record owes %q after %d tries", rec.Cleanup, rec.CleanupTries)
-	}
-	if err := h.tick(); err != nil {
-		t.Fatal(err)
-	}
-	if rec := record(t, st, protocol.KindWorktree, "wt-efs"); rec.Cleanup != "" {
-		t.Fatalf("the removal is done and still owed: %q", rec.Cleanup)
-	}
-	calls := len(e.srv.Requests(ecsstandin.OpRunTask, ecsstandin.OpDescribeTasks))
-	if err := h.tick(); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(e.srv.Requests(ecsstandin.OpRunTask, ecsstandin.OpDescribeTasks)); n != calls {
-		t.Errorf("a tick after the removal was done called ECS %d times", n-calls)
-	}
-	if n := len(e.cleanupTasks()); n != 2 {
-		t.Errorf("%d cleanup tasks, want 2", n)
-	}
-}
-
-// awaitCleanupStopped waits until the stand-in shows n cleanup tasks, all
-// STOPPED, and returns them in the order they were started.
-func awaitCleanupStopped(t *testing.T, e *env, n int) []ecsstandin.TaskInfo {
-	t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
-		ts := e.cleanupTasks()
-		stopped := 0
-		for _, ti := range ts {
-			if ti.LastStatus == "STOPPED" {
-				stopped++
-			}
-		}
-		if len(ts) == n && stopped == n {
-			return ts
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("want %d cleanup tasks stopped, have %+v", n, ts)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -19,11 +19,9 @@
 // describes 100 tasks a call, and lists the task definition's tasks once
 // for the handles it does not remember.
 //
-// With Config.WorkspaceRoot set (an EFS mount in the worker container),
-// every workspace lives below it and outlives its task; RemoveWorkspace
-// deletes one with a short cleanup task, the worker task definition run
-// with the command "remove-workspace <path>" under a clientToken derived
-// from the worktree handle.
+// A worker's workspace lives on its task's own (ephemeral) storage and
+// goes with the task, so RemoveWorkspace has nothing to do; what outlives
+// the task is the worktree's snapshot (docs/snapshots.md).
 //
 // ParseTaskStateChange reads the EventBridge events ECS sends when a task
 // changes state, for the reconciler.

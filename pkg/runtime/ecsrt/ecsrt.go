@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/url"
-	"path"
 	"sync"
 	"time"
 
@@ -48,13 +47,6 @@ type Config struct {
 	Endpoint   string // the worker API's base URL, for the harness (required)
 	Repository string // the house's repository URL (required); no credentials in it
 	House      string // the galley:house tag
-
-	// WorkspaceRoot, when set, is the mount point inside the container of
-	// the file system (EFS) that workspaces live on: every worker's
-	// workspace must lie under it, and RemoveWorkspace deletes one with a
-	// cleanup task. Empty: workspaces live in each task's ephemeral storage
-	// and go with it.
-	WorkspaceRoot string
 }
 
 // Defaults of the options.
@@ -125,10 +117,7 @@ func New(client ECSAPI, cfg Config, opts ...Option) (*Runtime, error) {
 		return nil, galleyerr.E(op, galleyerr.Invalid, "RunTask needs at least one attempt and a non-negative backoff")
 	case r.log == nil:
 		return nil, galleyerr.E(op, galleyerr.Invalid, "nil logger")
-	case cfg.WorkspaceRoot != "" && (!path.IsAbs(cfg.WorkspaceRoot) || path.Clean(cfg.WorkspaceRoot) == "/"):
-		return nil, galleyerr.E(op, galleyerr.Invalid, "the workspace root must be an absolute path below /")
 	}
-	r.cfg.WorkspaceRoot = cleanRoot(cfg.WorkspaceRoot)
 	return r, nil
 }
 

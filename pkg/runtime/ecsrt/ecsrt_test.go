@@ -30,9 +30,8 @@ import (
 	"github.com/galley-run/galley/pkg/service"
 )
 
-// fakeHarness is the stand-in's fake harness, and galleyWorker the real
-// worker binary (for its remove-workspace command), both built by TestMain.
-var fakeHarness, galleyWorker string
+// fakeHarness is the stand-in's fake harness, built by TestMain.
+var fakeHarness string
 
 // patience bounds every wait: a guard against hangs, not a speed check.
 const patience = 30 * time.Second
@@ -49,12 +48,6 @@ func TestMain(m *testing.M) {
 	out, err := exec.Command("go", "build", "-o", fakeHarness, "../../../local/ecsstandin/testdata/fakeharness").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building the fake harness: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	galleyWorker = filepath.Join(tmp, "galley-worker")
-	out, err = exec.Command("go", "build", "-o", galleyWorker, "../../../cmd/galley-worker").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building galley-worker: %v\n%s", err, out)
 		os.Exit(1)
 	}
 	code := m.Run()

@@ -46,13 +46,6 @@ func (r *Runtime) Start(ctx context.Context, spec service.WorkerSpec) error {
 	case spec.Token == "":
 		return galleyerr.E(op, galleyerr.Invalid, "no worker token")
 	}
-	if r.cfg.WorkspaceRoot != "" {
-		// A workspace elsewhere would be in the task's ephemeral storage,
-		// lost with the task while its worktree record says it exists.
-		if err := r.checkWorkspace(spec.WorkspacePath); err != nil {
-			return galleyerr.E(op, err)
-		}
-	}
 	if _, ok := r.memoGet(spec.Handle); ok {
 		return nil
 	}

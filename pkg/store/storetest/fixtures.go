@@ -53,9 +53,6 @@ func fullResource(kind, handle string) store.Resource {
 		Released: true,
 		Path:     "/var/galley/worktrees/" + handle,
 		Cleanup:  store.CleanupWorkspace,
-		// An ECS task ARN, as a worktree's cleanup task names it.
-		CleanupRef:   "arn:aws:ecs:us-east-1:000000000000:task/galley/fedcba9876543210",
-		CleanupTries: 2,
 		Worker: &store.Worker{
 			Run:      "run-1",
 			Task:     "task-1",

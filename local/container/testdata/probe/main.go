@@ -17,7 +17,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Println("usage: probe status|term|term-exit|orphan|orphan-child|exit N|write PATH")
+		fmt.Println("usage: probe status|term|term-exit|orphan|orphan-child|exit N|write PATH [hold]")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -57,6 +57,9 @@ func main() {
 		fi, _ := os.Stat(os.Args[2])
 		st := fi.Sys().(*syscall.Stat_t)
 		fmt.Printf("write=ok uid=%d gid=%d\n", st.Uid, st.Gid)
+		if len(os.Args) > 3 && os.Args[3] == "hold" {
+			term(true) // stays, for the host to look at what it wrote
+		}
 	}
 }
 
