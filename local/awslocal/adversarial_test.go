@@ -68,19 +68,21 @@ const anthropicOrigin = "https://anthropic.llm-gateway.example"
 // storage, which no other task has, as on Fargate), and the links the
 // attacker plants in its .git (a root-only folder on the file system, the
 // cache's mirror, the victim's git directory) before its worktree is
-// reused and released. The network attacks aim at a host
-// beyond (local/testnet) by address and by name (the egress service
-// resolves names with the test's DNS server, where evil.example and
-// allowed.example point at the host beyond), at every resolver, at the API
-// and the gateway, at the raw stand-ins, and at the victim's model-proxy
-// token; the controls that must answer are the egress service (for a
-// dial), allowed.example through the egress proxy, and the attacker's own
-// model-proxy token. The house's provider keys (set in Secrets Manager)
-// are hunted for by hash. In this shape there is no signing key or store
-// on disk (they are in the Secrets Manager stand-in and DynamoDB Local,
-// reached only through the IAM gates); those two attacks aim at the house
-// repository's storage instead, and task-credentials aims at the real task
-// role's endpoint.
+// reused and released: the reuse, a new task, is read in that task's own
+// storage (Reusing), the release checked by that storage's removal with
+// its container and the snapshot's deletion (Released). The network
+// attacks aim at a host beyond (local/testnet) by address and by name
+// (the egress service resolves names with the test's DNS server, where
+// evil.example and allowed.example point at the host beyond), at every
+// resolver, at the API and the gateway, at the raw stand-ins, and at the
+// victim's model-proxy token; the controls that must answer are the
+// egress service (for a dial), allowed.example through the egress proxy,
+// and the attacker's own model-proxy token. The house's provider keys
+// (set in Secrets Manager) are hunted for by hash. In this shape there
+// is no signing key or store on disk (they are in the Secrets Manager
+// stand-in and DynamoDB Local, reached only through the IAM gates); those
+// two attacks aim at the house repository's storage instead, and
+// task-credentials aims at the real task role's endpoint.
 func TestAdversarialAgentAWSLocal(t *testing.T) {
 	// Parallel: on its own stack; most of its time is the attacks' waits,
 	// which the doc commands' builds and the idle minute can share.
