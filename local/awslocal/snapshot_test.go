@@ -99,14 +99,7 @@ func launchSnapshotScript(t *testing.T, k *kitchn, key, workspace, brief string)
 	if st != "applied" {
 		t.Fatalf("launch %s: %s", key, st)
 	}
-	for _, c := range rc.Created {
-		switch c.Kind {
-		case protocol.KindWorker:
-			worker = c.Handle
-		case protocol.KindWorktree:
-			worktree = c.Handle
-		}
-	}
+	worker, worktree = rc.CreatedHandle(protocol.KindWorker), rc.CreatedHandle(protocol.KindWorktree)
 	if worker == "" {
 		t.Fatalf("launch %s created no worker: %+v", key, rc)
 	}

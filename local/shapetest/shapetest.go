@@ -102,14 +102,7 @@ func launch(t *testing.T, k Kitchn, key, worktree, branch, brief string) (worker
 		ws, br = `{"type":"existing","resource":{"kind":"worktree","backend":"galley","handle":"`+worktree+`"}}`, ""
 	}
 	rc := apply(t, k, key, fmt.Sprintf(`{"type":"launch-worker","role":"station-cook","workspace":%s,"brief":%s%s,"agent":{"agent":"claude"}}`, ws, b, br))
-	for _, c := range rc.Created {
-		switch c.Kind {
-		case protocol.KindWorker:
-			worker = c.Handle
-		case protocol.KindWorktree:
-			wt = c.Handle
-		}
-	}
+	worker, wt = rc.CreatedHandle(protocol.KindWorker), rc.CreatedHandle(protocol.KindWorktree)
 	if worker == "" {
 		t.Fatalf("launch %s created no worker: %+v", key, rc)
 	}

@@ -147,3 +147,14 @@ func (d *dec) receipt(o *jvalue, backend string) (*Receipt, error) {
 	}
 	return r, nil
 }
+
+// CreatedHandle answers the handle of the first resource of kind the
+// effect created ("" if none): a launch's worker and worktree.
+func (r Receipt) CreatedHandle(kind string) string {
+	for _, c := range r.Created {
+		if c.Kind == kind {
+			return c.Handle
+		}
+	}
+	return ""
+}

@@ -17,14 +17,7 @@ import (
 func launchedWorktree(t *testing.T, e *env) (worker, worktree string) {
 	t.Helper()
 	r, _ := e.apply(t, call("run-1", "k-launch", launchBody("")))
-	for _, c := range r.Created {
-		switch c.Kind {
-		case protocol.KindWorker:
-			worker = c.Handle
-		case protocol.KindWorktree:
-			worktree = c.Handle
-		}
-	}
+	worker, worktree = r.CreatedHandle(protocol.KindWorker), r.CreatedHandle(protocol.KindWorktree)
 	if worker == "" || worktree == "" {
 		t.Fatalf("the launch created %+v, want a worker and a worktree", r.Created)
 	}

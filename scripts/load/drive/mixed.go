@@ -477,14 +477,7 @@ func (co *coordinator) topUp(ctx context.Context) {
 	}
 	w.answered = time.Now()
 	co.applied = append(co.applied, call)
-	for _, r := range out.receipt.Created {
-		switch r.Kind {
-		case protocol.KindWorker:
-			w.handle = r.Handle
-		case protocol.KindWorktree:
-			w.worktree = r.Handle
-		}
-	}
+	w.handle, w.worktree = out.receipt.CreatedHandle(protocol.KindWorker), out.receipt.CreatedHandle(protocol.KindWorktree)
 	co.by[w.handle] = w
 	m.mu.Lock()
 	m.known = append(m.known, w.handle)
