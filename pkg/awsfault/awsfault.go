@@ -103,6 +103,7 @@ type Injector struct {
 	rateOps  map[string]bool
 	delay    time.Duration
 	injected map[opFault]int
+	owed     map[Fault]bool // drawn for a call it did not apply to, before it ever fired
 	calls    map[string]int
 	bg       sync.WaitGroup
 }
@@ -114,7 +115,7 @@ type opFault struct {
 
 // New returns an injector with no faults planned.
 func New() *Injector {
-	return &Injector{injected: map[opFault]int{}, calls: map[string]int{}, delay: 50 * time.Millisecond}
+	return &Injector{injected: map[opFault]int{}, owed: map[Fault]bool{}, calls: map[string]int{}, delay: 50 * time.Millisecond}
 }
 
 // Script appends steps to the script. A call takes the first step if it
@@ -137,6 +138,11 @@ func (i *Injector) Pending() int {
 // into calls of ops (every operation when ops is empty), drawn from a
 // generator seeded with seed: the same calls in the same order get the
 // same faults. Nil rates turn rate injection off.
+//
+// A kind drawn for a call it does not apply to (a condition-failed for a
+// read) is owed, until it has fired once, to the next call it applies to:
+// so a short run injects every kind it plans, however few calls a kind
+// applies to. After its first, a kind fires at its rate alone.
 func (i *Injector) SetRates(seed uint64, rates map[Fault]float64, ops ...string) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -214,6 +220,16 @@ func (i *Injector) decide(op string, applies func(Fault) bool) Fault {
 				x -= p
 			}
 		}
+		if f != None && !applies(f) {
+			i.oweLocked(f)
+			f = None
+		}
+		for _, k := range allFaults {
+			if f == None && i.owed[k] && applies(k) {
+				f = k
+				delete(i.owed, k)
+			}
+		}
 	}
 	if f != None && !applies(f) {
 		f = None
@@ -227,8 +243,21 @@ func (i *Injector) decide(op string, applies func(Fault) bool) Fault {
 // withdraw takes back a fault decide counted and call could not inject.
 func (i *Injector) withdraw(op string, f Fault) {
 	i.mu.Lock()
+	defer i.mu.Unlock()
 	i.injected[opFault{op, f}]--
-	i.mu.Unlock()
+	if i.rng != nil {
+		i.oweLocked(f)
+	}
+}
+
+// oweLocked owes f to a later call if it has never fired.
+func (i *Injector) oweLocked(f Fault) {
+	for k, n := range i.injected {
+		if k.f == f && n > 0 {
+			return
+		}
+	}
+	i.owed[f] = true
 }
 
 func (i *Injector) countCall(op string) {

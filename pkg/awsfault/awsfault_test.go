@@ -316,3 +316,40 @@ func TestSQS(t *testing.T) {
 		t.Errorf("sends reaching SQS = %d, want 2", q.sends)
 	}
 }
+
+// A kind drawn for calls it does not apply to is owed to the next call it
+// applies to until it has fired once, so a short run with few
+// conditional writes still injects condition-failed; after it fired, it
+// is owed no more.
+func TestOwedUntilFirstFired(t *testing.T) {
+	inj := awsfault.New()
+	inj.SetRates(3, map[awsfault.Fault]float64{awsfault.ConditionFailed: 0.5}, "UpdateItem")
+	c := &awsfault.DynamoDB{Client: &fakeDB{}, Faults: inj}
+	plain := &dynamodb.UpdateItemInput{} // no condition: condition-failed does not apply
+	for range 20 {
+		if _, err := c.UpdateItem(t.Context(), plain); err != nil {
+			t.Fatalf("an unconditional write failed: %v", err)
+		}
+	}
+	if n := inj.Injected("", awsfault.ConditionFailed); n != 0 {
+		t.Fatalf("%d condition-failed injected into unconditional writes", n)
+	}
+	if _, err := c.UpdateItem(t.Context(), condUpdate); code(err) != "ConditionalCheckFailedException" {
+		t.Fatalf("the first conditional write after owed draws: err = %v, want ConditionalCheckFailedException", err)
+	}
+	// Fired once: twenty more owed-looking draws leave nothing owed, so
+	// the conditional writes after them fail at the rate alone, and over
+	// a long run at about half.
+	failed := 0
+	for range 200 {
+		for range 20 {
+			c.UpdateItem(t.Context(), plain)
+		}
+		if _, err := c.UpdateItem(t.Context(), condUpdate); err != nil {
+			failed++
+		}
+	}
+	if failed < 60 || failed > 140 {
+		t.Errorf("%d of 200 conditional writes failed after the first: want about 100 (the rate), not all (still owed)", failed)
+	}
+}
