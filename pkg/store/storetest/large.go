@@ -89,6 +89,10 @@ func testLargestWorker(t *testing.T, open func(*testing.T) store.Store) {
 		w.Pending = append(w.Pending, store.PendingRow{ID: fmt.Sprintf("msg-%020x", i), Kind: "status",
 			Seq: int64(1e12 + i), Bytes: 64 << 10, At: w.Updated})
 	}
+	// A parked worker's harness state at its bound.
+	w.Parks = 1
+	w.Park = &store.Park{Gen: 1, Since: w.Updated, Read: 1 << 40,
+		State: json.RawMessage(`{"s":"` + strings.Repeat(`\u003c`, (store.MaxParkState-8)/6) + `"}`)}
 	raw, err := json.Marshal(r)
 	mustOK(t, "marshal", err)
 	if len(raw) > 200<<10 {
