@@ -36,6 +36,7 @@ type Call struct {
 	PostID string // the id answered to Post
 	Usage  *workerapi.UsageRequest
 	Exited *workerapi.ExitedRequest
+	Park   *workerapi.ParkRequest
 }
 
 // Snapshot is the fake's state at one moment.
@@ -137,6 +138,7 @@ func New(self workerapi.Self, token string, opts ...Option) *Server {
 	mux.HandleFunc("POST "+workerapi.PathUsage, s.handleUsage)
 	mux.HandleFunc("POST "+workerapi.PathExited, s.handleExited)
 	mux.HandleFunc("POST "+workerapi.PathEvents, s.handleEvents)
+	mux.HandleFunc("POST "+workerapi.PathPark, s.handlePark)
 	s.srv = httptest.NewServer(s.guard(mux))
 	s.URL = s.srv.URL
 	return s
@@ -428,6 +430,26 @@ func (s *Server) handleExited(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.record(Call{Path: workerapi.PathExited, Exited: &req})
 	s.settleLocked(protocol.OutcomeFailed)
+	s.mu.Unlock()
+	answer(w, workerapi.Ack{})
+}
+
+// handlePark takes a parking as galley does: the worker awaits its
+// coordinator, Self says which parking landed; a settled worker's is
+// refused 409.
+func (s *Server) handlePark(w http.ResponseWriter, r *http.Request) {
+	var req workerapi.ParkRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.mu.Lock()
+	if s.self.State == protocol.StateSettled {
+		s.mu.Unlock()
+		http.Error(w, `{"error":"worker has settled"}`, http.StatusConflict)
+		return
+	}
+	s.record(Call{Path: workerapi.PathPark, Park: &req})
+	s.self.Parked, s.self.State = req.Parking, protocol.StateAwaitingReply
 	s.mu.Unlock()
 	answer(w, workerapi.Ack{})
 }
