@@ -170,6 +170,9 @@ func (s *Service) message(ctx context.Context, c *claim, eff protocol.WorkerEffe
 	}
 	s.event(handle, eventlog.KindMailbox, *eff.Body, "kind", "message", "inbox", strconv.FormatInt(seq, 10))
 	s.ring(ctx, inboxTopic(handle))
+	// After the append: a parking written before this read is seen here,
+	// and one written after it finds the item (WorkerPark).
+	s.resumeIfParked(ctx, handle, "a message arrived")
 	return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
 }
 

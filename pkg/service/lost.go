@@ -32,7 +32,10 @@ func (s *Service) SettleLost(ctx context.Context) (int, error) {
 	recs := map[string]store.Resource{}
 	var handles []string
 	for _, r := range all {
-		if r.Kind == protocol.KindWorker && !r.Released && r.Worker != nil && r.Worker.State != protocol.StateSettled {
+		if r.Kind == protocol.KindWorker && !r.Released && r.Worker != nil && r.Worker.State != protocol.StateSettled &&
+			!r.Worker.Parked() {
+			// A parked worker's compute is gone on purpose; one whose
+			// resume is owed is started by WorkerExited below.
 			recs[r.Handle] = r
 			handles = append(handles, r.Handle)
 		}

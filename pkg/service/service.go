@@ -119,6 +119,8 @@ type Service struct {
 	inboxes *inboxCache
 	budgets *budgets
 	events  EventRecorder
+	// parkedFiles forgets what parked workers saved (park.go).
+	parkedFiles ParkedFiles
 	// incarnation names this Service in the leases it takes, so that with
 	// an exclusive store a lease of any other incarnation is known dead.
 	incarnation string

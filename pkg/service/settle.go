@@ -74,6 +74,7 @@ func (s *Service) settleRecord(ctx context.Context, handle, outcome string, how 
 	if err == nil && settled {
 		s.budgets.forget(handle)
 		s.ring(ctx, inboxTopic(handle))
+		s.forgetParked(ctx, handle, res.Worker)
 	}
 	return res, err
 }

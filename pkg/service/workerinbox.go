@@ -233,7 +233,9 @@ func (s *Service) deliverReply(ctx context.Context, c *claim, handle, question, 
 			return galleyerr.Errorf(galleyerr.Unavailable, "the reply's inbox copy is too old to record; a retry sends it again")
 		}
 		w.Questions[question] = answerRecord(body, item.Seq)
-		if w.State == protocol.StateAwaitingReply && !hasOpenQuestion(w) {
+		if w.State == protocol.StateAwaitingReply && !hasOpenQuestion(w) && !w.Parked() {
+			// A parked worker's agent does not run: it stays awaiting
+			// until its resume makes it starting.
 			w.State = protocol.StateReady
 		}
 		return nil
@@ -243,6 +245,7 @@ func (s *Service) deliverReply(ctx context.Context, c *claim, handle, question, 
 	}
 	s.event(handle, eventlog.KindMailbox, body, "kind", "reply", "question", question, "inbox", strconv.FormatInt(item.Seq, 10))
 	s.ring(ctx, inboxTopic(handle))
+	s.resumeIfParked(ctx, handle, "its reply arrived")
 	return nil
 }
 

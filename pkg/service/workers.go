@@ -106,6 +106,11 @@ func (lv inventoryLiveness) of(r store.Resource) string {
 		if r.Worker != nil && r.Worker.Exited {
 			return protocol.LivenessExited
 		}
+		if r.Worker.Parked() || r.Worker.ResumeOwed() {
+			// Its compute ended at its parking, or its resumed compute
+			// is not started yet: the worker goes on (docs/parking.md).
+			return protocol.LivenessLive
+		}
 		switch l, ok := lv.workers[r.Handle]; {
 		case !ok:
 			return protocol.LivenessUnverifiable
