@@ -30,6 +30,15 @@ type inbox struct {
 	abandonedOrder []string // oldest first
 	stopped        bool
 	changed        chan struct{} // closed and replaced on every change
+	// read is the sequence of the last item given to the inbox, and
+	// msgSeqs the sequence of each message queued (parallel to messages):
+	// a parking's cursors (park.go).
+	read    int64
+	msgSeqs []int64
+	// frozen holds what arrives while the harness parks, so that nothing
+	// reaches the agent once the parking may have landed (park.go).
+	frozen bool
+	held   []workerapi.InboxItem
 }
 
 func newInbox() *inbox {
@@ -39,14 +48,25 @@ func newInbox() *inbox {
 func (b *inbox) add(item workerapi.InboxItem) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.frozen {
+		b.held = append(b.held, item)
+		return
+	}
+	b.addLocked(item)
+}
+
+func (b *inbox) addLocked(item workerapi.InboxItem) {
+	b.read = max(b.read, item.Seq)
 	switch item.Kind {
 	case workerapi.ItemMessage:
 		b.messages = append(b.messages, item.Body)
+		b.msgSeqs = append(b.msgSeqs, item.Seq)
 	case workerapi.ItemReply:
 		if subject, ok := b.abandoned[item.Question]; ok {
 			delete(b.abandoned, item.Question)
 			b.abandonedOrder = slices.DeleteFunc(b.abandonedOrder, func(q string) bool { return q == item.Question })
 			b.messages = append(b.messages, lateReply(item.Question, subject, item.Body))
+			b.msgSeqs = append(b.msgSeqs, item.Seq)
 			break
 		}
 		b.replies[item.Question] = item.Body
@@ -54,6 +74,20 @@ func (b *inbox) add(item workerapi.InboxItem) {
 		return
 	}
 	b.notifyLocked()
+}
+
+// startAt sets the cursor a resumed harness reads after (park.go).
+func (b *inbox) startAt(seq int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.read = max(b.read, seq)
+}
+
+// cursor is where the inbox poll starts.
+func (b *inbox) cursor() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.read
 }
 
 func (b *inbox) stop() {
@@ -76,7 +110,7 @@ func (b *inbox) nextMessage(ctx context.Context) (string, error) {
 			return "", false
 		}
 		m := b.messages[0]
-		b.messages = b.messages[1:]
+		b.messages, b.msgSeqs = b.messages[1:], b.msgSeqs[1:]
 		return m, true
 	})
 }
@@ -101,6 +135,7 @@ func (b *inbox) abandon(question, subject string) {
 	if r, ok := b.replies[question]; ok {
 		delete(b.replies, question)
 		b.messages = append(b.messages, lateReply(question, subject, r))
+		b.msgSeqs = append(b.msgSeqs, b.read) // its seq is gone: the cursor's, at worst a replay
 		b.notifyLocked()
 		return
 	}
@@ -132,8 +167,41 @@ func (b *inbox) drainMessages() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	m := b.messages
-	b.messages = nil
+	b.messages, b.msgSeqs = nil, nil
 	return m
+}
+
+// freeze stops giving the agent what arrives (it is held) and answers the
+// parking's cursors: read, the last sequence given to the inbox, and
+// from, where a resumed harness reads again so that the messages queued
+// and not taken come back (one before the oldest). ok is false, and
+// nothing is frozen, when the input the agent waits for is already here
+// (a reply to question, or any message when question is ""): then the
+// agent is about to get it, and the parking is abandoned.
+func (b *inbox) freeze(question string) (read, from int64, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, here := b.replies[question]; (question != "" && here) || (question == "" && len(b.messages) > 0) {
+		return 0, 0, false
+	}
+	b.frozen = true
+	from = b.read
+	if len(b.msgSeqs) > 0 {
+		from = min(from, b.msgSeqs[0]-1)
+	}
+	return b.read, from, true
+}
+
+// thaw gives the agent what arrived while frozen: a parking that did not
+// land.
+func (b *inbox) thaw() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.frozen = false
+	for _, it := range b.held {
+		b.addLocked(it)
+	}
+	b.held = nil
 }
 
 // await runs take under the lock until it succeeds, the inbox stops or ctx
@@ -163,7 +231,7 @@ func (b *inbox) await(ctx context.Context, take func() (string, bool)) (string, 
 // lost ring costs latency, not a message), until the worker is settled or
 // ctx ends.
 func (h *harness) pollInbox(ctx context.Context) {
-	var after int64
+	after := h.box.cursor() // a resumed harness's, else 0
 	retry := time.Second
 	bell := h.cfg.newBell(h.api, h.log)
 	read, lastRead := true, time.Now()
