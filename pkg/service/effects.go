@@ -211,6 +211,10 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 		if err := s.deliverReply(ctx, c, handle, question, body); err != nil {
 			return nil, err
 		}
+	} else {
+		// Recorded by a holder this claim took over, which may have
+		// ended before it resumed a parked worker.
+		s.resumeIfParked(ctx, handle, "its reply arrived")
 	}
 	return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
 }

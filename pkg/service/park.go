@@ -218,7 +218,11 @@ func (s *Service) parkedExit(ctx context.Context, res store.Resource) (handled b
 	case w == nil || w.Park == nil || w.State == protocol.StateSettled:
 		return false
 	case w.Parked():
-		s.log.Info("a parked worker's compute ended, as its parking asks", "worker", res.Handle)
+		// As its parking asks; input that came meanwhile and whose resume
+		// was lost (its effect's holder died) resumes it now.
+		if items, err := s.store.ListInbox(ctx, res.Handle, w.Park.Read); err == nil && len(items) > 0 {
+			s.resumeParked(ctx, res.Handle, "input waits")
+		}
 		return true
 	case w.ResumeOwed():
 		s.startResumed(ctx, res)

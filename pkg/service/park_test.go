@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/service"
 	"github.com/galley-run/galley/pkg/service/servicetest"
 	"github.com/galley-run/galley/pkg/snapshot"
+	"github.com/galley-run/galley/pkg/store"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
 
@@ -31,26 +33,29 @@ func (p parkedFiles) DeleteParked(ctx context.Context, handle string) error {
 	return p.s.Delete(ctx, snapshot.Key("origin89", handle, "session"))
 }
 
-func newParkEnv(t *testing.T, open func(*testing.T) func() service.Option) *parkEnv {
+// newParkEnv builds the service on st (nil: the memory store).
+func newParkEnv(t *testing.T, st store.Store) *parkEnv {
 	ds, err := snapshot.NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ds.Close() })
-	te := servicetest.New(t, nil, open(t)(), service.WithParkedFiles(parkedFiles{ds}))
-	e := &env{svc: te.Service, store: te.Store, rt: te.Runtime, git: te.Git, clock: service.SystemClock}
+	opts := []service.Option{service.WithParkedFiles(parkedFiles{ds})}
+	if st != nil {
+		opts = append(opts, service.WithStore(st))
+	}
+	te := servicetest.New(t, nil, opts...)
+	if st == nil {
+		st = te.Store
+	}
+	e := &env{svc: te.Service, store: st, rt: te.Runtime, git: te.Git, clock: service.SystemClock}
 	return &parkEnv{env: e, rt: te.Runtime, parked: ds}
 }
 
 // parkStores runs f on the memory store and bbolt (the local shape's).
 func parkStores(t *testing.T, f func(t *testing.T, e *parkEnv)) {
 	for _, sc := range floodStores[:2] {
-		t.Run(sc.name, func(t *testing.T) {
-			f(t, newParkEnv(t, func(t *testing.T) func() service.Option {
-				st := sc.open(t)
-				return func() service.Option { return service.WithStore(st) }
-			}))
-		})
+		t.Run(sc.name, func(t *testing.T) { f(t, newParkEnv(t, sc.open(t))) })
 	}
 }
 
@@ -193,14 +198,29 @@ func TestParkedWorkerResumesOnReply(t *testing.T) {
 }
 
 // TestParkedWorkerResumesOnMessage: a message to a parked worker resumes
-// it; so does one that came before the parking's report but after the
-// harness's last read (the parking's own read of the inbox finds it).
+// it. Input whose resume was lost (its effect's holder died between the
+// append and the resume) resumes it when its parked compute's end is seen.
 func TestParkedWorkerResumesOnMessage(t *testing.T) {
 	parkStores(t, func(t *testing.T, e *parkEnv) {
 		w, _ := e.askAndPark(t, "k-msg1")
 		e.apply(t, call("run-1", "k-m1", messageBody(w, "hello")))
 		if n := e.rt.ResumeCount(w); n != 1 {
 			t.Fatalf("the message resumed the worker %d times, want 1", n)
+		}
+
+		ctx := context.Background()
+		w2, _ := e.askAndPark(t, "k-msg2")
+		if _, err := e.store.AppendInbox(ctx, w2, store.InboxItem{Key: "k-lost", Kind: "message", Body: "lost", At: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.rt.ResumeCount(w2); n != 0 {
+			t.Fatalf("resumed %d times before anything looked", n)
+		}
+		if err := e.svc.WorkerExited(ctx, w2, -1, "the worker's harness process ended"); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.rt.ResumeCount(w2); n != 1 {
+			t.Fatalf("the parked compute's end with input waiting resumed the worker %d times, want 1", n)
 		}
 	})
 }
@@ -334,9 +354,7 @@ func TestCancelAndReleaseOfAParkedWorker(t *testing.T) {
 // as is one whose state is not a JSON object or is too large, and a
 // runtime that cannot resume refuses every parking.
 func TestParkingRefusals(t *testing.T) {
-	e := newParkEnv(t, func(*testing.T) func() service.Option {
-		return func() service.Option { return func(*service.Service) {} }
-	})
+	e := newParkEnv(t, nil)
 	ctx := context.Background()
 	w := e.launch(t, "run-1", "k-ref", "feature/ref")
 	for name, st := range map[string]string{"not JSON": `nope`, "an array": `[1]`,
