@@ -296,6 +296,9 @@ const (
 	EnvAgentModel        = "GALLEY_AGENT_MODEL"
 	EnvAgentEffort       = "GALLEY_AGENT_EFFORT"
 	EnvAgentInstructions = "GALLEY_AGENT_INSTRUCTIONS"
+	// EnvAgentResume names the CLI session a resumed supervisor goes on
+	// with (a parked worker's: docs/parking.md).
+	EnvAgentResume = "GALLEY_AGENT_RESUME"
 )
 
 // The egress proxy service's environment (EgressProxyCommand), beside

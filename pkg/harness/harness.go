@@ -159,6 +159,7 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 	if h.resumed, err = h.resumeFrom(self); err != nil {
 		return h.notStarted(ctx, "resuming the parked worker failed", err)
 	}
+	h.wakeAsMessage(driver)
 	h.needs = driver.Needs()
 	if h.needs.Provider != ProviderNone && h.providerKey(h.needs.Provider) == "" {
 		return h.notStarted(ctx, missingKey(self.Agent.Agent, h.needs.Provider), nil)

@@ -39,6 +39,10 @@ type inbox struct {
 	// reaches the agent once the parking may have landed (park.go).
 	frozen bool
 	held   []workerapi.InboxItem
+	// woke is the question a resumed CLI was parked in, and wokeSubject
+	// its subject: its reply becomes a message, the resumed CLI's prompt
+	// (resume.go).
+	woke, wokeSubject string
 }
 
 func newInbox() *inbox {
@@ -62,6 +66,12 @@ func (b *inbox) addLocked(item workerapi.InboxItem) {
 		b.messages = append(b.messages, item.Body)
 		b.msgSeqs = append(b.msgSeqs, item.Seq)
 	case workerapi.ItemReply:
+		if item.Question != "" && item.Question == b.woke {
+			b.woke = ""
+			b.messages = append(b.messages, parkedReply(item.Question, b.wokeSubject, item.Body))
+			b.msgSeqs = append(b.msgSeqs, item.Seq)
+			break
+		}
 		if subject, ok := b.abandoned[item.Question]; ok {
 			delete(b.abandoned, item.Question)
 			b.abandonedOrder = slices.DeleteFunc(b.abandonedOrder, func(q string) bool { return q == item.Question })
@@ -74,6 +84,20 @@ func (b *inbox) addLocked(item workerapi.InboxItem) {
 		return
 	}
 	b.notifyLocked()
+}
+
+// wokeBy makes the reply to question, the one a resumed CLI was parked
+// in, a message (resume.go).
+func (b *inbox) wokeBy(question, subject string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.woke, b.wokeSubject = question, subject
+}
+
+// parkedReply is how the reply that resumes a parked CLI reads as its
+// prompt: its ask_coordinator call was cut off by the parking.
+func parkedReply(question, subject, body string) string {
+	return "The coordinator replied to your question " + question + " (\"" + subject + "\"). Your ask_coordinator call was cut off while you waited (the session was paused and resumed); this is its reply: " + body
 }
 
 // startAt sets the cursor a resumed harness reads after (park.go).

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/galleyerr"
+	"github.com/galley-run/galley/pkg/modelproxy"
 	"github.com/galley-run/galley/pkg/snapshot"
 	"github.com/galley-run/galley/pkg/workerapi"
 )
@@ -65,6 +66,13 @@ type parkState struct {
 	From int64 `json:"from"`
 	// Session is the session archive's key, "" when none was saved.
 	Session string `json:"session,omitempty"`
+	// Subject is the question's subject, cut to a line: a CLI resumed
+	// with its reply as its prompt is told which question it answers.
+	Subject string `json:"subject,omitempty"`
+	// Usage is the model proxy's count at the parking: the resumed
+	// harness's proxy counts on from it, so that usage reports stay
+	// totals across the gap.
+	Usage *modelproxy.Totals `json:"usage,omitempty"`
 }
 
 // askDigest identifies an ask by its subject and body.
@@ -77,6 +85,7 @@ func askDigest(subject, body string) string {
 type waiting struct {
 	tool      string
 	question  string // an ask's question, once posted
+	subject   string
 	askDigest string
 	since     time.Time
 }
@@ -93,14 +102,14 @@ type parkWatch struct {
 	notBefore time.Time
 }
 
-func (p *parkWatch) wait(tool, question, digest string) int {
+func (p *parkWatch) wait(tool, question, subject, digest string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.waits == nil {
 		p.waits = map[int]*waiting{}
 	}
 	p.n++
-	p.waits[p.n] = &waiting{tool: tool, question: question, askDigest: digest, since: time.Now()}
+	p.waits[p.n] = &waiting{tool: tool, question: question, subject: cutText(subject, maxAbandonedSubject), askDigest: digest, since: time.Now()}
 	return p.n
 }
 
@@ -205,12 +214,12 @@ func (h *harness) park(ctx context.Context, parker Parker, j *jail, w waiting, f
 		n = r.Parking + 1
 	}
 	h.log.Info("parking the agent", "parking", n, "tool", w.tool, "question", w.question, "waited", time.Since(w.since).Round(time.Second))
-	st := parkState{V: 1, Fact: fact, Wait: w.tool, Question: w.question, AskDigest: w.askDigest}
+	st := parkState{V: 1, Fact: fact, Wait: w.tool, Question: w.question, Subject: w.subject, AskDigest: w.askDigest}
 	// 1. Save, while the agent is blocked in its call: a failure changes
 	// nothing.
 	if dir := parker.SessionDir(); dir != "" {
 		key := ParkKey(h.cfg.House, h.self.Handle)
-		src := filepath.Join(agentHome(j), dir)
+		src := sessionPath(j, dir)
 		if _, err := os.Lstat(src); err == nil {
 			sctx, cancel := context.WithTimeout(ctx, snapshotPatience)
 			stats, err := snapshot.SaveTo(sctx, h.cfg.Parks, key, src, h.parkLimits())
@@ -228,6 +237,10 @@ func (h *harness) park(ctx context.Context, parker Parker, j *jail, w waiting, f
 		return failed("its input came as it parked", nil)
 	}
 	st.From = from
+	// The model proxy's count, with every call the agent made counted
+	// (it is blocked in its wait: none is in flight), reported now and
+	// kept for the resumed proxy.
+	st.Usage = h.model.parkCount()
 	state, err := json.Marshal(st)
 	if err != nil || len(state) > workerapi.MaxParkState {
 		h.box.thaw()
@@ -282,6 +295,16 @@ func (h *harness) parkLimits() snapshot.Limits {
 		l.MaxEntries = DefaultParkLimits.MaxEntries
 	}
 	return l
+}
+
+// sessionPath is where a driver's session folder is: dir itself when
+// absolute (the CLI's configuration folder named in the environment),
+// else dir in the agent's home.
+func sessionPath(j *jail, dir string) string {
+	if filepath.IsAbs(dir) {
+		return filepath.Clean(dir)
+	}
+	return filepath.Join(agentHome(j), dir)
 }
 
 // agentHome is the agent's home: the jail's, or the harness's own for an

@@ -36,6 +36,32 @@ func TellResumable(ev Events, fact string) {
 // Resumable implements ResumeEvents.
 func (e events) Resumable(fact string) { e.h.parks.setFact(fact) }
 
+// PromptResumer is a Parker whose resumed agent takes what woke it as its
+// next prompt, from wait_message, rather than asking its question again:
+// the CLIs' session supervisor, whose CLI's blocked call ended with it. The
+// reply to the question it was parked in then comes as a message.
+type PromptResumer interface {
+	Parker
+	ResumesFromMessages() bool
+}
+
+// wakeAsMessage readies the inbox of a resumed agent that takes what woke
+// it as a message (PromptResumer): the reply to its parked question comes
+// as one, and its question is not re-attached.
+func (h *harness) wakeAsMessage(driver Driver) {
+	st := h.resumed
+	if st == nil || st.Wait != ToolAsk || st.Question == "" {
+		return
+	}
+	if p, ok := driver.(PromptResumer); !ok || !p.ResumesFromMessages() {
+		return
+	}
+	h.box.wokeBy(st.Question, st.Subject)
+	h.parks.mu.Lock()
+	h.reattached = true
+	h.parks.mu.Unlock()
+}
+
 // resumeFrom reads a resumed harness's state from self and sets the inbox
 // cursor it starts at. nil for a harness that resumes nothing.
 func (h *harness) resumeFrom(self workerapi.Self) (*parkState, error) {
@@ -47,6 +73,8 @@ func (h *harness) resumeFrom(self workerapi.Self) (*parkState, error) {
 		return nil, fmt.Errorf("the parked harness's state is unreadable (version %d): %v", st.V, err)
 	}
 	h.box.startAt(st.From)
+	// Should it park again before its driver says where it is.
+	h.parks.setFact(st.Fact)
 	h.log.Info("resuming a parked worker", "parking", self.Resume.Parking, "wait", st.Wait, "question", st.Question, "from", st.From)
 	return &st, nil
 }
@@ -75,7 +103,7 @@ func (h *harness) restoreSession(ctx context.Context, driver Driver, st *parkSta
 	if h.cfg.Parks == nil {
 		return errors.New("the parked agent's session files were saved, and this harness has no park store to read them from")
 	}
-	dst := filepath.Join(agentHome(j), p.SessionDir())
+	dst := sessionPath(j, p.SessionDir())
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}

@@ -189,7 +189,7 @@ func (h *harness) addTools(s *mcp.Server) {
 				}
 				h.log.Info("question posted, awaiting the reply", "question", ans.ID)
 			}
-			wait := h.parks.wait(ToolAsk, ans.ID, digest)
+			wait := h.parks.wait(ToolAsk, ans.ID, a.Subject, digest)
 			defer h.parks.done(wait)
 			reply, err := h.box.reply(ctx, ans.ID)
 			if err != nil {
@@ -220,7 +220,7 @@ func (h *harness) addTools(s *mcp.Server) {
 		}))
 	mcp.AddTool(s, &mcp.Tool{Name: ToolWaitMessage, Description: "Wait for the next message from the coordinator and return it."},
 		tool(h, ToolWaitMessage, func(ctx context.Context, _ noArgs) (string, error) {
-			wait := h.parks.wait(ToolWaitMessage, "", "")
+			wait := h.parks.wait(ToolWaitMessage, "", "", "")
 			defer h.parks.done(wait)
 			return h.box.nextMessage(ctx)
 		}))
