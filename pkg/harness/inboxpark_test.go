@@ -56,3 +56,25 @@ func TestInboxFreeze(t *testing.T) {
 		t.Fatalf("a resumed inbox starts at %d, want 2", resumed.cursor())
 	}
 }
+
+// A resumed CLI (PromptResumer) takes the reply to the question it was
+// parked in as a message, its prompt, once; other replies stay replies.
+func TestInboxWokeBy(t *testing.T) {
+	b := newInbox()
+	b.wokeBy("q-parked", "Which greeting?")
+	b.add(workerapi.InboxItem{Seq: 3, Kind: workerapi.ItemReply, Question: "q-other", Body: "other"})
+	b.add(workerapi.InboxItem{Seq: 4, Kind: workerapi.ItemReply, Question: "q-parked", Body: "hello, please"})
+	m, err := b.nextMessage(context.Background())
+	want := parkedReply("q-parked", "Which greeting?", "hello, please")
+	if err != nil || m != want {
+		t.Fatalf("the resumed CLI's prompt: %q, %v; want %q", m, err, want)
+	}
+	if r, err := b.reply(context.Background(), "q-other"); err != nil || r != "other" {
+		t.Errorf("another question's reply: %q, %v", r, err)
+	}
+	// A repeat of the parked question's reply (a replay) is a reply again.
+	b.add(workerapi.InboxItem{Seq: 5, Kind: workerapi.ItemReply, Question: "q-parked", Body: "again"})
+	if got := b.drainMessages(); len(got) != 0 {
+		t.Errorf("a second reply became messages %q", got)
+	}
+}
