@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
+	"time"
 
 	"github.com/galley-run/galley/pkg/eventlog"
 	"github.com/galley-run/galley/pkg/galleyerr"
@@ -26,10 +28,12 @@ import (
 type Resumer interface {
 	// Resume starts the compute that resumes parking n of spec.Handle,
 	// with spec.Token its new credential. It is idempotent per handle and
-	// n: a retry converges on the same process or task. While the parked
-	// compute has not ended yet it may refuse for now (Unavailable); the
-	// service tries again once that end is seen (WorkerExited).
-	Resume(ctx context.Context, spec WorkerSpec, n int) error
+	// n: a retry converges on the same process or task, and started says
+	// whether this call started it (false: an earlier call had, and that
+	// compute may have ended since). While the parked compute has not
+	// ended yet it may refuse for now (Unavailable); the service tries
+	// again once that end is seen (WorkerExited).
+	Resume(ctx context.Context, spec WorkerSpec, n int) (started bool, err error)
 }
 
 // ParkedFiles forgets what a parked worker's harness saved (its agent's
@@ -45,9 +49,12 @@ func WithParkedFiles(p ParkedFiles) Option { return func(v *Service) { v.parkedF
 // WorkerPark records parking req.Parking of the worker: one conditional
 // write, refused (Conflict) when the worker has settled or was released,
 // and Invalid when this deployment cannot resume workers or the request
-// is out of turn or too large. The same parking reported again answers
-// nil and writes nothing. Input that raced the parking (an inbox item
-// after req.Read) resumes the worker at once.
+// is out of turn or too large, or reports a parking already recorded with
+// another cursor or state. The same report again answers nil and writes
+// nothing. Input that raced the parking (an inbox item after req.Read)
+// resumes the worker at once. A write galley could not make (contention,
+// the store) is Unavailable: the harness retries it, and a 409 is only
+// ever "settled".
 func (s *Service) WorkerPark(ctx context.Context, handle string, req workerapi.ParkRequest) error {
 	if _, ok := s.runtime.(Resumer); !ok {
 		return galleyerr.Errorf(galleyerr.Invalid, "this deployment does not park workers: its runtime cannot resume them")
@@ -69,6 +76,9 @@ func (s *Service) WorkerPark(ctx context.Context, handle string, req workerapi.P
 		case w.State == protocol.StateSettled:
 			return errSettled
 		case w.Park != nil && w.Park.Gen == req.Parking && w.Parks == req.Parking:
+			if w.Park.Read != req.Read || !bytes.Equal(w.Park.State, state.Bytes()) {
+				return galleyerr.Errorf(galleyerr.Invalid, "parking %d was reported with another inbox cursor or state", req.Parking)
+			}
 			return errNoChange // a retry of this report
 		case req.Parking != w.Parks+1:
 			return galleyerr.Errorf(galleyerr.Invalid, "parking %d is out of turn: the worker parked %d times", req.Parking, w.Parks)
@@ -79,10 +89,18 @@ func (s *Service) WorkerPark(ctx context.Context, handle string, req workerapi.P
 		w.State = protocol.StateAwaitingReply
 		return nil
 	})
-	if galleyerr.Is(galleyerr.Invalid, err) && (res.Released || res.Worker == nil) {
+	switch {
+	case galleyerr.Is(galleyerr.Invalid, err) && (res.Released || res.Worker == nil):
+		// What the refused parking saved goes too: the settle that came
+		// first may have run before it was saved.
+		s.forgetParked(ctx, handle)
 		return galleyerr.Errorf(galleyerr.Conflict, "worker was released")
-	}
-	if err != nil {
+	case galleyerr.Is(galleyerr.Conflict, err):
+		s.forgetParked(ctx, handle)
+		return err
+	case galleyerr.Is(galleyerr.InFlight, err):
+		return galleyerr.E(galleyerr.Unavailable, "the parking could not be recorded now; retry", err)
+	case err != nil:
 		return err
 	}
 	if first {
@@ -92,44 +110,63 @@ func (s *Service) WorkerPark(ctx context.Context, handle string, req workerapi.P
 	}
 	// An item appended before the parking's write is found here; one
 	// appended after it finds the record parked (message, deliverReply).
-	items, err := s.store.ListInbox(ctx, handle, req.Read)
+	// Either failure is the report's: its retry looks again.
+	waiting, err := s.inputWaits(ctx, handle, req.Read)
 	if err != nil {
-		return nil // parked; the next input, or housekeeping, resumes it
+		return galleyerr.E(galleyerr.Unavailable, "the parking is recorded, but whether input waits is unknown; retry", err)
 	}
-	if len(items) > 0 {
-		s.resumeParked(ctx, handle, "input arrived while it parked")
+	if waiting {
+		return s.resumeParked(ctx, handle, "input arrived while it parked")
 	}
 	return nil
 }
 
+// inputWaits reports whether the worker's inbox holds an item after read.
+func (s *Service) inputWaits(ctx context.Context, handle string, read int64) (bool, error) {
+	items, err := s.store.ListInbox(ctx, handle, read, 1)
+	return len(items) > 0, err
+}
+
+// markResuming moves a parked worker's record r to resuming, in the write
+// of the caller: the state starting and a new credential nonce derived
+// from the launch's key and the parking's number, with the key binding and
+// the bootstrap claim cleared. The parked harness's credential is void
+// from then on; the resumed one's is derived (every retry hands out the
+// same) and bound afresh to its harness's key.
+func (s *Service) markResuming(r *store.Resource) {
+	w := r.Worker
+	w.Park.Resume = s.clock.Now()
+	w.State = protocol.StateStarting
+	w.CredentialNonce = s.resumeNonce(r.Owner, w.Park.Gen)
+	w.CredentialJKT, w.CredentialClaim = "", ""
+}
+
 // resumeParked resumes a parked worker: one conditional write marks it
-// resuming (starting, with a new credential), then its compute is
-// started. A worker not parked is left as it is, except that a resume
-// whose start is owed is started. Failures are logged: the record owes
-// the start, and WorkerExited (the parked compute's end, housekeeping)
-// starts it.
-func (s *Service) resumeParked(ctx context.Context, handle, why string) {
+// resuming, then its compute is started. A worker not parked is left as
+// it is, except that a resume whose start is owed is started. An error
+// (Unavailable) is the write's: the worker stays parked, and the caller
+// must fail so that it is tried again. A start that fails is owed on the
+// record and only logged: WorkerExited (the parked compute's end,
+// housekeeping) starts it.
+func (s *Service) resumeParked(ctx context.Context, handle, why string) error {
 	res, err := s.updateWorkerRecord(ctx, handle, "resumed: "+why, func(r *store.Resource) error {
-		w := r.Worker
-		if !w.Parked() {
+		if !r.Worker.Parked() {
 			return errNoChange
 		}
-		w.Park.Resume = s.clock.Now()
-		w.State = protocol.StateStarting
-		// The parked harness's credential is void from here on; the
-		// resumed one's is derived (every retry hands out the same) and
-		// bound afresh to its harness's key.
-		w.CredentialNonce = s.resumeNonce(r.Owner, w.Park.Gen)
-		w.CredentialJKT, w.CredentialClaim = "", ""
+		s.markResuming(r)
 		return nil
 	})
-	if err != nil {
+	switch {
+	case galleyerr.Is(galleyerr.Invalid, err):
+		return nil // released: nothing to resume
+	case err != nil:
 		s.log.Warn("cannot resume a parked worker", "worker", handle, "err", err)
-		return
+		return galleyerr.E(galleyerr.Unavailable, "the parked worker's resume could not be recorded", err)
 	}
 	if res.Worker.ResumeOwed() {
 		s.startResumed(ctx, res)
 	}
+	return nil
 }
 
 // resumeNonce is the credential nonce of the compute that resumes parking
@@ -142,12 +179,16 @@ func (s *Service) resumeNonce(key string, n int) string {
 // parking and records that it was started. A cancel or release that
 // settled the worker meanwhile is caught by that write: it finds the
 // worker settled, and the compute just started is stopped (as a launch's).
-func (s *Service) startResumed(ctx context.Context, res store.Resource) {
+//
+// ended is true when the runtime had started that compute before (its
+// Started write was lost) and it has ended since: nothing runs the worker
+// any more, and the caller that saw a compute end settles it.
+func (s *Service) startResumed(ctx context.Context, res store.Resource) (ended bool) {
 	w := res.Worker
 	rt, ok := s.runtime.(Resumer)
 	if !ok {
 		s.log.Error("a parked worker cannot be resumed: the runtime cannot resume", "worker", res.Handle)
-		return
+		return false
 	}
 	spec := WorkerSpec{Handle: res.Handle, Token: s.workerToken(res.Handle, w.CredentialNonce),
 		IdempotencyToken: s.derive("t-", res.Owner+"\x00resume\x00"+strconv.Itoa(w.Park.Gen)),
@@ -159,16 +200,28 @@ func (s *Service) startResumed(ctx context.Context, res store.Resource) {
 		wt, _, err := s.store.GetResource(ctx, protocol.KindWorktree, w.Worktree)
 		if err != nil {
 			s.log.Warn("cannot resume a parked worker: its worktree record is unreadable", "worker", res.Handle, "err", err)
-			return
+			return false
 		}
 		spec.WorkspacePath = wt.Path
 	}
 	gen := w.Park.Gen
-	if err := rt.Resume(ctx, spec, gen); err != nil {
+	started, err := rt.Resume(ctx, spec, gen)
+	if err != nil {
 		s.log.Info("the resumed compute is not started yet; it is owed", "worker", res.Handle, "parking", gen, "err", err)
-		return
+		return false
 	}
-	_, err := s.updateWorker(ctx, res.Handle, func(w *store.Worker) error {
+	if !started {
+		// An earlier call started it and its record was not written: it
+		// counts as started only while it runs.
+		switch s.computeGone(ctx, res) {
+		case goneYes:
+			s.log.Warn("the resumed compute ended before its start was recorded", "worker", res.Handle, "parking", gen)
+			return true
+		case goneUnsure:
+			return false // still owed; the next end or housekeeping looks again
+		}
+	}
+	_, err = s.updateWorker(ctx, res.Handle, func(w *store.Worker) error {
 		switch {
 		case w.State == protocol.StateSettled:
 			return errSettled
@@ -184,34 +237,80 @@ func (s *Service) startResumed(ctx context.Context, res store.Resource) {
 		if err := s.runtime.Stop(ctx, res.Handle); err != nil {
 			s.log.Warn("cannot stop a resumed worker settled while it started", "worker", res.Handle, "err", err)
 		}
-		return
+		return false
 	case err != nil:
 		s.log.Warn("cannot record a resumed worker's start", "worker", res.Handle, "err", err)
-		return
+		return false
 	}
 	s.log.Info("parked worker resumed", "worker", res.Handle, "parking", gen)
 	s.event(res.Handle, eventlog.KindCompute, "compute started again to resume the parked worker", "event", "resumed",
 		"parking", strconv.Itoa(gen))
+	return false
 }
 
-// resumeIfParked resumes the worker if it is parked: called after input
-// (a message) was appended to its inbox.
-func (s *Service) resumeIfParked(ctx context.Context, handle, why string) {
-	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
-	if err != nil || res.Worker == nil || res.Released {
-		return
+// gone is what the runtime says of a worker's compute.
+type gone int
+
+const (
+	goneNo     gone = iota // it runs
+	goneYes                // it ended, or is lost
+	goneUnsure             // the runtime cannot say yet
+)
+
+// computeGone asks the runtime whether res's compute is gone: exited, or
+// unknown once LostAfter has passed since it was (re)started (a platform's
+// listing may lag a new task's start).
+func (s *Service) computeGone(ctx context.Context, res store.Resource) gone {
+	l, err := s.runtime.Liveness(ctx, res.Handle)
+	switch {
+	case err != nil:
+		return goneUnsure
+	case l == LivenessLive:
+		return goneNo
+	case l == LivenessExited:
+		return goneYes
+	case s.clock.Now().Sub(startedAt(res)) > LostAfter:
+		return goneYes
 	}
-	if res.Worker.Parked() {
-		s.resumeParked(ctx, handle, why)
-	} else if res.Worker.ResumeOwed() {
+	return goneUnsure
+}
+
+// startedAt is when res's worker's latest compute was asked for: its
+// launch, or the resume of its latest parking (as the gauges count).
+func startedAt(r store.Resource) time.Time {
+	if w := r.Worker; w != nil && w.Park != nil && w.Park.Resume.After(r.Created) {
+		return w.Park.Resume
+	}
+	return r.Created
+}
+
+// resumeIfParked resumes the worker if it is parked, or starts a resume
+// that is owed: called after input was appended to its inbox. An error
+// (Unavailable) means the worker may still be parked with that input
+// waiting: the caller fails so that its retry runs this again.
+func (s *Service) resumeIfParked(ctx context.Context, handle, why string) error {
+	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
+	switch {
+	case galleyerr.Is(galleyerr.NotFound, err):
+		return nil
+	case err != nil:
+		return galleyerr.E(galleyerr.Unavailable, "whether the worker is parked is unknown", err)
+	case res.Worker == nil || res.Released:
+		return nil
+	case res.Worker.Parked():
+		return s.resumeParked(ctx, handle, why)
+	case res.Worker.ResumeOwed():
 		s.startResumed(ctx, res)
 	}
+	return nil
 }
 
 // parkedExit decides the end of a worker's compute for a worker that
 // parked: handled is true when the end is the parking's (nothing to do),
-// or an earlier compute's late news (the resumed one runs), or the end a
-// owed resume waited for (its start is made now).
+// or an earlier compute's late news (the resumed one runs, or may not be
+// listed yet), or the end a owed resume waited for (its start is made
+// now). It is false, and the worker settles failed, when the compute that
+// resumed it has ended.
 func (s *Service) parkedExit(ctx context.Context, res store.Resource) (handled bool) {
 	w := res.Worker
 	switch {
@@ -220,24 +319,56 @@ func (s *Service) parkedExit(ctx context.Context, res store.Resource) (handled b
 	case w.Parked():
 		// As its parking asks; input that came meanwhile and whose resume
 		// was lost (its effect's holder died) resumes it now.
-		if items, err := s.store.ListInbox(ctx, res.Handle, w.Park.Read); err == nil && len(items) > 0 {
-			s.resumeParked(ctx, res.Handle, "input waits")
+		waiting, err := s.inputWaits(ctx, res.Handle, w.Park.Read)
+		if err != nil {
+			s.log.Warn("a parked worker's inbox is unreadable; housekeeping looks again", "worker", res.Handle, "err", err)
+		} else if waiting {
+			_ = s.resumeParked(ctx, res.Handle, "input waits") // logged; housekeeping tries again
 		}
 		return true
 	case w.ResumeOwed():
-		s.startResumed(ctx, res)
-		return true
+		return !s.startResumed(ctx, res)
 	}
-	if l, err := s.runtime.Liveness(ctx, res.Handle); err == nil && l == LivenessLive {
+	if s.computeGone(ctx, res) != goneYes {
 		s.log.Info("an earlier compute of a resumed worker ended; the resumed one runs", "worker", res.Handle)
 		return true
 	}
 	return false
 }
 
-// forgetParked deletes what a settled worker's parkings saved.
-func (s *Service) forgetParked(ctx context.Context, handle string, w *store.Worker) {
-	if s.parkedFiles == nil || w == nil || w.Parks == 0 {
+// resumeWaiting resumes the parked workers in rs whose inbox holds input
+// after their parking's cursor (their resume was lost: a write that
+// failed after the input's, a holder that died): for housekeeping, so
+// that no worker stays parked with input waiting. It answers how many it
+// resumed.
+func (s *Service) resumeWaiting(ctx context.Context, rs []store.Resource) (int, error) {
+	n := 0
+	var errs []error
+	for _, r := range rs {
+		if r.Kind != protocol.KindWorker || r.Released || !r.Worker.Parked() {
+			continue
+		}
+		waiting, err := s.inputWaits(ctx, r.Handle, r.Worker.Park.Read)
+		if err == nil && waiting {
+			err = s.resumeParked(ctx, r.Handle, "input waits (housekeeping found it)")
+			if err == nil {
+				s.log.Warn("housekeeping resumed a parked worker whose input waited", "worker", r.Handle)
+				n++
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// forgetParked deletes what a worker's parkings saved, once it settled or
+// a parking of it was refused: nothing resumes it. Every settle does it,
+// whether or not the worker parked (a missing archive is no error), so
+// that an archive saved by a parking that was then refused goes too.
+func (s *Service) forgetParked(ctx context.Context, handle string) {
+	if s.parkedFiles == nil {
 		return
 	}
 	if err := s.parkedFiles.DeleteParked(ctx, handle); err != nil {

@@ -106,19 +106,23 @@ func (lv inventoryLiveness) of(r store.Resource) string {
 		if r.Worker != nil && r.Worker.Exited {
 			return protocol.LivenessExited
 		}
-		if r.Worker.Parked() || r.Worker.ResumeOwed() {
-			// Its compute ended at its parking, or its resumed compute
-			// is not started yet: the worker goes on (docs/parking.md).
+		if r.Worker.Parked() {
+			// Its compute ended at its parking: the worker goes on
+			// (docs/parking.md).
 			return protocol.LivenessLive
 		}
-		switch l, ok := lv.workers[r.Handle]; {
+		l, ok := lv.workers[r.Handle]
+		switch {
 		case !ok:
 			return protocol.LivenessUnverifiable
 		case l == LivenessLive:
 			return protocol.LivenessLive
-		case l == LivenessExited:
+		case l == LivenessExited && !r.Worker.ResumeOwed():
 			return protocol.LivenessExited
 		}
+		// An owed resume's compute that does not run is not started yet,
+		// or was started and ended before its record said so: galley
+		// cannot tell.
 		return protocol.LivenessUnverifiable
 	case protocol.KindBranch:
 		if !lv.branchesRead || !protocol.IsBranchName(r.Handle) {

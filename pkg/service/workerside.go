@@ -60,8 +60,10 @@ func (s *Service) WorkerSelf(ctx context.Context, handle string) (workerapi.Self
 }
 
 // WorkerReady records positive evidence that the agent runs. Only a
-// starting worker becomes ready; any other state stays, and a settled
-// worker's report is refused (its credential only reads).
+// starting worker becomes ready, or awaiting-reply when it has a question
+// open (a worker resumed in its ask by a message: its agent waits on
+// that question again); any other state stays, and a settled worker's
+// report is refused (its credential only reads).
 func (s *Service) WorkerReady(ctx context.Context, handle, evidence string) error {
 	_, err := s.updateWorkerWhy(ctx, handle, evidence, func(w *store.Worker) error {
 		if w.State == protocol.StateSettled {
@@ -71,6 +73,9 @@ func (s *Service) WorkerReady(ctx context.Context, handle, evidence string) erro
 			return errNoChange
 		}
 		w.State = protocol.StateReady
+		if hasOpenQuestion(w) {
+			w.State = protocol.StateAwaitingReply
+		}
 		return nil
 	})
 	if err == nil {

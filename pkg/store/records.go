@@ -237,7 +237,9 @@ type Park struct {
 	Started bool `json:"started,omitempty"`
 }
 
-// MaxParkState bounds a parking's harness state.
+// MaxParkState bounds a parking's harness state, so that the worker's
+// record stays under its bound (storetest's LargestWorker holds one); the
+// worker API's bound is this (workerapi.MaxParkState).
 const MaxParkState = 16 << 10
 
 // Parked reports whether w is parked: its compute ended at its harness's

@@ -11,6 +11,7 @@ import (
 
 	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/store"
 )
 
 // Routes, relative to the galley endpoint, below contract.WorkerAPIPrefix.
@@ -124,8 +125,9 @@ type ParkRequest struct {
 	State   json.RawMessage `json:"state"`
 }
 
-// MaxParkState bounds ParkRequest.State (store.MaxParkState).
-const MaxParkState = 16 << 10
+// MaxParkState bounds ParkRequest.State: what the worker's record can
+// hold of it, so it is the record's bound, spelled once in the store.
+const MaxParkState = store.MaxParkState
 
 // The agent uids a service allocates: the n-th worker of a house (n from
 // 1) gets AgentUIDBase + (offset + n - 1) mod (AgentUIDEnd -

@@ -33,7 +33,7 @@ func TestResume(t *testing.T) {
 
 	again := spec
 	again.Token = spec.Handle + ".resumed-credential"
-	if err := r.Resume(ctx, again, 1); !galleyerr.Is(galleyerr.Unavailable, err) {
+	if _, err := r.Resume(ctx, again, 1); !galleyerr.Is(galleyerr.Unavailable, err) {
 		t.Fatalf("resume while the parked harness runs: %v, want Unavailable", err)
 	}
 	// The parked harness ends by itself (here: told to, by signal).
@@ -41,11 +41,13 @@ func TestResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitExit(t, exits, spec.Handle)
-	if err := r.Resume(ctx, again, 1); err != nil {
-		t.Fatalf("resume: %v", err)
+	if started, err := r.Resume(ctx, again, 1); err != nil || !started {
+		t.Fatalf("resume: started %v, %v", started, err)
 	}
-	if err := r.Resume(ctx, again, 1); err != nil {
-		t.Fatalf("the same resume again: %v", err)
+	// Again, it says an earlier call had started it: the service then
+	// asks whether that harness still runs.
+	if started, err := r.Resume(ctx, again, 1); err != nil || started {
+		t.Fatalf("the same resume again: started %v, %v; want false, nil", started, err)
 	}
 	second := awaitNthRecord(t, spec.WorkspacePath, 2)
 	if second.Pid == first.Pid {
@@ -69,16 +71,24 @@ func TestResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitExit(t, exits, spec.Handle)
+	// The resumed harness ended: the same resume says it had started, and
+	// the liveness says it ended (the service settles the worker failed).
+	if started, err := r.Resume(ctx, again, 1); err != nil || started {
+		t.Fatalf("the resume after its harness ended: started %v, %v; want false, nil", started, err)
+	}
+	if l, err := r.Liveness(ctx, spec.Handle); err != nil || l != service.LivenessExited {
+		t.Fatalf("the ended resumed harness's liveness %v, %v; want exited", l, err)
+	}
 	select {
 	case h := <-exits:
 		t.Fatalf("a third exit of %s", h)
 	case <-time.After(200 * time.Millisecond):
 	}
 	// A stopped worker was cancelled or released: never resumed.
-	if err := r.Resume(ctx, again, 2); !galleyerr.Is(galleyerr.Invalid, err) {
+	if _, err := r.Resume(ctx, again, 2); !galleyerr.Is(galleyerr.Invalid, err) {
 		t.Fatalf("resume of a stopped worker: %v, want Invalid", err)
 	}
-	if err := r.Resume(ctx, fakeSpec(r, "w-never", "run"), 1); !galleyerr.Is(galleyerr.NotFound, err) {
+	if _, err := r.Resume(ctx, fakeSpec(r, "w-never", "run"), 1); !galleyerr.Is(galleyerr.NotFound, err) {
 		t.Fatalf("resume of a worker never started: %v, want NotFound", err)
 	}
 }

@@ -37,13 +37,14 @@ type Runtime struct {
 	resumed      map[string]map[int]bool
 	refuseResume bool
 	ended        map[string]bool
+	unlisted     map[string]bool
 }
 
 // NewRuntime returns an empty fake runtime.
 func NewRuntime() *Runtime {
 	return &Runtime{Starts: map[string]int{}, Stopped: map[string]bool{}, Specs: map[string]service.WorkerSpec{},
 		calls: map[string]int{}, Resumes: map[string]int{}, ResumeSpecs: map[string]service.WorkerSpec{},
-		resumed: map[string]map[int]bool{}, ended: map[string]bool{}}
+		resumed: map[string]map[int]bool{}, ended: map[string]bool{}, unlisted: map[string]bool{}}
 }
 
 // Calls reports how many times method ("Liveness", "Livenesses") was called.
@@ -101,24 +102,25 @@ func (f *Runtime) Livenesses(_ context.Context, handles []string) (map[string]se
 }
 
 // Resume implements service.Resumer: once per handle and parking, it
-// starts the worker's compute again (its liveness live).
-func (f *Runtime) Resume(_ context.Context, spec service.WorkerSpec, n int) error {
+// starts the worker's compute again (its liveness live); again, it says
+// it had.
+func (f *Runtime) Resume(_ context.Context, spec service.WorkerSpec, n int) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.refuseResume {
-		return galleyerr.Errorf(galleyerr.Unavailable, "the parked compute has not ended yet")
+		return false, galleyerr.Errorf(galleyerr.Unavailable, "the parked compute has not ended yet")
 	}
 	if f.resumed[spec.Handle] == nil {
 		f.resumed[spec.Handle] = map[int]bool{}
 	}
 	if f.resumed[spec.Handle][n] {
-		return nil
+		return false, nil
 	}
 	f.resumed[spec.Handle][n] = true
 	f.Resumes[spec.Handle]++
 	f.ResumeSpecs[spec.Handle] = spec
 	delete(f.ended, spec.Handle)
-	return nil
+	return true, nil
 }
 
 // RefuseResume makes Resume answer Unavailable (true) or start (false).
@@ -134,6 +136,14 @@ func (f *Runtime) End(handle string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ended[handle] = true
+}
+
+// Unlist makes the worker's compute read unknown, as a platform whose
+// listing does not show a task (yet, or any more).
+func (f *Runtime) Unlist(handle string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unlisted[handle] = true
 }
 
 // ResumeCount is how many resumes of handle were started.
@@ -152,6 +162,8 @@ func (f *Runtime) ResumeSpec(handle string) service.WorkerSpec {
 
 func (f *Runtime) livenessLocked(handle string) service.Liveness {
 	switch {
+	case f.unlisted[handle]:
+		return service.LivenessUnknown
 	case f.Stopped[handle] || f.ended[handle]:
 		return service.LivenessExited
 	case f.Starts[handle] > 0:

@@ -60,7 +60,7 @@ func testLargeValues(t *testing.T, open func(*testing.T) store.Store) {
 	mustOK(t, "append a 16 KiB inbox item", err)
 	ms, err := s.ListMessages(ctx, "run", 0, 10)
 	mustOK(t, "list messages", err)
-	items, err := s.ListInbox(ctx, "w", 0)
+	items, err := s.ListInbox(ctx, "w", 0, 0)
 	mustOK(t, "list inbox", err)
 	if len(ms) != 1 || ms[0].Row.Body != m.Row.Body {
 		t.Errorf("the 16 KiB message did not come back intact")
