@@ -51,8 +51,8 @@ func (d Driver) SessionDir() string { return SessionDir(d.Family, os.Getenv) }
 // takes its first prompt from wait_message (ResumesFromMessages) and runs
 // the CLI's own resume (`claude --resume`, `codex exec resume`).
 func (d Driver) ResumeCommand(self workerapi.Self, mcpURL, mcpSecret, workspace, fact string) (*exec.Cmd, error) {
-	if !ValidSessionID(fact) {
-		return nil, galleyerr.E(galleyerr.Op("agents.resume"), galleyerr.Invalid, "the parked CLI's session id is not a session id")
+	if err := d.CheckResumeFact(fact); err != nil {
+		return nil, err
 	}
 	cmd, err := d.Command(self, mcpURL, mcpSecret, workspace)
 	if err != nil {
@@ -60,6 +60,15 @@ func (d Driver) ResumeCommand(self workerapi.Self, mcpURL, mcpSecret, workspace,
 	}
 	cmd.Env = append(cmd.Env, contract.EnvAgentResume+"="+fact)
 	return cmd, nil
+}
+
+// CheckResumeFact implements harness.Parker: a session id
+// (ValidSessionID).
+func (Driver) CheckResumeFact(fact string) error {
+	if !ValidSessionID(fact) {
+		return galleyerr.E(galleyerr.Op("agents.resume"), galleyerr.Invalid, "the parked CLI's session id is not a session id")
+	}
+	return nil
 }
 
 // ResumesFromMessages implements harness.PromptResumer: the CLI's blocked

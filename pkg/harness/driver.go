@@ -154,8 +154,8 @@ func (ScriptDriver) SessionDir() string { return "" }
 // ResumeCommand implements Parker: the scripted agent starts at fact, the
 // line of the directive it was parked in (contract.EnvScriptResume).
 func (d ScriptDriver) ResumeCommand(self workerapi.Self, mcpURL, mcpSecret, workspace, fact string) (*exec.Cmd, error) {
-	if n, err := strconv.Atoi(fact); err != nil || n < 1 {
-		return nil, galleyerr.E(galleyerr.Op("harness.script"), galleyerr.Invalid, "the parked script's line is not a line number")
+	if err := d.CheckResumeFact(fact); err != nil {
+		return nil, err
 	}
 	cmd, err := d.Command(self, mcpURL, mcpSecret, workspace)
 	if err != nil {
@@ -163,6 +163,14 @@ func (d ScriptDriver) ResumeCommand(self workerapi.Self, mcpURL, mcpSecret, work
 	}
 	cmd.Env = append(cmd.Env, contract.EnvScriptResume+"="+fact)
 	return cmd, nil
+}
+
+// CheckResumeFact implements Parker: a line number.
+func (ScriptDriver) CheckResumeFact(fact string) error {
+	if n, err := strconv.Atoi(fact); err != nil || n < 1 || strconv.Itoa(n) != fact {
+		return galleyerr.E(galleyerr.Op("harness.script"), galleyerr.Invalid, "the parked script's line is not a line number")
+	}
+	return nil
 }
 
 func truncate(s string, n int) string {

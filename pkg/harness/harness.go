@@ -79,6 +79,7 @@ type harness struct {
 	// again (resume.go).
 	parks      parkWatch
 	parked     chan struct{}
+	driver     Driver // the worker's, set before its agent starts
 	resumed    *parkState
 	reattached bool
 }
@@ -156,6 +157,7 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 	if !ok {
 		return h.notStarted(ctx, fmt.Sprintf("this worker image has no driver for agent family %q", self.Agent.Agent), nil)
 	}
+	h.driver = driver
 	if h.resumed, err = h.resumeFrom(self); err != nil {
 		return h.notStarted(ctx, "resuming the parked worker failed", err)
 	}

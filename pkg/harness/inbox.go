@@ -19,7 +19,7 @@ var errStopping = errors.New("the worker is stopping")
 type inbox struct {
 	mu       sync.Mutex
 	messages []string
-	replies  map[string]string // question id -> reply body, not yet taken
+	replies  map[string]heldReply // question id -> its reply, not yet taken
 	// abandoned holds the questions whose ask_coordinator call ended before
 	// its reply came (the CLI gave up on the call, or its connection
 	// dropped), with their subjects: their replies become messages, so
@@ -35,18 +35,36 @@ type inbox struct {
 	// a parking's cursors (park.go).
 	read    int64
 	msgSeqs []int64
+	// waits are the agent's waits under way (reply, nextMessage), each
+	// registered and ended under mu with its take: a parking freezes the
+	// inbox only while the wait it parks is still under way and has taken
+	// nothing (freeze).
+	waits map[*boxWait]struct{}
 	// frozen holds what arrives while the harness parks, so that nothing
-	// reaches the agent once the parking may have landed (park.go).
-	frozen bool
-	held   []workerapi.InboxItem
+	// reaches the agent once the parking may have landed (park.go); no
+	// wait takes anything while it is set. frozenWait is the wait the
+	// parking parks.
+	frozen     bool
+	frozenWait *boxWait
+	held       []workerapi.InboxItem
 	// woke is the question a resumed CLI was parked in, and wokeSubject
 	// its subject: its reply becomes a message, the resumed CLI's prompt
 	// (resume.go).
 	woke, wokeSubject string
 }
 
+// heldReply is a reply not yet taken, with its inbox sequence.
+type heldReply struct {
+	body string
+	seq  int64
+}
+
+// boxWait is one wait of the agent's: for the reply to question, or for
+// the next message when question is "".
+type boxWait struct{ question string }
+
 func newInbox() *inbox {
-	return &inbox{replies: map[string]string{}, abandoned: map[string]string{}, changed: make(chan struct{})}
+	return &inbox{replies: map[string]heldReply{}, abandoned: map[string]string{}, waits: map[*boxWait]struct{}{}, changed: make(chan struct{})}
 }
 
 func (b *inbox) add(item workerapi.InboxItem) {
@@ -79,7 +97,7 @@ func (b *inbox) addLocked(item workerapi.InboxItem) {
 			b.msgSeqs = append(b.msgSeqs, item.Seq)
 			break
 		}
-		b.replies[item.Question] = item.Body
+		b.replies[item.Question] = heldReply{body: item.Body, seq: item.Seq}
 	default:
 		return
 	}
@@ -129,7 +147,7 @@ func (b *inbox) notifyLocked() {
 // nextMessage takes the oldest message, waiting for one. A message is
 // taken only when it is returned, so a wait that ends early loses none.
 func (b *inbox) nextMessage(ctx context.Context) (string, error) {
-	return b.await(ctx, func() (string, bool) {
+	return b.await(ctx, &boxWait{}, func() (string, bool) {
 		if len(b.messages) == 0 {
 			return "", false
 		}
@@ -141,12 +159,12 @@ func (b *inbox) nextMessage(ctx context.Context) (string, error) {
 
 // reply takes the reply to question, waiting for it.
 func (b *inbox) reply(ctx context.Context, question string) (string, error) {
-	return b.await(ctx, func() (string, bool) {
+	return b.await(ctx, &boxWait{question: question}, func() (string, bool) {
 		r, ok := b.replies[question]
 		if ok {
 			delete(b.replies, question)
 		}
-		return r, ok
+		return r.body, ok
 	})
 }
 
@@ -158,8 +176,9 @@ func (b *inbox) abandon(question, subject string) {
 	defer b.mu.Unlock()
 	if r, ok := b.replies[question]; ok {
 		delete(b.replies, question)
-		b.messages = append(b.messages, lateReply(question, subject, r))
-		b.msgSeqs = append(b.msgSeqs, b.read) // its seq is gone: the cursor's, at worst a replay
+		b.messages = append(b.messages, lateReply(question, subject, r.body))
+		// Its own sequence: a parking reads again from before it.
+		b.msgSeqs = append(b.msgSeqs, r.seq)
 		b.notifyLocked()
 		return
 	}
@@ -190,6 +209,9 @@ func lateReply(question, subject, body string) string {
 func (b *inbox) drainMessages() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.frozen {
+		return nil // nothing reaches the agent while it parks
+	}
 	m := b.messages
 	b.messages, b.msgSeqs = nil, nil
 	return m
@@ -198,22 +220,52 @@ func (b *inbox) drainMessages() []string {
 // freeze stops giving the agent what arrives (it is held) and answers the
 // parking's cursors: read, the last sequence given to the inbox, and
 // from, where a resumed harness reads again so that the messages queued
-// and not taken come back (one before the oldest). ok is false, and
-// nothing is frozen, when the input the agent waits for is already here
-// (a reply to question, or any message when question is ""): then the
-// agent is about to get it, and the parking is abandoned.
+// and not taken come back (one before the oldest). It freezes only while
+// the agent's wait for question's reply (or, when question is "", for a
+// message) is under way, has taken nothing and has nothing to take: that
+// check and the freeze are one step under the inbox's lock, and no wait
+// takes anything while frozen, so the agent either got its input before
+// the freeze (ok is false, the parking is abandoned) or gets none until
+// thaw.
 func (b *inbox) freeze(question string) (read, from int64, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, here := b.replies[question]; (question != "" && here) || (question == "" && len(b.messages) > 0) {
+	if b.frozen || b.stopped {
 		return 0, 0, false
 	}
-	b.frozen = true
+	w := b.waitFor(question)
+	if w == nil {
+		return 0, 0, false // the wait ended (its input taken, or the agent gave up on it)
+	}
+	if _, here := b.replies[question]; (question != "" && here) || (question == "" && len(b.messages) > 0) {
+		return 0, 0, false // about to be taken
+	}
+	b.frozen, b.frozenWait = true, w
 	from = b.read
 	if len(b.msgSeqs) > 0 {
-		from = min(from, b.msgSeqs[0]-1)
+		from = min(from, slices.Min(b.msgSeqs)-1)
 	}
 	return b.read, from, true
+}
+
+// waitFor is the wait under way for question's reply (a message when
+// question is ""), or nil.
+func (b *inbox) waitFor(question string) *boxWait {
+	for w := range b.waits {
+		if w.question == question {
+			return w
+		}
+	}
+	return nil
+}
+
+// stillFrozenWait reports whether the inbox is frozen and the wait it
+// froze is still under way: the agent is still blocked in it.
+func (b *inbox) stillFrozenWait() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.waits[b.frozenWait]
+	return b.frozen && ok
 }
 
 // thaw gives the agent what arrived while frozen: a parking that did not
@@ -221,23 +273,33 @@ func (b *inbox) freeze(question string) (read, from int64, ok bool) {
 func (b *inbox) thaw() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.frozen = false
+	b.frozen, b.frozenWait = false, nil
 	for _, it := range b.held {
 		b.addLocked(it)
 	}
 	b.held = nil
+	b.notifyLocked() // a wait may take what was there before the freeze
 }
 
-// await runs take under the lock until it succeeds, the inbox stops or ctx
-// ends.
-func (b *inbox) await(ctx context.Context, take func() (string, bool)) (string, error) {
+// await runs take under the lock, never while frozen, until it succeeds,
+// the inbox stops or ctx ends; w is registered as under way until then.
+func (b *inbox) await(ctx context.Context, w *boxWait, take func() (string, bool)) (string, error) {
+	b.mu.Lock()
+	b.waits[w] = struct{}{}
+	b.mu.Unlock()
 	for {
 		b.mu.Lock()
-		if v, ok := take(); ok {
-			b.mu.Unlock()
-			return v, nil
+		if !b.frozen {
+			if v, ok := take(); ok {
+				delete(b.waits, w)
+				b.mu.Unlock()
+				return v, nil
+			}
 		}
 		stopped, ch := b.stopped, b.changed
+		if stopped {
+			delete(b.waits, w)
+		}
 		b.mu.Unlock()
 		if stopped {
 			return "", errStopping
@@ -245,6 +307,9 @@ func (b *inbox) await(ctx context.Context, take func() (string, bool)) (string, 
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			b.mu.Lock()
+			delete(b.waits, w)
+			b.mu.Unlock()
 			return "", ctx.Err()
 		}
 	}

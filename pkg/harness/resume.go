@@ -34,7 +34,23 @@ func TellResumable(ev Events, fact string) {
 }
 
 // Resumable implements ResumeEvents.
-func (e events) Resumable(fact string) { e.h.parks.setFact(fact) }
+func (e events) Resumable(fact string) { e.h.tellFact(fact) }
+
+// tellFact takes the driver's resume fact if its Parker takes it; a
+// refused fact is dropped with the one before it, so the agent is not
+// parked until its driver tells a good one.
+func (h *harness) tellFact(fact string) {
+	p, ok := h.driver.(Parker)
+	if !ok {
+		return
+	}
+	if err := p.CheckResumeFact(fact); err != nil {
+		h.log.Warn("the agent's resume fact is refused; it is not parked until its driver tells a good one", "err", err)
+		h.parks.setFact("")
+		return
+	}
+	h.parks.setFact(fact)
+}
 
 // PromptResumer is a Parker whose resumed agent takes what woke it as its
 // next prompt, from wait_message, rather than asking its question again:
@@ -71,6 +87,11 @@ func (h *harness) resumeFrom(self workerapi.Self) (*parkState, error) {
 	var st parkState
 	if err := json.Unmarshal(self.Resume.State, &st); err != nil || st.V != 1 {
 		return nil, fmt.Errorf("the parked harness's state is unreadable (version %d): %v", st.V, err)
+	}
+	if p, ok := h.driver.(Parker); ok {
+		if err := p.CheckResumeFact(st.Fact); err != nil {
+			return nil, fmt.Errorf("the parked harness's resume fact is refused: %w", err)
+		}
 	}
 	h.box.startAt(st.From)
 	// Should it park again before its driver says where it is.

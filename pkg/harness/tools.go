@@ -193,9 +193,11 @@ func (h *harness) addTools(s *mcp.Server) {
 			defer h.parks.done(wait)
 			reply, err := h.box.reply(ctx, ans.ID)
 			if err != nil {
-				if !errors.Is(err, errStopping) && !h.parks.isParking() {
+				if !errors.Is(err, errStopping) {
 					// The call ended without its reply: the CLI gave up on it or
-					// the connection dropped. The reply, when it comes, is
+					// the connection dropped (a parking that stops the agent
+					// ends it too: its harness then ends, or, had the parking
+					// failed, needs the abandon). The reply, when it comes, is
 					// delivered as a message: on the agent's next tool result,
 					// or as its next turn's prompt.
 					h.box.abandon(ans.ID, a.Subject)
@@ -281,13 +283,15 @@ func tool[In any](h *harness, name string, f func(context.Context, In) (string, 
 		if h.finished.Load() {
 			return nil, nil, errors.New("the worker already reported its outcome; exit now")
 		}
-		if h.parks.isParking() {
-			return nil, nil, errors.New("the worker is being parked while it waits on its coordinator; try again")
-		}
+		// The call counts itself before it looks at parking, so that a
+		// parking either sees it (and gives up) or it sees the parking.
 		if err := h.calls.startCall(); err != nil {
 			return nil, nil, err
 		}
 		defer h.calls.endCall()
+		if h.parks.isParking() {
+			return nil, nil, errors.New("the worker is being parked while it waits on its coordinator; try again")
+		}
 		h.ensureReady(ctx, "agent called "+name)
 		if blocking[name] {
 			var cancel context.CancelFunc
