@@ -56,20 +56,57 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		c.Tools = append(c.Tools, t.Name)
 	}
 	turns := 0
-	for _, m := range req.Messages {
+	var pending []string // the tool_use ids the previous assistant turn left
+	for i, m := range req.Messages {
+		var blocks []struct {
+			Type      string          `json:"type"`
+			ID        string          `json:"id"`
+			Name      string          `json:"name"`
+			Text      string          `json:"text"`
+			ToolUseID string          `json:"tool_use_id"`
+			Content   json.RawMessage `json:"content"`
+		}
+		if json.Unmarshal(m.Content, &blocks) != nil {
+			var text string
+			if json.Unmarshal(m.Content, &text) == nil && m.Role == "user" {
+				c.Prompts = append(c.Prompts, text)
+			}
+		}
+		if len(pending) > 0 {
+			// The API's rule: each tool_use's tool_result comes in the
+			// very next (user) message.
+			answered := map[string]bool{}
+			for _, b := range blocks {
+				if b.Type == "tool_result" && m.Role == "user" {
+					answered[b.ToolUseID] = true
+				}
+			}
+			for _, id := range pending {
+				if !answered[id] {
+					why := fmt.Sprintf("messages.%d: tool_use ids were found without tool_result blocks immediately after: %s", i, id)
+					s.refuse(r, "messages: "+why)
+					anthropicError(w, http.StatusBadRequest, "invalid_request_error", why)
+					return
+				}
+			}
+			pending = nil
+		}
 		if m.Role == "assistant" {
 			turns++
+			for _, b := range blocks {
+				if b.Type == "tool_use" {
+					c.Called = append(c.Called, b.Name)
+					pending = append(pending, b.ID)
+				}
+			}
 			continue
 		}
-		var blocks []struct {
-			Type    string          `json:"type"`
-			Content json.RawMessage `json:"content"`
-		}
-		if json.Unmarshal(m.Content, &blocks) == nil {
-			for _, b := range blocks {
-				if b.Type == "tool_result" {
-					c.Results = append(c.Results, textOf(b.Content))
-				}
+		for _, b := range blocks {
+			switch b.Type {
+			case "tool_result":
+				c.Results = append(c.Results, textOf(b.Content))
+			case "text":
+				c.Prompts = append(c.Prompts, b.Text)
 			}
 		}
 	}

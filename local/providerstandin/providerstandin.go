@@ -9,8 +9,11 @@
 // It is as strict as the providers on what a CLI could get wrong: a request
 // without the configured key is refused 401 with the provider's error
 // shape (and the stand-in remembers it saw a wrong key), the Messages API
-// needs anthropic-version, and a body that is not the API's JSON is
-// refused 400.
+// needs anthropic-version, a body that is not the API's JSON is refused
+// 400, and so is a conversation with a tool call left without its result
+// (a Messages tool_use whose tool_result does not follow it at once, a
+// Responses function or custom tool call without its output), as a
+// session resumed after its CLI was killed in a call could send.
 //
 // Every model call reports usage as the providers do, with fixed numbers a
 // test can predict (MessagesUsage, ResponsesUsage), in each API's own
@@ -54,13 +57,18 @@ type Step struct {
 
 // Call records one request the stand-in answered.
 type Call struct {
-	API       string // "messages" or "responses"
-	Model     string
-	Stream    bool
-	Step      int // the step played; -1 for a side query
-	Tools     []string
-	Results   []string // tool results in the conversation, in order
-	Effort    string   // reasoning effort, when the request states one
+	API     string // "messages" or "responses"
+	Model   string
+	Stream  bool
+	Step    int // the step played; -1 for a side query
+	Tools   []string
+	Results []string // tool results in the conversation, in order
+	// Called are the tools the conversation's assistant turns called, in
+	// order, and Prompts the user's text in it (claude's reminders
+	// included): what of the conversation the request carried.
+	Called    []string
+	Prompts   []string
+	Effort    string // reasoning effort, when the request states one
 	UserAgent string
 }
 

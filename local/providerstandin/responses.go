@@ -82,15 +82,30 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		c.Effort = req.Reason.Effort
 	}
 	turns := 0
+	calls, outputs := []string{}, map[string]bool{}
 	for _, raw := range req.Input {
 		var it struct {
-			Type   string            `json:"type"`
-			Role   string            `json:"role"`
-			Output json.RawMessage   `json:"output"`
-			Tools  []json.RawMessage `json:"tools"`
+			Type    string            `json:"type"`
+			Role    string            `json:"role"`
+			Name    string            `json:"name"`
+			CallID  string            `json:"call_id"`
+			Output  json.RawMessage   `json:"output"`
+			Tools   []json.RawMessage `json:"tools"`
+			Content json.RawMessage   `json:"content"`
 		}
 		if json.Unmarshal(raw, &it) != nil {
 			continue
+		}
+		switch it.Type {
+		case "function_call", "custom_tool_call":
+			calls = append(calls, it.CallID)
+			c.Called = append(c.Called, it.Name)
+		case "function_call_output", "custom_tool_call_output":
+			outputs[it.CallID] = true
+		case "message":
+			if it.Role == "user" {
+				c.Prompts = append(c.Prompts, textOf(it.Content))
+			}
 		}
 		switch {
 		case it.Type == "additional_tools":
@@ -102,6 +117,16 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 			turns++
 		case strings.HasSuffix(it.Type, "_call_output"):
 			c.Results = append(c.Results, textOf(it.Output))
+		}
+	}
+	for _, id := range calls {
+		// The API's rule: every function (or custom tool) call in the
+		// input has its output there too.
+		if !outputs[id] {
+			why := "No tool output found for function call " + id + "."
+			s.refuse(r, "responses: "+why)
+			openaiError(w, http.StatusBadRequest, "invalid_request_error", "", why)
+			return
 		}
 	}
 	st := Step{Text: "OK."}

@@ -156,6 +156,10 @@ func (d Driver) Observe(stdout io.Reader, ev harness.Events) {
 			if e.Model != "" {
 				model = e.Model
 			}
+			if ValidSessionID(e.Session) {
+				// Where a parking resumes it.
+				harness.TellResumable(ev, e.Session)
+			}
 			if e.MCP == "connected" {
 				ev.Started(fmt.Sprintf("%s %s event: session %s, galley MCP server connected", d.Family, e.Type, e.Session))
 			}

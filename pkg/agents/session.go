@@ -38,6 +38,10 @@ type SessionConfig struct {
 	// harness sets as OPENAI_BASE_URL and codex is given as the base URL
 	// of a provider of galley's own (codexArgs).
 	OpenAIBaseURL string
+	// Resume is the session a parked worker's resumed supervisor goes on
+	// with (contract.EnvAgentResume): its first prompt is the next
+	// message (the reply that woke it comes as one).
+	Resume string
 	// StopGrace is how long the CLI gets between SIGTERM and SIGKILL when
 	// the supervisor is stopped; default 5 s, within the harness's grace.
 	StopGrace time.Duration
@@ -55,6 +59,7 @@ func SessionConfigFromEnv(getenv func(string) string) (SessionConfig, error) {
 		Workspace:    getenv(contract.EnvWorkspace),
 		MCPURL:       getenv(contract.EnvMCPURL),
 		MCPSecret:    getenv(contract.EnvMCPSecret),
+		Resume:       getenv(contract.EnvAgentResume),
 	}
 	if c.Family == FamilyCodex {
 		c.OpenAIBaseURL = getenv(EnvOpenAIBaseURL)
@@ -66,6 +71,8 @@ func SessionConfigFromEnv(getenv func(string) string) (SessionConfig, error) {
 		return c, fmt.Errorf("agent-session: %s, %s, %s and %s are required", contract.EnvAgentCLI, contract.EnvWorkspace, contract.EnvMCPURL, contract.EnvMCPSecret)
 	case c.Brief == "":
 		return c, fmt.Errorf("agent-session: %s is empty", contract.EnvBrief)
+	case c.Resume != "" && !ValidSessionID(c.Resume):
+		return c, fmt.Errorf("agent-session: %s is not a session id", contract.EnvAgentResume)
 	}
 	return c, nil
 }
@@ -97,7 +104,18 @@ func RunSession(ctx context.Context, cfg SessionConfig, stdout, stderr io.Writer
 			return CodeFailed
 		}
 	}
-	prompt, id := cfg.Brief, ""
+	prompt, id := cfg.Brief, cfg.Resume
+	if id != "" {
+		// A parked session, resumed: what woke it (the reply to the
+		// question it was parked in, or the messages it waited for) is
+		// its next prompt, on the same session.
+		s.logf("resuming session %s; waiting for what woke it", id)
+		next, code, ok := s.takePrompt(ctx)
+		if !ok {
+			return code
+		}
+		prompt = next
+	}
 	for turn := 1; ; turn++ {
 		r := s.runTurn(ctx, turn, prompt, id)
 		switch {
@@ -317,16 +335,8 @@ const ClaudeIdleTimeoutEnv = "CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT"
 // session; otherwise the coordinator hears that the turn ended, and the
 // next message becomes the next turn's prompt.
 func (s *session) nextPrompt(ctx context.Context, turn int) (prompt string, code int, ok bool) {
-	if s.tools == nil {
-		cs, err := connectTools(ctx, s.cfg.MCPURL, s.cfg.MCPSecret)
-		if err != nil {
-			if ctx.Err() != nil {
-				return "", CodeStopped, false
-			}
-			s.logf("cannot reach the harness's tools: %v", err)
-			return "", CodeFailed, false
-		}
-		s.tools = cs
+	if code, ok := s.connect(ctx); !ok {
+		return "", code, false
 	}
 	note := fmt.Sprintf("%s ended turn %d without calling finish; it waits for a message (message the worker to go on, or cancel it)", s.cfg.Family, turn)
 	res, err := callTool(ctx, s.tools, harness.ToolStatus, map[string]any{"body": note})
@@ -340,11 +350,36 @@ func (s *session) nextPrompt(ctx context.Context, turn int) (prompt string, code
 		return strings.Join(msgs, "\n\n"), 0, true
 	}
 	s.logf("turn %d ended without finish; waiting for a message", turn)
+	return s.takePrompt(ctx)
+}
+
+// connect connects to the harness's tools, once.
+func (s *session) connect(ctx context.Context) (int, bool) {
+	if s.tools != nil {
+		return 0, true
+	}
+	cs, err := connectTools(ctx, s.cfg.MCPURL, s.cfg.MCPSecret)
+	if err != nil {
+		if ctx.Err() != nil {
+			return CodeStopped, false
+		}
+		s.logf("cannot reach the harness's tools: %v", err)
+		return CodeFailed, false
+	}
+	s.tools = cs
+	return 0, true
+}
+
+// takePrompt waits for the next message, the next turn's prompt.
+func (s *session) takePrompt(ctx context.Context) (string, int, bool) {
+	if code, ok := s.connect(ctx); !ok {
+		return "", code, false
+	}
 	msg, err := callTool(ctx, s.tools, harness.ToolWaitMessage, map[string]any{})
 	if err != nil {
 		return s.toolFailed(ctx, err)
 	}
-	s.logf("a message arrived; resuming the session for turn %d", turn+1)
+	s.logf("a message arrived; resuming the session")
 	return strings.ReplaceAll(msg, resultSep, "\n"), 0, true
 }
 

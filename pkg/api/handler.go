@@ -65,6 +65,9 @@ type Workers interface {
 	ExchangeBootstrap(ctx context.Context, handle, code, claim string, proof dpop.Request) (string, error)
 	// WorkerEvents records what the harness saw in the worker's event log.
 	WorkerEvents(ctx context.Context, handle string, evs []workerapi.HarnessEvent) error
+	// WorkerPark records that the worker's harness parked it
+	// (docs/parking.md); the same parking again answers the same.
+	WorkerPark(ctx context.Context, handle string, req workerapi.ParkRequest) error
 }
 
 // Authenticator checks kitchn's bearer token.

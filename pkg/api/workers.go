@@ -78,6 +78,13 @@ func (h *Handler) workerRoutes(ws Workers) {
 		}
 		return workerapi.Ack{}, ws.WorkerExitReport(ctx, id, req.Code, req.Reason)
 	}))
+	h.mux.HandleFunc("POST "+workerapi.PathPark, h.worker(ws, func(ctx context.Context, id string, b []byte) (any, error) {
+		var req workerapi.ParkRequest
+		if err := decodeStrict(b, &req); err != nil {
+			return nil, err
+		}
+		return workerapi.Ack{}, ws.WorkerPark(ctx, id, req)
+	}))
 }
 
 // credential exchanges a bootstrap code; the code, not a bearer token, is

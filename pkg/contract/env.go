@@ -174,6 +174,19 @@ const (
 	// snapshot stays), a restore stops before the entry past it.
 	EnvSnapshotMaxBytes   = "GALLEY_SNAPSHOT_MAX_BYTES"
 	EnvSnapshotMaxEntries = "GALLEY_SNAPSHOT_MAX_ENTRIES"
+	// EnvParkAfter is how long an agent waits on its coordinator before
+	// its harness parks it (docs/parking.md): a Go duration of at least
+	// 1s; unset or 0: never (galley serve --park-after).
+	EnvParkAfter = "GALLEY_PARK_AFTER"
+	// EnvParkDir is the folder a parking's session archive is kept in
+	// (galley serve: parked/ of its data folder); without it the snapshot
+	// store (EnvSnapshotBucket) keeps it.
+	EnvParkDir = "GALLEY_PARK_DIR"
+	// EnvParkMaxBytes and EnvParkMaxEntries bound a parking's session
+	// archive (default 256 MiB and 10,000): a save past either fails and
+	// the worker is not parked.
+	EnvParkMaxBytes   = "GALLEY_PARK_MAX_BYTES"
+	EnvParkMaxEntries = "GALLEY_PARK_MAX_ENTRIES"
 )
 
 // One worker's facts, which its runtime gives its harness (on ECS the
@@ -261,6 +274,9 @@ const (
 	// EnvBrief carries the brief to the scripted agent (at most 64 KiB,
 	// within the kernel's limit for one environment string).
 	EnvBrief = "GALLEY_BRIEF"
+	// EnvScriptResume tells a resumed scripted agent the line of the
+	// directive it was parked in: it starts there (docs/parking.md).
+	EnvScriptResume = "GALLEY_SCRIPT_RESUME"
 )
 
 // What a CLI's driver gives the session supervisor it starts
@@ -273,6 +289,9 @@ const (
 	EnvAgentModel        = "GALLEY_AGENT_MODEL"
 	EnvAgentEffort       = "GALLEY_AGENT_EFFORT"
 	EnvAgentInstructions = "GALLEY_AGENT_INSTRUCTIONS"
+	// EnvAgentResume names the CLI session a resumed supervisor goes on
+	// with (a parked worker's: docs/parking.md).
+	EnvAgentResume = "GALLEY_AGENT_RESUME"
 )
 
 // The egress proxy service's environment (EgressProxyCommand), beside

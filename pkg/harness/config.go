@@ -160,6 +160,13 @@ type Config struct {
 	// SnapshotLimits bound one snapshot (contract.EnvSnapshotMaxBytes,
 	// contract.EnvSnapshotMaxEntries; zero: snapshot.DefaultLimits).
 	SnapshotLimits snapshot.Limits
+	// ParkAfter parks the agent once it has waited on its coordinator
+	// this long (docs/parking.md); zero: never (contract.EnvParkAfter).
+	ParkAfter time.Duration
+	// Parks keeps a parking's session archive (contract.EnvParkDir, else
+	// Snapshots), and ParkLimits bound it (zero: DefaultParkLimits).
+	Parks      SnapshotStore
+	ParkLimits snapshot.Limits
 	// ModelBudget caps the worker's model calls at its model proxy
 	// (contract.EnvModelCapTokens, contract.EnvModelCapUSD); zero: no cap.
 	ModelBudget modelproxy.Budget

@@ -139,6 +139,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if cfg.Snapshots, cfg.SnapshotLimits, err = snapshotsFromEnv(getenv); err != nil {
 		return cfg, galleyerr.E(op, galleyerr.Invalid, err)
 	}
+	if cfg.ParkAfter, cfg.Parks, cfg.ParkLimits, err = parkFromEnv(getenv, cfg.Snapshots); err != nil {
+		return cfg, galleyerr.E(op, galleyerr.Invalid, err)
+	}
 	return cfg, nil
 }
 

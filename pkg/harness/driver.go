@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 
 	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/galleyerr"
@@ -88,6 +89,9 @@ const ScriptAgentCommand = "script-agent"
 // with a "type" field.
 const (
 	EventStarted = "started" // connected to the MCP server and found its tools
+	// EventDirective comes before each directive, with its line: where
+	// the agent is, should it be parked.
+	EventDirective = "directive"
 )
 
 // ScriptDriver runs the scripted agent: Executable (default: this very
@@ -131,11 +135,42 @@ func (ScriptDriver) Observe(stdout io.Reader, ev Events) {
 			ev.Note("agent output", "line", truncate(sc.Text(), 4096))
 			continue
 		}
-		if e["type"] == EventStarted {
+		switch e["type"] {
+		case EventStarted:
 			ev.Started("script agent started")
+		case EventDirective:
+			if line, ok := e["line"].(float64); ok && line >= 1 {
+				TellResumable(ev, strconv.Itoa(int(line)))
+			}
 		}
 		ev.Note("agent event", "event", e)
 	}
+}
+
+// SessionDir implements Parker: the scripted agent keeps no session
+// files.
+func (ScriptDriver) SessionDir() string { return "" }
+
+// ResumeCommand implements Parker: the scripted agent starts at fact, the
+// line of the directive it was parked in (contract.EnvScriptResume).
+func (d ScriptDriver) ResumeCommand(self workerapi.Self, mcpURL, mcpSecret, workspace, fact string) (*exec.Cmd, error) {
+	if err := d.CheckResumeFact(fact); err != nil {
+		return nil, err
+	}
+	cmd, err := d.Command(self, mcpURL, mcpSecret, workspace)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Env = append(cmd.Env, contract.EnvScriptResume+"="+fact)
+	return cmd, nil
+}
+
+// CheckResumeFact implements Parker: a line number.
+func (ScriptDriver) CheckResumeFact(fact string) error {
+	if n, err := strconv.Atoi(fact); err != nil || n < 1 || strconv.Itoa(n) != fact {
+		return galleyerr.E(galleyerr.Op("harness.script"), galleyerr.Invalid, "the parked script's line is not a line number")
+	}
+	return nil
 }
 
 func truncate(s string, n int) string {

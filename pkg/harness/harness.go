@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
@@ -71,6 +72,16 @@ type harness struct {
 	finished  atomic.Bool   // the agent's worker-done was posted
 	settled   chan struct{} // closed when galley says the worker is settled
 	fatal     chan error    // the inbox can no longer be read
+
+	// parks follows the agent's waits for parking, parked is closed once
+	// it parked (park.go); resumed is the state of the parking this
+	// harness resumes, and reattached says its question was taken up
+	// again (resume.go).
+	parks      parkWatch
+	parked     chan struct{}
+	driver     Driver // the worker's, set before its agent starts
+	resumed    *parkState
+	reattached bool
 }
 
 // Run runs one worker to its end. It returns nil when the worker's end was
@@ -111,6 +122,7 @@ func Run(ctx context.Context, cfg Config) error {
 		box:     newInbox(),
 		settled: make(chan struct{}),
 		fatal:   make(chan error, 1),
+		parked:  make(chan struct{}),
 	}
 	return h.run(ctx)
 }
@@ -145,6 +157,11 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 	if !ok {
 		return h.notStarted(ctx, fmt.Sprintf("this worker image has no driver for agent family %q", self.Agent.Agent), nil)
 	}
+	h.driver = driver
+	if h.resumed, err = h.resumeFrom(self); err != nil {
+		return h.notStarted(ctx, "resuming the parked worker failed", err)
+	}
+	h.wakeAsMessage(driver)
 	h.needs = driver.Needs()
 	if h.needs.Provider != ProviderNone && h.providerKey(h.needs.Provider) == "" {
 		return h.notStarted(ctx, missingKey(self.Agent.Agent, h.needs.Provider), nil)
@@ -211,7 +228,12 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 	if h.isSettled() { // cancelled while the workspace was prepared
 		return nil
 	}
-	cmd, err := driver.Command(self, srv.url, srv.secret, h.cfg.Workspace)
+	var cmd *exec.Cmd
+	if h.resumed != nil {
+		cmd, err = h.resumeCommand(driver, h.resumed, srv.url, srv.secret)
+	} else {
+		cmd, err = driver.Command(self, srv.url, srv.secret, h.cfg.Workspace)
+	}
 	if err != nil {
 		return h.notStarted(ctx, "building the agent command failed", err)
 	}
@@ -238,6 +260,9 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 	}
 	if err := jail.enter(h.cfg.Workspace, cmd.Env, h.cfg.AgentBinDir, h.needs.CLI); err != nil {
 		return h.notStarted(ctx, "confining the agent failed", err)
+	}
+	if err := h.restoreSession(ctx, driver, h.resumed, jail); err != nil {
+		return h.notStarted(ctx, "restoring the parked agent failed", err)
 	}
 	jail.wrap(cmd)
 	if jail.mode == ConfineNone && h.cfg.Confine != "" {
@@ -282,6 +307,9 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 		<-observed
 		waited <- err
 	}()
+	if p, ok := driver.(Parker); ok {
+		go h.watchPark(agentCtx, p, jail)
+	}
 
 	select {
 	case err := <-waited:
@@ -298,6 +326,12 @@ func (h *harness) run(ctx context.Context) (retErr error) {
 			return h.endAgent(ctx, jail)
 		}
 		h.log.Info("the worker was settled; stopping the agent")
+		h.stopAgent(cmd, waited)
+		return h.endAgent(ctx, jail)
+	case <-h.parked:
+		// Its parking landed (or galley settled it meanwhile): the agent
+		// is stopped and nothing is reported; galley starts a new harness
+		// when input comes (docs/parking.md).
 		h.stopAgent(cmd, waited)
 		return h.endAgent(ctx, jail)
 	case err := <-h.fatal:

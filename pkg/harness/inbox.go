@@ -19,7 +19,7 @@ var errStopping = errors.New("the worker is stopping")
 type inbox struct {
 	mu       sync.Mutex
 	messages []string
-	replies  map[string]string // question id -> reply body, not yet taken
+	replies  map[string]heldReply // question id -> its reply, not yet taken
 	// abandoned holds the questions whose ask_coordinator call ended before
 	// its reply came (the CLI gave up on the call, or its connection
 	// dropped), with their subjects: their replies become messages, so
@@ -30,30 +30,106 @@ type inbox struct {
 	abandonedOrder []string // oldest first
 	stopped        bool
 	changed        chan struct{} // closed and replaced on every change
+	// read is the sequence of the last item given to the inbox, and
+	// msgSeqs the sequence of each message queued (parallel to messages):
+	// a parking's cursors (park.go).
+	read    int64
+	msgSeqs []int64
+	// waits are the agent's waits under way (reply, nextMessage), each
+	// registered and ended under mu with its take: a parking freezes the
+	// inbox only while the wait it parks is still under way and has taken
+	// nothing (freeze).
+	waits map[*boxWait]struct{}
+	// frozen holds what arrives while the harness parks, so that nothing
+	// reaches the agent once the parking may have landed (park.go); no
+	// wait takes anything while it is set. frozenWait is the wait the
+	// parking parks.
+	frozen     bool
+	frozenWait *boxWait
+	held       []workerapi.InboxItem
+	// woke is the question a resumed CLI was parked in, and wokeSubject
+	// its subject: its reply becomes a message, the resumed CLI's prompt
+	// (resume.go).
+	woke, wokeSubject string
 }
 
+// heldReply is a reply not yet taken, with its inbox sequence.
+type heldReply struct {
+	body string
+	seq  int64
+}
+
+// boxWait is one wait of the agent's: for the reply to question, or for
+// the next message when question is "".
+type boxWait struct{ question string }
+
 func newInbox() *inbox {
-	return &inbox{replies: map[string]string{}, abandoned: map[string]string{}, changed: make(chan struct{})}
+	return &inbox{replies: map[string]heldReply{}, abandoned: map[string]string{}, waits: map[*boxWait]struct{}{}, changed: make(chan struct{})}
 }
 
 func (b *inbox) add(item workerapi.InboxItem) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.frozen {
+		b.held = append(b.held, item)
+		return
+	}
+	b.addLocked(item)
+}
+
+func (b *inbox) addLocked(item workerapi.InboxItem) {
+	b.read = max(b.read, item.Seq)
 	switch item.Kind {
 	case workerapi.ItemMessage:
 		b.messages = append(b.messages, item.Body)
+		b.msgSeqs = append(b.msgSeqs, item.Seq)
 	case workerapi.ItemReply:
+		if item.Question != "" && item.Question == b.woke {
+			b.woke = ""
+			b.messages = append(b.messages, parkedReply(item.Question, b.wokeSubject, item.Body))
+			b.msgSeqs = append(b.msgSeqs, item.Seq)
+			break
+		}
 		if subject, ok := b.abandoned[item.Question]; ok {
 			delete(b.abandoned, item.Question)
 			b.abandonedOrder = slices.DeleteFunc(b.abandonedOrder, func(q string) bool { return q == item.Question })
 			b.messages = append(b.messages, lateReply(item.Question, subject, item.Body))
+			b.msgSeqs = append(b.msgSeqs, item.Seq)
 			break
 		}
-		b.replies[item.Question] = item.Body
+		b.replies[item.Question] = heldReply{body: item.Body, seq: item.Seq}
 	default:
 		return
 	}
 	b.notifyLocked()
+}
+
+// wokeBy makes the reply to question, the one a resumed CLI was parked
+// in, a message (resume.go).
+func (b *inbox) wokeBy(question, subject string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.woke, b.wokeSubject = question, subject
+}
+
+// parkedReply is how the reply that resumes a parked CLI reads as its
+// prompt: its ask_coordinator call was cut off by the parking.
+func parkedReply(question, subject, body string) string {
+	return "The coordinator replied to your question " + question + " (\"" + subject + "\"). Your ask_coordinator call was cut off while you waited (the session was paused and resumed); this is its reply: " + body
+}
+
+// startAt sets the cursor a resumed harness reads after (park.go).
+func (b *inbox) startAt(seq int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.read = max(b.read, seq)
+}
+
+// cursor is where the inbox poll starts.
+func (b *inbox) cursor() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.read
 }
 
 func (b *inbox) stop() {
@@ -71,24 +147,24 @@ func (b *inbox) notifyLocked() {
 // nextMessage takes the oldest message, waiting for one. A message is
 // taken only when it is returned, so a wait that ends early loses none.
 func (b *inbox) nextMessage(ctx context.Context) (string, error) {
-	return b.await(ctx, func() (string, bool) {
+	return b.await(ctx, &boxWait{}, func() (string, bool) {
 		if len(b.messages) == 0 {
 			return "", false
 		}
 		m := b.messages[0]
-		b.messages = b.messages[1:]
+		b.messages, b.msgSeqs = b.messages[1:], b.msgSeqs[1:]
 		return m, true
 	})
 }
 
 // reply takes the reply to question, waiting for it.
 func (b *inbox) reply(ctx context.Context, question string) (string, error) {
-	return b.await(ctx, func() (string, bool) {
+	return b.await(ctx, &boxWait{question: question}, func() (string, bool) {
 		r, ok := b.replies[question]
 		if ok {
 			delete(b.replies, question)
 		}
-		return r, ok
+		return r.body, ok
 	})
 }
 
@@ -100,7 +176,9 @@ func (b *inbox) abandon(question, subject string) {
 	defer b.mu.Unlock()
 	if r, ok := b.replies[question]; ok {
 		delete(b.replies, question)
-		b.messages = append(b.messages, lateReply(question, subject, r))
+		b.messages = append(b.messages, lateReply(question, subject, r.body))
+		// Its own sequence: a parking reads again from before it.
+		b.msgSeqs = append(b.msgSeqs, r.seq)
 		b.notifyLocked()
 		return
 	}
@@ -131,21 +209,97 @@ func lateReply(question, subject, body string) string {
 func (b *inbox) drainMessages() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.frozen {
+		return nil // nothing reaches the agent while it parks
+	}
 	m := b.messages
-	b.messages = nil
+	b.messages, b.msgSeqs = nil, nil
 	return m
 }
 
-// await runs take under the lock until it succeeds, the inbox stops or ctx
-// ends.
-func (b *inbox) await(ctx context.Context, take func() (string, bool)) (string, error) {
+// freeze stops giving the agent what arrives (it is held) and answers the
+// parking's cursors: read, the last sequence given to the inbox, and
+// from, where a resumed harness reads again so that the messages queued
+// and not taken come back (one before the oldest). It freezes only while
+// the agent's wait for question's reply (or, when question is "", for a
+// message) is under way, has taken nothing and has nothing to take: that
+// check and the freeze are one step under the inbox's lock, and no wait
+// takes anything while frozen, so the agent either got its input before
+// the freeze (ok is false, the parking is abandoned) or gets none until
+// thaw.
+func (b *inbox) freeze(question string) (read, from int64, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.frozen || b.stopped {
+		return 0, 0, false
+	}
+	w := b.waitFor(question)
+	if w == nil {
+		return 0, 0, false // the wait ended (its input taken, or the agent gave up on it)
+	}
+	if _, here := b.replies[question]; (question != "" && here) || (question == "" && len(b.messages) > 0) {
+		return 0, 0, false // about to be taken
+	}
+	b.frozen, b.frozenWait = true, w
+	from = b.read
+	if len(b.msgSeqs) > 0 {
+		from = min(from, slices.Min(b.msgSeqs)-1)
+	}
+	return b.read, from, true
+}
+
+// waitFor is the wait under way for question's reply (a message when
+// question is ""), or nil.
+func (b *inbox) waitFor(question string) *boxWait {
+	for w := range b.waits {
+		if w.question == question {
+			return w
+		}
+	}
+	return nil
+}
+
+// stillFrozenWait reports whether the inbox is frozen and the wait it
+// froze is still under way: the agent is still blocked in it.
+func (b *inbox) stillFrozenWait() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.waits[b.frozenWait]
+	return b.frozen && ok
+}
+
+// thaw gives the agent what arrived while frozen: a parking that did not
+// land.
+func (b *inbox) thaw() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.frozen, b.frozenWait = false, nil
+	for _, it := range b.held {
+		b.addLocked(it)
+	}
+	b.held = nil
+	b.notifyLocked() // a wait may take what was there before the freeze
+}
+
+// await runs take under the lock, never while frozen, until it succeeds,
+// the inbox stops or ctx ends; w is registered as under way until then.
+func (b *inbox) await(ctx context.Context, w *boxWait, take func() (string, bool)) (string, error) {
+	b.mu.Lock()
+	b.waits[w] = struct{}{}
+	b.mu.Unlock()
 	for {
 		b.mu.Lock()
-		if v, ok := take(); ok {
-			b.mu.Unlock()
-			return v, nil
+		if !b.frozen {
+			if v, ok := take(); ok {
+				delete(b.waits, w)
+				b.mu.Unlock()
+				return v, nil
+			}
 		}
 		stopped, ch := b.stopped, b.changed
+		if stopped {
+			delete(b.waits, w)
+		}
 		b.mu.Unlock()
 		if stopped {
 			return "", errStopping
@@ -153,6 +307,9 @@ func (b *inbox) await(ctx context.Context, take func() (string, bool)) (string, 
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			b.mu.Lock()
+			delete(b.waits, w)
+			b.mu.Unlock()
 			return "", ctx.Err()
 		}
 	}
@@ -163,7 +320,7 @@ func (b *inbox) await(ctx context.Context, take func() (string, bool)) (string, 
 // lost ring costs latency, not a message), until the worker is settled or
 // ctx ends.
 func (h *harness) pollInbox(ctx context.Context) {
-	var after int64
+	after := h.box.cursor() // a resumed harness's, else 0
 	retry := time.Second
 	bell := h.cfg.newBell(h.api, h.log)
 	read, lastRead := true, time.Now()

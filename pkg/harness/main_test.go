@@ -144,6 +144,9 @@ type procOpts struct {
 	tokenInEnv bool          // pass the token as GALLEY_WORKER_TOKEN rather than a file
 	heartbeat  time.Duration // default 1h: no harness heartbeat interferes
 	env        []string      // more of the harness's settings, NAME=value
+	// bare and ws are the repository and workspace (default: fresh), as
+	// another harness of the same worker had them.
+	bare, ws string
 }
 
 // startHarness runs the galley-worker binary as the harness, in a process
@@ -154,7 +157,13 @@ func startHarness(t *testing.T, f *fakeapi.Server, o procOpts) *proc {
 	if o.heartbeat == 0 {
 		o.heartbeat = time.Hour
 	}
-	p := &proc{stderr: &syncBuffer{}, done: make(chan struct{}), bare: bareRepo(t), ws: filepath.Join(t.TempDir(), "ws")}
+	p := &proc{stderr: &syncBuffer{}, done: make(chan struct{}), bare: o.bare, ws: o.ws}
+	if p.bare == "" {
+		p.bare = bareRepo(t)
+	}
+	if p.ws == "" {
+		p.ws = filepath.Join(t.TempDir(), "ws")
+	}
 	env := []string{
 		"GALLEY_WORKER_ENDPOINT=" + f.URL,
 		"GALLEY_WORKSPACE=" + p.ws,

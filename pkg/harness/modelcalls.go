@@ -124,13 +124,20 @@ func (h *harness) startModelCalls() (*modelCalls, error) {
 	}
 	m := &modelCalls{h: h, token: token, kick: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{}),
 		quiet: closedChan()}
-	m.proxy, err = modelproxy.New(fam, h.providerKey(h.needs.Provider), token,
+	opts := []modelproxy.Option{}
+	if st := h.resumed; st != nil && st.Usage != nil {
+		// A resumed worker's proxy counts on from the parked one's count
+		// (docs/parking.md): its reports stay the worker's totals.
+		opts = append(opts, modelproxy.CountingFrom(*st.Usage))
+		m.latest, m.reported = *st.Usage, st.Usage.Calls
+	}
+	m.proxy, err = modelproxy.New(fam, h.providerKey(h.needs.Provider), token, append(opts,
 		modelproxy.WithUpstream(h.providerBaseURL(h.needs.Provider)),
 		modelproxy.WithTransport(ownTransport(h.cfg.ownProxy)),
 		modelproxy.WithBudget(h.cfg.ModelBudget),
 		modelproxy.OnUsage(m.counted),
 		modelproxy.OnCapReached(m.capReached),
-		modelproxy.WithLogger(h.log.With("component", "model proxy")))
+		modelproxy.WithLogger(h.log.With("component", "model proxy")))...)
 	if err != nil {
 		return nil, err
 	}
@@ -295,6 +302,22 @@ func (m *modelCalls) report() {
 		m.reported = 0 // the next report sends it again
 		m.mu.Unlock()
 	}
+}
+
+// parkCount reports the count now, for a parking, and answers it for the
+// resumed harness (nil without a proxy). The agent is blocked in its
+// wait: its calls have ended, and drain counts what is left of them.
+func (m *modelCalls) parkCount() *modelproxy.Totals {
+	if m == nil {
+		return nil
+	}
+	m.drain()
+	t := m.proxy.Totals()
+	m.mu.Lock()
+	m.latest = t
+	m.mu.Unlock()
+	m.report()
+	return &t
 }
 
 // capReached is the first call the proxy refused at the worker's cap: the

@@ -171,19 +171,33 @@ func (h *harness) addTools(s *mcp.Server) {
 			if err := checkText("subject", a.Subject, "body", a.Body); err != nil {
 				return "", err
 			}
-			// The question is posted even if the agent drops the call
-			// meanwhile (with the harness's own context): its id is then
-			// known, so its reply can still be delivered as a message.
-			ans, err := h.api.Post(h.ctx, workerapi.PostRequest{Kind: protocol.MsgQuestion, Subject: a.Subject, Body: a.Body})
-			if err != nil {
-				return "", err
+			digest := askDigest(a.Subject, a.Body)
+			ans := workerapi.PostAnswer{}
+			if q, ok := h.reattach(a.Subject, a.Body); ok {
+				// A resumed agent asks the question it was parked in
+				// again: it gets that question's reply.
+				ans.ID = q
+				h.log.Info("the resumed agent's question was asked before it parked; awaiting its reply", "question", q)
+			} else {
+				// The question is posted even if the agent drops the call
+				// meanwhile (with the harness's own context): its id is
+				// then known, so its reply can still be delivered as a
+				// message.
+				var err error
+				if ans, err = h.api.Post(h.ctx, workerapi.PostRequest{Kind: protocol.MsgQuestion, Subject: a.Subject, Body: a.Body}); err != nil {
+					return "", err
+				}
+				h.log.Info("question posted, awaiting the reply", "question", ans.ID)
 			}
-			h.log.Info("question posted, awaiting the reply", "question", ans.ID)
+			wait := h.parks.wait(ToolAsk, ans.ID, a.Subject, digest)
+			defer h.parks.done(wait)
 			reply, err := h.box.reply(ctx, ans.ID)
 			if err != nil {
 				if !errors.Is(err, errStopping) {
 					// The call ended without its reply: the CLI gave up on it or
-					// the connection dropped. The reply, when it comes, is
+					// the connection dropped (a parking that stops the agent
+					// ends it too: its harness then ends, or, had the parking
+					// failed, needs the abandon). The reply, when it comes, is
 					// delivered as a message: on the agent's next tool result,
 					// or as its next turn's prompt.
 					h.box.abandon(ans.ID, a.Subject)
@@ -208,6 +222,8 @@ func (h *harness) addTools(s *mcp.Server) {
 		}))
 	mcp.AddTool(s, &mcp.Tool{Name: ToolWaitMessage, Description: "Wait for the next message from the coordinator and return it."},
 		tool(h, ToolWaitMessage, func(ctx context.Context, _ noArgs) (string, error) {
+			wait := h.parks.wait(ToolWaitMessage, "", "", "")
+			defer h.parks.done(wait)
 			return h.box.nextMessage(ctx)
 		}))
 	mcp.AddTool(s, &mcp.Tool{Name: ToolFinish, Description: "Report the outcome (succeeded, failed or cancelled) once the work is over, then exit."},
@@ -267,10 +283,15 @@ func tool[In any](h *harness, name string, f func(context.Context, In) (string, 
 		if h.finished.Load() {
 			return nil, nil, errors.New("the worker already reported its outcome; exit now")
 		}
+		// The call counts itself before it looks at parking, so that a
+		// parking either sees it (and gives up) or it sees the parking.
 		if err := h.calls.startCall(); err != nil {
 			return nil, nil, err
 		}
 		defer h.calls.endCall()
+		if h.parks.isParking() {
+			return nil, nil, errors.New("the worker is being parked while it waits on its coordinator; try again")
+		}
 		h.ensureReady(ctx, "agent called "+name)
 		if blocking[name] {
 			var cancel context.CancelFunc

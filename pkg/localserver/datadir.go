@@ -26,6 +26,7 @@ import (
 //	<data>/repository.git/  the house repository, when --repository is unset (closed by localproc)
 //	<data>/workers/         the workers' harness state and logs (mode 700, package localproc)
 //	<data>/workspaces/      the worktrees (mode 711, package localproc)
+//	<data>/parked/          parked agents' session archives, with --park-after (mode 700, docs/parking.md)
 const PrivateDir = "private"
 
 // privateFiles are the files of <data>/private that earlier versions kept

@@ -56,6 +56,7 @@ func AddFlags(fs *flag.FlagSet) *Flags {
 	fs.IntVar(&o.Conns.Total, "max-conns", 0, "most connections held in all (0: 4096, at most half the open-file limit)")
 	fs.Int64Var(&o.PushLimit, "push-limit", harness.DefaultPushLimit, "bytes of one push of a worker's")
 	fs.Int64Var(&o.PushBudget, "push-budget", harness.DefaultPushBudget, "bytes of all of a worker's pushes")
+	fs.DurationVar(&o.ParkAfter, "park-after", 0, "park a worker whose agent has waited on its coordinator this long (at least 1s; 0: never): its process ends until a reply or message resumes it")
 	fs.Int64Var(&o.WorkerLogLimit, "worker-log-limit", harness.DefaultLogLimit, "each worker's log budget in bytes (<data>/workers/<handle>/harness.log)")
 	fs.StringVar(&f.store, "store", "bolt", "record store: bolt (embedded, under --data) or dynamodb (AWS_ENDPOINT_URL_DYNAMODB, AWS_REGION, ...)")
 	fs.StringVar(&f.doorbell, "doorbell", "local", "await doorbell: local (in-process) or sqs (AWS_ENDPOINT_URL_SQS, AWS_REGION, ...)")

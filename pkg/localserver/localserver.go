@@ -31,6 +31,7 @@ import (
 	"github.com/galley-run/galley/pkg/operator"
 	"github.com/galley-run/galley/pkg/runtime/localproc"
 	"github.com/galley-run/galley/pkg/service"
+	"github.com/galley-run/galley/pkg/snapshot"
 	"github.com/galley-run/galley/pkg/store/boltstore"
 )
 
@@ -220,6 +221,15 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if o.PushBudget > 0 {
 		rtOpts = append(rtOpts, localproc.WithEnv(contract.EnvPushBudget, strconv.FormatInt(o.PushBudget, 10)))
 	}
+	var parked *snapshot.DirStore
+	if o.ParkAfter > 0 {
+		if parked, err = parkStore(data, o.ParkAfter); err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, parked)
+		rtOpts = append(rtOpts, localproc.WithEnv(contract.EnvParkAfter, o.ParkAfter.String()),
+			localproc.WithEnv(contract.EnvParkDir, filepath.Join(data, parkDir)), localproc.WithEnv(contract.EnvHouse, o.House))
+	}
 	if o.AgentBinDir != "" {
 		dir, err := filepath.Abs(o.AgentBinDir)
 		if err != nil {
@@ -246,7 +256,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		// process left in flight is dead. A DynamoDB table may be shared.
 		ExclusiveStore: o.Store == nil,
 	}, service.WithStore(st), service.WithRuntime(rt), service.WithGitHost(git), service.WithDoorbell(bell),
-		service.WithLogger(o.Logger), withEvents(rec, o.NoEventLog))
+		service.WithLogger(o.Logger), withEvents(rec, o.NoEventLog), withParked(parked, o.House))
 	if err != nil {
 		return nil, err
 	}

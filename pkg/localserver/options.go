@@ -79,6 +79,10 @@ type Options struct {
 	// and in all (0: harness.DefaultPushLimit, 100 MiB, and
 	// harness.DefaultPushBudget, 512 MiB).
 	PushLimit, PushBudget int64
+	// ParkAfter parks a worker whose agent has waited on its coordinator
+	// this long (docs/parking.md); 0: never. Parked agents' session files
+	// are kept in <data>/parked.
+	ParkAfter time.Duration
 	// Logger receives the request log; default JSON on stderr, buffered
 	// (pkg/logbuf) and written out at least every 100 ms.
 	Logger *slog.Logger

@@ -1,6 +1,7 @@
 package modelproxy
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"sort"
@@ -112,10 +113,55 @@ type meter struct {
 	capCalled bool
 }
 
-func newMeter(f Family, table map[string]prices.Price, b Budget, onUsage func(Totals), onCap func(Refusal)) *meter {
-	return &meter{family: f, prices: table, budget: b, onUsage: onUsage, onCap: onCap,
+func newMeter(f Family, table map[string]prices.Price, b Budget, onUsage func(Totals), onCap func(Refusal), from *Totals) *meter {
+	m := &meter{family: f, prices: table, budget: b, onUsage: onUsage, onCap: onCap,
 		totals: Totals{Family: f, Models: map[string]ModelTotals{}, Priced: true},
 		nano:   map[string]int64{}, unpriced: map[string]bool{}}
+	if from != nil {
+		// An earlier proxy's count: each model's cost goes on from its
+		// rounded micro-dollars (at most half a micro-dollar a model lost
+		// per resume), a model unpriced stays so.
+		m.totals = *from
+		m.totals.Family = f
+		m.totals.Models = maps.Clone(from.Models)
+		if m.totals.Models == nil {
+			m.totals.Models = map[string]ModelTotals{}
+		}
+		for name, mt := range m.totals.Models {
+			if mt.Priced {
+				m.nano[name] = mt.MicroUSD * 1000
+			} else {
+				m.unpriced[name] = true
+			}
+		}
+		m.totals.Priced = len(m.unpriced) == 0
+		m.capCalled = from.Refused > 0
+	}
+	return m
+}
+
+// maxFromModels bounds the models a count to go on from may name (a
+// worker uses a handful).
+const maxFromModels = 64
+
+// valid checks a count to go on from (CountingFrom): of the proxy's
+// family, no count negative, a bounded number of models.
+func (t Totals) valid(f Family) error {
+	neg := func(ts Tokens) bool { return ts.Input < 0 || ts.Output < 0 || ts.CacheRead < 0 || ts.CacheWrite < 0 }
+	switch {
+	case t.Family != "" && t.Family != f:
+		return fmt.Errorf("modelproxy: a count of family %q cannot go on in a %q proxy", t.Family, f)
+	case t.Calls < 0 || t.Unmetered < 0 || t.Refused < 0 || t.MicroUSD < 0 || neg(t.Tokens):
+		return errors.New("modelproxy: a count to go on from is not negative")
+	case len(t.Models) > maxFromModels:
+		return fmt.Errorf("modelproxy: a count to go on from names more than %d models", maxFromModels)
+	}
+	for _, mt := range t.Models {
+		if mt.Calls < 0 || mt.MicroUSD < 0 || neg(mt.Tokens) {
+			return errors.New("modelproxy: a count to go on from is not negative")
+		}
+	}
+	return nil
 }
 
 // snapshot copies the totals; m.mu is held.

@@ -94,6 +94,7 @@ type settings struct {
 	onUsage       func(Totals)
 	onCap         func(Refusal)
 	log           *slog.Logger
+	from          *Totals
 }
 
 // Option sets an optional setting of New.
@@ -139,6 +140,12 @@ func OnUsage(f func(Totals)) Option { return func(s *settings) { s.onUsage = f }
 // OnCapReached is called once, the first time the cap refuses a call
 // (the harness escalates to the coordinator).
 func OnCapReached(f func(Refusal)) Option { return func(s *settings) { s.onCap = f } }
+
+// CountingFrom starts the count at t, a count an earlier proxy of the same
+// worker reached (a parked worker's, resumed: docs/parking.md), so that
+// the totals, and the budget's check against them, go on from there. The
+// cap's escalation is not made again when t holds a refusal.
+func CountingFrom(t Totals) Option { return func(s *settings) { s.from = &t } }
 
 // WithLogger sets the logger (default: discard). Nothing secret is logged.
 func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.log = l } }
@@ -191,6 +198,11 @@ func New(f Family, houseKey, token string, opts ...Option) (*Proxy, error) {
 	if s.budget.Tokens < 0 || s.budget.MicroUSD < 0 {
 		return nil, errors.New("modelproxy: a budget is not negative")
 	}
+	if s.from != nil {
+		if err := s.from.valid(f); err != nil {
+			return nil, err
+		}
+	}
 	if s.prices == nil {
 		s.prices = prices.All()
 	}
@@ -205,7 +217,7 @@ func New(f Family, houseKey, token string, opts ...Option) (*Proxy, error) {
 	}
 	p := &Proxy{family: f, upstream: up, houseKey: houseKey, token: []byte(token), maxBody: s.maxBody,
 		headerTimeout: s.headerTimeout, idleTimeout: s.idleTimeout, log: s.log,
-		meter: newMeter(f, s.prices, s.budget, s.onUsage, s.onCap), slots: make(chan struct{}, s.maxConcurrent)}
+		meter: newMeter(f, s.prices, s.budget, s.onUsage, s.onCap, s.from), slots: make(chan struct{}, s.maxConcurrent)}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,

@@ -660,3 +660,51 @@ func TestAgentStopsReading(t *testing.T) {
 		t.Errorf("totals %+v", tot)
 	}
 }
+
+// A proxy that counts on from an earlier one's totals (a parked worker,
+// resumed) reports totals over both, prices on from the earlier cost, and
+// holds the cap against both; a count it cannot go on from is refused.
+func TestCountingFrom(t *testing.T) {
+	first := newRig(t, modelproxy.Anthropic)
+	for i := range 2 {
+		if resp, b := first.call(t, claudeModel, i == 0); resp.StatusCode != http.StatusOK {
+			t.Fatalf("call %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	// The count as a parking keeps it: through JSON.
+	raw, err := json.Marshal(first.proxy.Totals())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept modelproxy.Totals
+	if err := json.Unmarshal(raw, &kept); err != nil {
+		t.Fatal(err)
+	}
+	per, _ := callUsage(modelproxy.Anthropic)
+	all := per.Input + per.Output + per.CacheRead + per.CacheWrite
+	second := newRig(t, modelproxy.Anthropic, modelproxy.CountingFrom(kept), modelproxy.WithBudget(modelproxy.Budget{Tokens: 3 * all}))
+	if resp, b := second.call(t, claudeModel, true); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the resumed call: %d %s", resp.StatusCode, b)
+	}
+	tot := second.proxy.Totals()
+	if tot.Calls != 3 || tot.Tokens != times(per, 3) || !tot.Priced || tot.MicroUSD != 3*messagesCallMicroUSD || tot.Models[claudeModel].Calls != 3 {
+		t.Errorf("totals after the resume %+v, want 3 calls' worth", tot)
+	}
+	second.mu.Lock()
+	if n := len(second.usages); n == 0 || second.usages[n-1].Calls != 3 {
+		t.Errorf("the usage hook saw %+v", second.usages)
+	}
+	second.mu.Unlock()
+	if resp, b := second.call(t, claudeModel, false); resp.StatusCode != capStatus(modelproxy.Anthropic) {
+		t.Errorf("past the cap counted over both proxies: %d %s", resp.StatusCode, b)
+	}
+	for name, bad := range map[string]modelproxy.Totals{
+		"another family": {Family: modelproxy.OpenAI},
+		"negative":       {Calls: -1},
+		"negative model": {Models: map[string]modelproxy.ModelTotals{"m": {Tokens: modelproxy.Tokens{Input: -5}}}},
+	} {
+		if _, err := modelproxy.New(modelproxy.Anthropic, houseKey, workerToken, modelproxy.CountingFrom(bad)); err == nil {
+			t.Errorf("%s: a count to go on from was taken", name)
+		}
+	}
+}

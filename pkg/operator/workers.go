@@ -26,6 +26,12 @@ type WorkerView struct {
 	Tokens     *TokensView  `json:"tokens,omitempty"`
 	Cost       *CostView    `json:"cost,omitempty"`
 	LastEvent  *store.Event `json:"lastEvent,omitempty"`
+
+	// Parked is set while the worker is parked (docs/parking.md): it
+	// observes awaiting-reply, and its compute has ended until input
+	// resumes it.
+	Parked      bool       `json:"parked,omitempty"`
+	ParkedSince *time.Time `json:"parkedSince,omitempty"`
 }
 
 // TokensView is a worker's token counts so far; nil is unknown.
@@ -74,6 +80,10 @@ func (h *Handler) List(ctx context.Context) ([]WorkerView, error) {
 			Run: wk.Run, Task: wk.Task, Role: wk.Role}
 		if wk.Agent != nil {
 			v.Agent, v.Model = wk.Agent.Agent, wk.Agent.Model
+		}
+		if wk.Parked() {
+			since := wk.Park.Since
+			v.Parked, v.ParkedSince = true, &since
 		}
 		if u := wk.Usage; u != nil {
 			if u.Model != "" {

@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,9 @@ type Config struct {
 	Brief     string
 	Workspace string
 	Stdout    io.Writer // the event stream; default os.Stdout
+	// From is the line a resumed agent starts at: the directive it was
+	// parked in (contract.EnvScriptResume); 0 for the first directive.
+	From int
 }
 
 // ConfigFromEnv reads the variables the script driver sets.
@@ -60,6 +64,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if cfg.MCPURL == "" || cfg.MCPSecret == "" || cfg.Workspace == "" {
 		return cfg, fmt.Errorf("scriptagent: %s, %s and %s are required", contract.EnvMCPURL, contract.EnvMCPSecret, contract.EnvWorkspace)
+	}
+	if s := getenv(contract.EnvScriptResume); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return cfg, fmt.Errorf("scriptagent: %s must be a line number", contract.EnvScriptResume)
+		}
+		cfg.From = n
 	}
 	return cfg, nil
 }
@@ -82,7 +93,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return 1, err
 	}
 	defer closeTools()
-	return Execute(ctx, tools, cfg.Brief, cfg.Workspace, cfg.Stdout, workspace.CommitAndPush)
+	return ExecuteFrom(ctx, tools, cfg.Brief, cfg.Workspace, cfg.Stdout, workspace.CommitAndPush, cfg.From)
 }
 
 // CommitFunc commits and pushes one file: workspace.CommitAndPush. Its git
@@ -93,6 +104,13 @@ type CommitFunc func(ctx context.Context, dir, path, content, message string) er
 // Execute runs a brief against tools, writing events to out. Run calls it
 // once connected; tests call it with fake tools.
 func Execute(ctx context.Context, tools Tools, brief, dir string, out io.Writer, commit CommitFunc) (int, error) {
+	return ExecuteFrom(ctx, tools, brief, dir, out, commit, 0)
+}
+
+// ExecuteFrom is Execute for a resumed agent (docs/parking.md): it starts
+// at the directive on line from, the one it was parked in, and runs none
+// before it. A line past the script's last directive runs nothing more.
+func ExecuteFrom(ctx context.Context, tools Tools, brief, dir string, out io.Writer, commit CommitFunc, from int) (int, error) {
 	a := &agent{tools: tools, dir: dir, ev: &eventWriter{w: out}, commit: commit}
 	if !IsScript(brief) {
 		a.ev.emit(map[string]any{"type": harness.EventStarted, "mode": "idle", "pid": os.Getpid()})
@@ -100,14 +118,21 @@ func Execute(ctx context.Context, tools Tools, brief, dir string, out io.Writer,
 		return 0, nil
 	}
 	script, perr := Parse(brief)
-	a.ev.emit(map[string]any{"type": harness.EventStarted, "mode": "script", "pid": os.Getpid(), "directives": len(script)})
+	started := map[string]any{"type": harness.EventStarted, "mode": "script", "pid": os.Getpid(), "directives": len(script)}
+	if from > 0 {
+		started["from"] = from
+	}
+	a.ev.emit(started)
 	if perr != nil {
 		var le *LineError
 		errors.As(perr, &le)
 		return a.fail(ctx, le.Line, "malformed script directive", perr.Error())
 	}
 	for _, d := range script {
-		a.ev.emit(map[string]any{"type": "directive", "line": d.Line, "op": d.Op})
+		if d.Line < from {
+			continue
+		}
+		a.ev.emit(map[string]any{"type": harness.EventDirective, "line": d.Line, "op": d.Op})
 		switch d.Op {
 		case OpDone:
 			if _, err := a.call(ctx, harness.ToolFinish, map[string]any{"outcome": d.Outcome, "body": d.Body}); err != nil {

@@ -67,7 +67,7 @@ func TestResendsAfterAppliedWrites(t *testing.T) {
 	if n := inj.Injected("", awsfault.ServerError) + inj.Injected("", awsfault.Reset); n < 4 {
 		t.Fatalf("only %d faults fired", n)
 	}
-	items, err := st.ListInbox(ctx, w, 0)
+	items, err := st.ListInbox(ctx, w, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -163,14 +163,40 @@ func (s *Service) message(ctx context.Context, c *claim, eff protocol.WorkerEffe
 	if err := s.act(ctx, c); err != nil {
 		return nil, err
 	}
-	item := store.InboxItem{Key: c.rec.Key, Kind: "message", Body: *eff.Body, At: s.clock.Now()}
-	seq, err := s.store.AppendInbox(ctx, handle, item)
+	seq, err := s.appendMessage(ctx, c, handle, *eff.Body)
 	if err != nil {
 		return nil, err
 	}
 	s.event(handle, eventlog.KindMailbox, *eff.Body, "kind", "message", "inbox", strconv.FormatInt(seq, 10))
 	s.ring(ctx, inboxTopic(handle))
+	// After the append: a parking written before this read is seen here,
+	// and one written after it finds the item (WorkerPark). A resume that
+	// could not be recorded fails the effect (Unavailable): kitchn's
+	// retry finds the item appended and resumes the worker then.
+	if err := s.resumeIfParked(ctx, handle, "a message arrived"); err != nil {
+		return nil, err
+	}
 	return s.touchedReceipt(c, s.resource(protocol.KindWorker, handle))
+}
+
+// appendMessage appends the message to the worker's inbox under the
+// claim's key, once: a claim taken over finds the copy its predecessor
+// appended (which failed after it, a resume that could not be written)
+// and appends nothing more, so a retry gives a parked worker no second
+// copy after its cursor to be woken by.
+func (s *Service) appendMessage(ctx context.Context, c *claim, handle, body string) (int64, error) {
+	if c.resumed {
+		v, err := s.inboxes.read(ctx, s.store, handle)
+		if err != nil {
+			return 0, err
+		}
+		for _, it := range v.items {
+			if it.Key == c.rec.Key && it.Kind == "message" {
+				return it.Seq, nil
+			}
+		}
+	}
+	return s.store.AppendInbox(ctx, handle, store.InboxItem{Key: c.rec.Key, Kind: "message", Body: body, At: s.clock.Now()})
 }
 
 func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect) (json.RawMessage, error) {
@@ -206,6 +232,12 @@ func (s *Service) reply(ctx context.Context, c *claim, eff protocol.WorkerEffect
 			return nil, err
 		}
 		if err := s.deliverReply(ctx, c, handle, question, body); err != nil {
+			return nil, err
+		}
+	} else {
+		// Recorded by a holder this claim took over: its write resumed
+		// a parked worker, but the start may be owed.
+		if err := s.resumeIfParked(ctx, handle, "its reply arrived"); err != nil {
 			return nil, err
 		}
 	}
@@ -326,7 +358,7 @@ func (s *Service) actedBefore(ctx context.Context, c *claim, handle string, refu
 	if !c.acted || !galleyerr.Is(galleyerr.Invalid, refused) {
 		return nil, refused
 	}
-	items, err := s.store.ListInbox(ctx, handle, 0)
+	items, err := s.store.ListInbox(ctx, handle, 0, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -59,8 +59,15 @@ func (s *Service) WorkerGauges(ctx context.Context) (live, stuck int, err error)
 		switch {
 		case w.Exited:
 			stuck++ // its compute ended and nothing settled it
+		case w.Parked():
+			// Its compute ended at its parking: it waits, heartbeating
+			// nothing, until input resumes it (docs/parking.md).
 		case w.State == protocol.StateStarting:
-			if now.Sub(r.Created) > StartingStaleAfter {
+			started := r.Created
+			if w.Park != nil && w.Park.Resume.After(started) {
+				started = w.Park.Resume // resumed: its compute starts again
+			}
+			if now.Sub(started) > StartingStaleAfter {
 				stuck++
 			}
 		case lastChange(r).Before(since):

@@ -92,7 +92,7 @@ func (c *inboxCache) read(ctx context.Context, st store.Inboxes, handle string) 
 
 	// The store is read without the lock: calls for other workers go on,
 	// and two calls for this one merely list the same items twice.
-	items, err := st.ListInbox(ctx, handle, after)
+	items, err := st.ListInbox(ctx, handle, after, 0)
 	if err != nil {
 		return inboxView{}, err
 	}

@@ -51,8 +51,8 @@ type listCall struct {
 	n      int
 }
 
-func (c *countingStore) ListInbox(ctx context.Context, worker string, after int64) ([]store.InboxItem, error) {
-	items, err := c.Store.ListInbox(ctx, worker, after)
+func (c *countingStore) ListInbox(ctx context.Context, worker string, after int64, limit int) ([]store.InboxItem, error) {
+	items, err := c.Store.ListInbox(ctx, worker, after, limit)
 	c.mu.Lock()
 	c.lists = append(c.lists, listCall{worker, after, len(items)})
 	c.mu.Unlock()
@@ -185,7 +185,7 @@ func (r *inboxRig) oracle(handle string, after int64) workerapi.InboxAnswer {
 			ans.Outcome = res.Worker.Outcome
 		}
 	}
-	items, err := r.st.ListInbox(ctx, handle, 0)
+	items, err := r.st.ListInbox(ctx, handle, 0, 0)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestWorkerInboxAgreesWithFullRead(t *testing.T) {
 // oracleLast answers the highest sequence in the worker's inbox.
 func (r *inboxRig) oracleLast(worker string) int64 {
 	r.t.Helper()
-	items, err := r.st.ListInbox(r.t.Context(), worker, 0)
+	items, err := r.st.ListInbox(r.t.Context(), worker, 0, 0)
 	if err != nil {
 		r.t.Fatal(err)
 	}

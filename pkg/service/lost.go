@@ -8,8 +8,9 @@ import (
 	"github.com/galley-run/galley/pkg/store"
 )
 
-// LostAfter is how old a worker record must be before housekeeping takes
-// a compute the runtime does not show for gone: well past any lag of the
+// LostAfter is how long after a worker's compute was asked for (its
+// launch, or the resume of its latest parking) housekeeping takes a
+// compute the runtime does not show for gone: well past any lag of the
 // platform's listing (ECS shows a new task within seconds), and as long as
 // a starting worker's bootstrap code lives.
 const LostAfter = StartingStaleAfter
@@ -18,21 +19,34 @@ const LostAfter = StartingStaleAfter
 // record says otherwise, for housekeeping: the event that would have said
 // so (ECS's STOPPED task state change) was lost, or no task was ever made
 // for a worker left starting. A worker counts as gone when the runtime
-// reads its compute exited, or, once its record is older than LostAfter,
-// unknown (ECS shows no task) while it is starting or its task is
-// recorded. A worker the runtime cannot read is left for the next pass.
-// It answers how many it settled; each settle posts the worker-done row
-// its coordinator is owed, once.
+// reads its compute exited, or, once its compute was asked for (launched
+// or resumed) longer than LostAfter ago, unknown (ECS shows no task) while
+// it is starting or its task is recorded. A worker the runtime cannot read
+// is left for the next pass. It answers how many it settled; each settle
+// posts the worker-done row its coordinator is owed, once.
+//
+// It also resumes every parked worker whose inbox holds input after its
+// parking's cursor (its resume was lost), so that no worker stays parked
+// with input waiting; those are logged, not counted.
 func (s *Service) SettleLost(ctx context.Context) (int, error) {
 	all, err := s.store.ListResources(ctx)
 	if err != nil {
 		return 0, err
 	}
+	_, rerr := s.resumeWaiting(ctx, all)
+	n, err := s.settleLost(ctx, all)
+	return n, errors.Join(err, rerr)
+}
+
+func (s *Service) settleLost(ctx context.Context, all []store.Resource) (int, error) {
 	now := s.clock.Now()
 	recs := map[string]store.Resource{}
 	var handles []string
 	for _, r := range all {
-		if r.Kind == protocol.KindWorker && !r.Released && r.Worker != nil && r.Worker.State != protocol.StateSettled {
+		if r.Kind == protocol.KindWorker && !r.Released && r.Worker != nil && r.Worker.State != protocol.StateSettled &&
+			!r.Worker.Parked() {
+			// A parked worker's compute is gone on purpose; one whose
+			// resume is owed is started by WorkerExited below.
 			recs[r.Handle] = r
 			handles = append(handles, r.Handle)
 		}
@@ -55,7 +69,7 @@ func (s *Service) SettleLost(ctx context.Context) (int, error) {
 			continue
 		case l == LivenessExited:
 			reason = "its compute ended and no report of the end arrived (housekeeping found it)"
-		case l == LivenessUnknown && now.Sub(r.Created) > LostAfter &&
+		case l == LivenessUnknown && now.Sub(startedAt(r)) > LostAfter &&
 			(r.Worker.State == protocol.StateStarting || r.Worker.TaskARN != ""):
 			reason = "its compute is gone: the platform shows none (housekeeping found it)"
 		default:

@@ -121,6 +121,8 @@ type Service struct {
 	events  EventRecorder
 	// snapshots removes a released worktree's snapshot (nil: none kept).
 	snapshots WorktreeSnapshots
+	// parkedFiles forgets what parked workers saved (park.go).
+	parkedFiles ParkedFiles
 	// incarnation names this Service in the leases it takes, so that with
 	// an exclusive store a lease of any other incarnation is known dead.
 	incarnation string

@@ -75,5 +75,11 @@ func (s *Service) settleRecord(ctx context.Context, handle, outcome string, how 
 		s.budgets.forget(handle)
 		s.ring(ctx, inboxTopic(handle))
 	}
+	if err == nil && (settled || how == settleExited) {
+		// What its parkings saved: at the settle, and again at its
+		// compute's end, after which nothing can save more (a delete
+		// that failed is tried once more then).
+		s.forgetParked(ctx, handle)
+	}
 	return res, err
 }

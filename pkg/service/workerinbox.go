@@ -217,7 +217,8 @@ func (s *Service) deliverReply(ctx context.Context, c *claim, handle, question, 
 		}
 		item.Seq = seq
 	}
-	_, err := s.updateWorkerWhy(ctx, handle, "reply to "+question, func(w *store.Worker) error {
+	res, err := s.updateWorkerRecord(ctx, handle, "reply to "+question, func(r *store.Resource) error {
+		w := r.Worker
 		if prev := w.Questions[question]; prev != "" {
 			if answerMatches(prev, body) {
 				return errNoChange
@@ -233,7 +234,13 @@ func (s *Service) deliverReply(ctx context.Context, c *claim, handle, question, 
 			return galleyerr.Errorf(galleyerr.Unavailable, "the reply's inbox copy is too old to record; a retry sends it again")
 		}
 		w.Questions[question] = answerRecord(body, item.Seq)
-		if w.State == protocol.StateAwaitingReply && !hasOpenQuestion(w) {
+		switch {
+		case w.Parked():
+			// Its agent does not run: the write that records the answer
+			// resumes it, so no answer is ever recorded for a worker left
+			// parked.
+			s.markResuming(r)
+		case w.State == protocol.StateAwaitingReply && !hasOpenQuestion(w):
 			w.State = protocol.StateReady
 		}
 		return nil
@@ -243,6 +250,9 @@ func (s *Service) deliverReply(ctx context.Context, c *claim, handle, question, 
 	}
 	s.event(handle, eventlog.KindMailbox, body, "kind", "reply", "question", question, "inbox", strconv.FormatInt(item.Seq, 10))
 	s.ring(ctx, inboxTopic(handle))
+	if res.Worker.ResumeOwed() {
+		s.startResumed(ctx, res) // a start that fails is owed on the record
+	}
 	return nil
 }
 

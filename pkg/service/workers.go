@@ -106,14 +106,23 @@ func (lv inventoryLiveness) of(r store.Resource) string {
 		if r.Worker != nil && r.Worker.Exited {
 			return protocol.LivenessExited
 		}
-		switch l, ok := lv.workers[r.Handle]; {
+		if r.Worker.Parked() {
+			// Its compute ended at its parking: the worker goes on
+			// (docs/parking.md).
+			return protocol.LivenessLive
+		}
+		l, ok := lv.workers[r.Handle]
+		switch {
 		case !ok:
 			return protocol.LivenessUnverifiable
 		case l == LivenessLive:
 			return protocol.LivenessLive
-		case l == LivenessExited:
+		case l == LivenessExited && !r.Worker.ResumeOwed():
 			return protocol.LivenessExited
 		}
+		// An owed resume's compute that does not run is not started yet,
+		// or was started and ended before its record said so: galley
+		// cannot tell.
 		return protocol.LivenessUnverifiable
 	case protocol.KindBranch:
 		if !lv.branchesRead || !protocol.IsBranchName(r.Handle) {

@@ -37,6 +37,14 @@ func (s *Service) WorkerSelf(ctx context.Context, handle string) (workerapi.Self
 	if w.Agent != nil {
 		self.Agent = *w.Agent
 	}
+	if p := w.Park; p != nil {
+		// The parked harness reads whether its parking landed; the
+		// resumed one gets what it kept.
+		self.Parked = p.Gen
+		if !p.Resume.IsZero() {
+			self.Resume = &workerapi.Resume{Parking: p.Gen, State: p.State}
+		}
+	}
 	if w.Worktree != "" {
 		// A launch makes its worktree under its own key, so a worktree
 		// owned by another key is one the launch named as existing.
@@ -52,8 +60,10 @@ func (s *Service) WorkerSelf(ctx context.Context, handle string) (workerapi.Self
 }
 
 // WorkerReady records positive evidence that the agent runs. Only a
-// starting worker becomes ready; any other state stays, and a settled
-// worker's report is refused (its credential only reads).
+// starting worker becomes ready, or awaiting-reply when it has a question
+// open (a worker resumed in its ask by a message: its agent waits on
+// that question again); any other state stays, and a settled worker's
+// report is refused (its credential only reads).
 func (s *Service) WorkerReady(ctx context.Context, handle, evidence string) error {
 	_, err := s.updateWorkerWhy(ctx, handle, evidence, func(w *store.Worker) error {
 		if w.State == protocol.StateSettled {
@@ -63,6 +73,9 @@ func (s *Service) WorkerReady(ctx context.Context, handle, evidence string) erro
 			return errNoChange
 		}
 		w.State = protocol.StateReady
+		if hasOpenQuestion(w) {
+			w.State = protocol.StateAwaitingReply
+		}
 		return nil
 	})
 	if err == nil {
@@ -287,18 +300,33 @@ func (s *Service) WorkerExitReport(ctx context.Context, handle string, code int,
 	if res.Worker != nil && res.Worker.Exited {
 		return galleyerr.Errorf(galleyerr.Conflict, "the worker's exit was already reported")
 	}
-	return s.WorkerExited(ctx, handle, code, reason)
+	if res.Worker.Parked() {
+		// Its harness parked it: the end is the parking's.
+		return galleyerr.Errorf(galleyerr.Conflict, "the worker is parked")
+	}
+	// The report comes from the worker's current compute (an earlier
+	// one's credential is void), so it is never an earlier one's news.
+	return s.workerExited(ctx, handle, code, reason, false)
 }
 
 // WorkerExited records that the agent ended without reporting an outcome:
-// the worker settles failed, and its coordinator is told why.
+// the worker settles failed, and its coordinator is told why. For a worker
+// that parked, the end of its compute may be the parking's, or an earlier
+// compute's (parkedExit).
 func (s *Service) WorkerExited(ctx context.Context, handle string, code int, reason string) error {
+	return s.workerExited(ctx, handle, code, reason, true)
+}
+
+func (s *Service) workerExited(ctx context.Context, handle string, code int, reason string, fromRuntime bool) error {
 	res, _, err := s.store.GetResource(ctx, protocol.KindWorker, handle)
 	if err != nil {
 		return err
 	}
 	if res.Worker == nil {
 		return galleyerr.Errorf(galleyerr.NotFound, "no such worker")
+	}
+	if fromRuntime && !res.Released && s.parkedExit(ctx, res) {
+		return nil
 	}
 	reported := res.Worker.State == protocol.StateSettled
 	if !res.Worker.Exited {

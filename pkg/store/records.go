@@ -108,11 +108,17 @@ func (r Resource) Clone() Resource {
 		t protocol.Tokens
 		c protocol.Cost
 		n [4]int64
+		p Park
 	})
 	b.w = *r.Worker
 	w := &b.w
 	w.Questions = maps.Clone(w.Questions)
 	w.Pending = slices.Clone(w.Pending)
+	if w.Park != nil {
+		b.p = *w.Park
+		b.p.State = slices.Clone(b.p.State)
+		w.Park = &b.p
+	}
 	if w.Agent != nil {
 		b.a = *w.Agent
 		w.Agent = &b.a
@@ -191,8 +197,55 @@ type Worker struct {
 	// TaskARN is the ECS task that runs the worker, once RunTask named it
 	// (ecsrt's task index): any function finds the task by it, where
 	// ListTasks lags behind a launch.
-	TaskARN string    `json:"taskArn,omitempty"`
+	TaskARN string `json:"taskArn,omitempty"`
+	// Parks counts the worker's parkings (docs/parking.md): parking n is
+	// resumed by the worker's n-th new compute (the launch's is the 0th).
+	Parks int `json:"parks,omitempty"`
+	// Park is the latest parking, kept until the worker settles; nil for
+	// a worker that never parked.
+	Park    *Park     `json:"park,omitempty"`
 	Updated time.Time `json:"updated"`
+}
+
+// Park is one parking of a worker: its harness saved what its agent needs
+// to go on and ended its compute while the agent waited on its
+// coordinator. The worker is parked while Resume is zero; a reply or a
+// message sets Resume, and the compute is started again.
+type Park struct {
+	// Gen is the parking's number (the worker's Parks when it was made).
+	Gen int `json:"gen"`
+	// Since is when the harness reported the parking.
+	Since time.Time `json:"since"`
+	// Read is the harness's inbox cursor when it froze its inbox: an item
+	// after it is input the agent never saw, and resumes the worker.
+	Read int64 `json:"read"`
+	// State is the harness's own state (a JSON object, opaque to galley,
+	// at most MaxParkState bytes), handed to the harness that resumes the
+	// worker. Kept as JSON, not as a string of it, so that it costs the
+	// record its own size whatever it holds (a string would be escaped).
+	State json.RawMessage `json:"state,omitempty"`
+	// Resume is when input arrived and the resume began; zero while
+	// parked.
+	Resume time.Time `json:"resume,omitzero"`
+	// Started is set once the runtime accepted the resumed compute's
+	// start; until then the start is owed.
+	Started bool `json:"started,omitempty"`
+}
+
+// MaxParkState bounds a parking's harness state, so that the worker's
+// record stays under its bound (storetest's LargestWorker holds one); the
+// worker API's bound is this (workerapi.MaxParkState).
+const MaxParkState = 16 << 10
+
+// Parked reports whether w is parked: its compute ended at its harness's
+// parking and no input has resumed it yet.
+func (w *Worker) Parked() bool {
+	return w != nil && w.Park != nil && w.Park.Resume.IsZero() && w.State != protocol.StateSettled
+}
+
+// ResumeOwed reports whether w's resumed compute is still to be started.
+func (w *Worker) ResumeOwed() bool {
+	return w != nil && w.Park != nil && !w.Park.Resume.IsZero() && !w.Park.Started && w.State != protocol.StateSettled
 }
 
 // PendingRow is one of a worker's mailbox rows not yet consumed. Seq is 0

@@ -51,7 +51,9 @@ type Mailboxes interface {
 type Inboxes interface {
 	// AppendInbox gives item the worker's next sequence (1, 2, ...).
 	AppendInbox(ctx context.Context, worker string, item InboxItem) (int64, error)
-	ListInbox(ctx context.Context, worker string, after int64) ([]InboxItem, error)
+	// ListInbox returns up to limit items (all when limit <= 0) with Seq >
+	// after, in order.
+	ListInbox(ctx context.Context, worker string, after int64, limit int) ([]InboxItem, error)
 }
 
 // Counters keeps the house's named counters.

@@ -6,10 +6,12 @@
 package workerapi
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/store"
 )
 
 // Routes, relative to the galley endpoint, below contract.WorkerAPIPrefix.
@@ -26,6 +28,9 @@ const (
 	PathWait   = contract.WorkerAPIPrefix + "wait"   // WaitRequest -> Ack (long poll)
 	PathUsage  = contract.WorkerAPIPrefix + "usage"  // UsageRequest -> Ack
 	PathExited = contract.WorkerAPIPrefix + "exited" // ExitedRequest -> Ack
+	// PathPark reports that the harness parked its waiting agent and is
+	// ending its compute (docs/parking.md).
+	PathPark = contract.WorkerAPIPrefix + "park" // ParkRequest -> Ack
 	// PathEvents takes what the harness saw for the worker's event log
 	// (docs/operations.md): best effort, never retried once sent.
 	PathEvents = contract.WorkerAPIPrefix + "events" // EventsRequest -> Ack
@@ -92,7 +97,37 @@ type Self struct {
 	// from a service before snapshots: the harness keeps none.
 	Worktree       string `json:"worktree,omitempty"`
 	WorktreeReused bool   `json:"worktreeReused,omitempty"`
+	// Parked is the number of the worker's latest parking (0: none): a
+	// harness whose parking report went unanswered reads here whether it
+	// landed.
+	Parked int `json:"parked,omitempty"`
+	// Resume is set for a harness started to resume a parked worker: the
+	// parking it resumes, and what the parked harness kept.
+	Resume *Resume `json:"resume,omitempty"`
 }
+
+// Resume is what a harness resuming a parked worker gets back: the
+// parking's number and the state its harness reported with it.
+type Resume struct {
+	Parking int             `json:"parking"`
+	State   json.RawMessage `json:"state"`
+}
+
+// ParkRequest reports a parking (docs/parking.md). Parking is its number:
+// 1 for a worker's first, the resumed parking's plus one after. Read is
+// the last inbox sequence the harness gave its agent (an item after it
+// resumes the worker), and State the harness's own state for the harness
+// that resumes it, a JSON object of at most MaxParkState bytes. Reporting
+// the same parking again answers as the first report did.
+type ParkRequest struct {
+	Parking int             `json:"parking"`
+	Read    int64           `json:"read"`
+	State   json.RawMessage `json:"state"`
+}
+
+// MaxParkState bounds ParkRequest.State: what the worker's record can
+// hold of it, so it is the record's bound, spelled once in the store.
+const MaxParkState = store.MaxParkState
 
 // The agent uids a service allocates: the n-th worker of a house (n from
 // 1) gets AgentUIDBase + (offset + n - 1) mod (AgentUIDEnd -

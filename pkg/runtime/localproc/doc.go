@@ -13,6 +13,7 @@
 //	    pidstart, pid           the harness's start time (from /proc, against pid reuse) and pid
 //	    stop                    when Stop was asked and when SIGKILL is due
 //	    exit                    how the harness ended, when this server reaped it
+//	    resume-<n>              the claim that made Resume start the harness again for parking n
 //	<dir>/workspaces/           worktrees; RemoveWorkspace deletes only under here
 //
 // The harness inherits only an allow-list of the server's environment plus
@@ -21,7 +22,8 @@
 // and passes the shared suite in package runtimetest.
 //
 // Files: runtime.go holds the Runtime, its options, New and Close;
-// start.go starting a harness; stop.go stopping its process group (and
+// start.go starting a harness; resume.go starting it again for a parked
+// worker; stop.go stopping its process group (and
 // the stops an earlier server left pending); liveness.go whether a harness
 // runs, the reaper and noticing an end; records.go each worker's folder
 // and reading it back after a restart; workerlog.go the harness's log and

@@ -12,6 +12,7 @@ import (
 
 	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/doorbell/localbell"
+	"github.com/galley-run/galley/pkg/galleyerr"
 	"github.com/galley-run/galley/pkg/githost"
 	"github.com/galley-run/galley/pkg/service"
 	"github.com/galley-run/galley/pkg/store"
@@ -28,12 +29,22 @@ type Runtime struct {
 	Specs   map[string]service.WorkerSpec
 	calls   map[string]int
 	failing error
+	// Resumes counts the resumes started per handle, ResumeSpecs keeps
+	// the last one's spec; refuseResume makes Resume answer Unavailable,
+	// as a runtime whose parked compute has not ended.
+	Resumes      map[string]int
+	ResumeSpecs  map[string]service.WorkerSpec
+	resumed      map[string]map[int]bool
+	refuseResume bool
+	ended        map[string]bool
+	unlisted     map[string]bool
 }
 
 // NewRuntime returns an empty fake runtime.
 func NewRuntime() *Runtime {
 	return &Runtime{Starts: map[string]int{}, Stopped: map[string]bool{}, Specs: map[string]service.WorkerSpec{},
-		calls: map[string]int{}}
+		calls: map[string]int{}, Resumes: map[string]int{}, ResumeSpecs: map[string]service.WorkerSpec{},
+		resumed: map[string]map[int]bool{}, ended: map[string]bool{}, unlisted: map[string]bool{}}
 }
 
 // Calls reports how many times method ("Liveness", "Livenesses") was called.
@@ -90,9 +101,70 @@ func (f *Runtime) Livenesses(_ context.Context, handles []string) (map[string]se
 	return out, nil
 }
 
+// Resume implements service.Resumer: once per handle and parking, it
+// starts the worker's compute again (its liveness live); again, it says
+// it had.
+func (f *Runtime) Resume(_ context.Context, spec service.WorkerSpec, n int) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refuseResume {
+		return false, galleyerr.Errorf(galleyerr.Unavailable, "the parked compute has not ended yet")
+	}
+	if f.resumed[spec.Handle] == nil {
+		f.resumed[spec.Handle] = map[int]bool{}
+	}
+	if f.resumed[spec.Handle][n] {
+		return false, nil
+	}
+	f.resumed[spec.Handle][n] = true
+	f.Resumes[spec.Handle]++
+	f.ResumeSpecs[spec.Handle] = spec
+	delete(f.ended, spec.Handle)
+	return true, nil
+}
+
+// RefuseResume makes Resume answer Unavailable (true) or start (false).
+func (f *Runtime) RefuseResume(refuse bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refuseResume = refuse
+}
+
+// End makes the worker's compute read exited, as a harness that ended
+// (a parked one's).
+func (f *Runtime) End(handle string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ended[handle] = true
+}
+
+// Unlist makes the worker's compute read unknown, as a platform whose
+// listing does not show a task (yet, or any more).
+func (f *Runtime) Unlist(handle string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unlisted[handle] = true
+}
+
+// ResumeCount is how many resumes of handle were started.
+func (f *Runtime) ResumeCount(handle string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.Resumes[handle]
+}
+
+// ResumeSpec is the spec of handle's last resume.
+func (f *Runtime) ResumeSpec(handle string) service.WorkerSpec {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ResumeSpecs[handle]
+}
+
 func (f *Runtime) livenessLocked(handle string) service.Liveness {
 	switch {
-	case f.Stopped[handle]:
+	case f.unlisted[handle]:
+		return service.LivenessUnknown
+	case f.Stopped[handle] || f.ended[handle]:
 		return service.LivenessExited
 	case f.Starts[handle] > 0:
 		return service.LivenessLive

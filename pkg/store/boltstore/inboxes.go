@@ -13,6 +13,6 @@ func (s *Store) AppendInbox(ctx context.Context, worker string, item store.Inbox
 	})
 }
 
-func (s *Store) ListInbox(ctx context.Context, worker string, after int64) ([]store.InboxItem, error) {
-	return listFrom[store.InboxItem](s, ctx, "boltstore.ListInbox", bucketInboxes, worker, after, 0)
+func (s *Store) ListInbox(ctx context.Context, worker string, after int64, limit int) ([]store.InboxItem, error) {
+	return listFrom[store.InboxItem](s, ctx, "boltstore.ListInbox", bucketInboxes, worker, after, limit)
 }

@@ -209,7 +209,7 @@ func TestRetention(t *testing.T) {
 	if len(ms) != 1 || ms[0].Row.ID != "new" || ms[0].Seq != 2 {
 		t.Errorf("after expiry: %+v, want only new at 2", ms)
 	}
-	items, err := s.ListInbox(ctx, "w", 0)
+	items, err := s.ListInbox(ctx, "w", 0, 0)
 	mustOK(t, "list inbox", err)
 	if len(items) != 0 {
 		t.Errorf("an expired inbox item is listed")

@@ -282,10 +282,10 @@ func (s *Store) ListMessages(ctx context.Context, run string, after int64, limit
 }
 
 // ListInbox returns the worker's inbox items after sequence after, in order.
-func (s *Store) ListInbox(ctx context.Context, worker string, after int64) ([]store.InboxItem, error) {
+func (s *Store) ListInbox(ctx context.Context, worker string, after int64, limit int) ([]store.InboxItem, error) {
 	const op = galleyerr.Op("dynamostore.ListInbox")
 	var out []store.InboxItem
-	err := s.query(ctx, op, inboxPK(worker), inboxItemSK(max(after, 0)+1), "i$", 0, func(item map[string]types.AttributeValue) error {
+	err := s.query(ctx, op, inboxPK(worker), inboxItemSK(max(after, 0)+1), "i$", limit, func(item map[string]types.AttributeValue) error {
 		var it store.InboxItem
 		if err := decodeDoc(item, &it); err != nil {
 			return corrupt(op, err)

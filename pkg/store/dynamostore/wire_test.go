@@ -89,7 +89,7 @@ func TestResendAfterAppliedWrite(t *testing.T) {
 					t.Errorf("inbox seq %d, want %d", seq, i+1)
 				}
 			}
-			items, err := s.ListInbox(ctx, "w", 0)
+			items, err := s.ListInbox(ctx, "w", 0, 0)
 			mustOK(t, "list inbox", err)
 			if len(items) != 2 {
 				t.Errorf("%d inbox items, want 2", len(items))

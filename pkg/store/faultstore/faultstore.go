@@ -443,9 +443,9 @@ func (s *Store) AddTally(ctx context.Context, key string, expires time.Time) (n 
 	return n, nil
 }
 
-func (s *Store) ListInbox(ctx context.Context, worker string, after int64) (items []store.InboxItem, err error) {
+func (s *Store) ListInbox(ctx context.Context, worker string, after int64, limit int) (items []store.InboxItem, err error) {
 	err = s.do(ctx, Call{"ListInbox", worker}, func() (err error) {
-		items, err = s.inner.ListInbox(ctx, worker, after)
+		items, err = s.inner.ListInbox(ctx, worker, after, limit)
 		return err
 	})
 	if err != nil {

@@ -69,7 +69,7 @@ var writes = []write{
 			return err
 		},
 		func(ctx context.Context, s store.Store) bool {
-			items, _ := s.ListInbox(ctx, "w", 0)
+			items, _ := s.ListInbox(ctx, "w", 0, 0)
 			return len(items) > 0
 		}},
 	{"NextCount",
@@ -320,7 +320,7 @@ func TestConcurrentTimes(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	items, err := s.ListInbox(t.Context(), "w", 0)
+	items, err := s.ListInbox(t.Context(), "w", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -249,13 +249,13 @@ func (s *Store) NextCount(ctx context.Context, name string) (int64, error) {
 	return s.counters[name], nil
 }
 
-func (s *Store) ListInbox(ctx context.Context, worker string, after int64) ([]store.InboxItem, error) {
+func (s *Store) ListInbox(ctx context.Context, worker string, after int64, limit int) ([]store.InboxItem, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if err := s.check(ctx, "memstore.ListInbox", worker); err != nil {
 		return nil, err
 	}
-	return tail(s.inboxes[worker], after, 0), nil
+	return tail(s.inboxes[worker], after, limit), nil
 }
 
 // tail copies up to limit (all if limit <= 0) items of a ledger whose item

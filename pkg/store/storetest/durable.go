@@ -197,7 +197,7 @@ func (l *ledger) verify(t *testing.T, s store.Store, when string) {
 		}
 	}
 	for _, w := range l.inboxUsers {
-		got, err := s.ListInbox(ctx, w, 0)
+		got, err := s.ListInbox(ctx, w, 0, 0)
 		mustOK(t, when+": list inbox "+w, err)
 		checkSame(t, when+": inbox of "+w, got, l.inbox[w])
 	}

@@ -84,7 +84,10 @@ func fullResource(kind, handle string) store.Resource {
 			AgentUID:         1<<29 + 42,
 			Exited:           true,
 			TaskARN:          "arn:aws:ecs:us-east-1:000000000000:task/galley/0123456789abcdef",
-			Updated:          t2,
+			Parks:            2,
+			Park: &store.Park{Gen: 2, Since: t2, Read: 17, State: json.RawMessage(`{"v":1,"agent":"line 4","wait":"ask"}`),
+				Resume: t2.Add(time.Hour), Started: true},
+			Updated: t2,
 		},
 	}
 }

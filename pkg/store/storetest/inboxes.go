@@ -23,13 +23,23 @@ func testInboxes(t *testing.T, open func(*testing.T) store.Store) {
 			want = append(want, it)
 		}
 		for _, after := range []int64{0, 2, 4, 7} {
-			got, err := s.ListInbox(ctx, "w-1", after)
+			got, err := s.ListInbox(ctx, "w-1", after, 0)
 			mustOK(t, "list", err)
 			var w []store.InboxItem
 			if after < 4 {
 				w = want[after:]
 			}
 			checkSame(t, fmt.Sprint("items after ", after), got, w)
+		}
+		// A limit takes the first items only (whether any waits is one).
+		for _, c := range []struct {
+			after int64
+			limit int
+			want  []store.InboxItem
+		}{{0, 1, want[:1]}, {1, 2, want[1:3]}, {3, 5, want[3:]}, {4, 1, nil}} {
+			got, err := s.ListInbox(ctx, "w-1", c.after, c.limit)
+			mustOK(t, "list with a limit", err)
+			checkSame(t, fmt.Sprintf("up to %d items after %d", c.limit, c.after), got, c.want)
 		}
 	})
 
@@ -44,7 +54,7 @@ func testInboxes(t *testing.T, open func(*testing.T) store.Store) {
 		if seq != 1 {
 			t.Errorf("first item of another worker has sequence %d, want 1", seq)
 		}
-		got, err := s.ListInbox(ctx, "w-3", 0)
+		got, err := s.ListInbox(ctx, "w-3", 0, 0)
 		mustOK(t, "list a worker without items", err)
 		if len(got) != 0 {
 			t.Errorf("a worker without items lists %d", len(got))
@@ -60,7 +70,7 @@ func testInboxes(t *testing.T, open func(*testing.T) store.Store) {
 			return seq, key, err
 		}
 		list := func(ctx context.Context, after int64) ([]int64, []string, error) {
-			items, err := s.ListInbox(ctx, "w-1", after)
+			items, err := s.ListInbox(ctx, "w-1", after, 0)
 			var ss []int64
 			var keys []string
 			for _, it := range items {

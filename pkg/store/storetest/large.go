@@ -60,7 +60,7 @@ func testLargeValues(t *testing.T, open func(*testing.T) store.Store) {
 	mustOK(t, "append a 16 KiB inbox item", err)
 	ms, err := s.ListMessages(ctx, "run", 0, 10)
 	mustOK(t, "list messages", err)
-	items, err := s.ListInbox(ctx, "w", 0)
+	items, err := s.ListInbox(ctx, "w", 0, 0)
 	mustOK(t, "list inbox", err)
 	if len(ms) != 1 || ms[0].Row.Body != m.Row.Body {
 		t.Errorf("the 16 KiB message did not come back intact")
@@ -89,6 +89,10 @@ func testLargestWorker(t *testing.T, open func(*testing.T) store.Store) {
 		w.Pending = append(w.Pending, store.PendingRow{ID: fmt.Sprintf("msg-%020x", i), Kind: "status",
 			Seq: int64(1e12 + i), Bytes: 64 << 10, At: w.Updated})
 	}
+	// A parked worker's harness state at its bound.
+	w.Parks = 1
+	w.Park = &store.Park{Gen: 1, Since: w.Updated, Read: 1 << 40,
+		State: json.RawMessage(`{"s":"` + strings.Repeat(`\u003c`, (store.MaxParkState-8)/6) + `"}`)}
 	raw, err := json.Marshal(r)
 	mustOK(t, "marshal", err)
 	if len(raw) > 200<<10 {

@@ -240,6 +240,12 @@ func (c *Client) Exited(ctx context.Context, code int, reason string) error {
 	return c.call(ctx, workerapi.PathExited, workerapi.ExitedRequest{Code: code, Reason: reason}, &workerapi.Ack{}, 0, retryAlways)
 }
 
+// Park reports a parking (docs/parking.md). It is idempotent: the same
+// parking reported again answers as the first report did.
+func (c *Client) Park(ctx context.Context, req workerapi.ParkRequest) error {
+	return c.call(ctx, workerapi.PathPark, req, &workerapi.Ack{}, 0, retryAlways)
+}
+
 // Events sends harness events for the worker's event log. It is not
 // retried once sent (a lost answer must not record an event twice).
 func (c *Client) Events(ctx context.Context, evs []workerapi.HarnessEvent) error {

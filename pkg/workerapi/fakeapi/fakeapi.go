@@ -6,12 +6,18 @@
 //
 // Its worker states follow galley's: starting, ready after /ready,
 // awaiting-reply after a question until a reply arrives, settled on
-// worker-done (with its outcome), on exited (failed) or on Settle.
+// worker-done (with its outcome), on exited (failed) or on Settle. It takes
+// a parking as galley does (its number in turn, its state a bounded JSON
+// object, the same report again answered alike), keeps a parked worker
+// awaiting-reply until the test resumes it (Resume), and voids the parked
+// harness's credential then.
 package fakeapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -36,6 +42,7 @@ type Call struct {
 	PostID string // the id answered to Post
 	Usage  *workerapi.UsageRequest
 	Exited *workerapi.ExitedRequest
+	Park   *workerapi.ParkRequest
 }
 
 // Snapshot is the fake's state at one moment.
@@ -92,6 +99,10 @@ type Server struct {
 	events   []workerapi.HarnessEvent
 	closing  bool
 	changed  chan struct{} // closed and replaced on every change
+	// park is the latest parking (its state compacted), parked whether
+	// it is not resumed yet.
+	park   *workerapi.ParkRequest
+	parked bool
 }
 
 // Option configures a fake.
@@ -137,6 +148,7 @@ func New(self workerapi.Self, token string, opts ...Option) *Server {
 	mux.HandleFunc("POST "+workerapi.PathUsage, s.handleUsage)
 	mux.HandleFunc("POST "+workerapi.PathExited, s.handleExited)
 	mux.HandleFunc("POST "+workerapi.PathEvents, s.handleEvents)
+	mux.HandleFunc("POST "+workerapi.PathPark, s.handlePark)
 	s.srv = httptest.NewServer(s.guard(mux))
 	s.URL = s.srv.URL
 	return s
@@ -207,7 +219,7 @@ func (s *Server) enqueue(item workerapi.InboxItem) int64 {
 	defer s.mu.Unlock()
 	item.Seq = int64(len(s.inbox) + 1)
 	s.inbox = append(s.inbox, item)
-	if item.Kind == workerapi.ItemReply && s.self.State == protocol.StateAwaitingReply {
+	if item.Kind == workerapi.ItemReply && s.self.State == protocol.StateAwaitingReply && !s.parked {
 		s.self.State = protocol.StateReady
 	}
 	s.notifyLocked()
@@ -308,6 +320,10 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	s.record(Call{Path: workerapi.PathReady, Ready: &req})
 	if s.self.State == protocol.StateStarting {
 		s.self.State = protocol.StateReady
+		if s.self.Resume != nil && s.questionOpenLocked() {
+			// Resumed in its ask: its agent waits on that question again.
+			s.self.State = protocol.StateAwaitingReply
+		}
 	}
 	s.mu.Unlock()
 	answer(w, workerapi.Ack{})
@@ -430,6 +446,87 @@ func (s *Server) handleExited(w http.ResponseWriter, r *http.Request) {
 	s.settleLocked(protocol.OutcomeFailed)
 	s.mu.Unlock()
 	answer(w, workerapi.Ack{})
+}
+
+// handlePark takes a parking as galley does: the worker awaits its
+// coordinator, Self says which parking landed. A settled worker's is
+// refused 409; a parking out of turn, a state that is not a JSON object or
+// is larger than workerapi.MaxParkState, or another report under a number
+// already taken, 400; the same report again answers 200 and changes
+// nothing.
+func (s *Server) handlePark(w http.ResponseWriter, r *http.Request) {
+	var req workerapi.ParkRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	var state bytes.Buffer
+	if len(req.State) > workerapi.MaxParkState || json.Compact(&state, req.State) != nil || state.Len() == 0 || state.Bytes()[0] != '{' {
+		http.Error(w, `{"error":"a parking's state must be a JSON object of at most 16 KiB"}`, http.StatusBadRequest)
+		return
+	}
+	if req.Parking < 1 || req.Read < 0 {
+		http.Error(w, `{"error":"bad parking number or inbox cursor"}`, http.StatusBadRequest)
+		return
+	}
+	req.State = state.Bytes()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.self.State == protocol.StateSettled:
+		http.Error(w, `{"error":"worker has settled"}`, http.StatusConflict)
+		return
+	case s.park != nil && req.Parking == s.self.Parked:
+		if req.Read != s.park.Read || !bytes.Equal(req.State, s.park.State) {
+			http.Error(w, `{"error":"this parking was reported with another inbox cursor or state"}`, http.StatusBadRequest)
+			return
+		}
+		answer(w, workerapi.Ack{}) // a retry of this report
+		return
+	case req.Parking != s.self.Parked+1:
+		http.Error(w, `{"error":"parking out of turn"}`, http.StatusBadRequest)
+		return
+	}
+	s.record(Call{Path: workerapi.PathPark, Park: &req})
+	s.park, s.parked = &req, true
+	s.self.Parked, s.self.State, s.self.Resume = req.Parking, protocol.StateAwaitingReply, nil
+	answer(w, workerapi.Ack{})
+}
+
+// ErrNotParked is Resume's answer for a worker that is not parked.
+var ErrNotParked = errors.New("fakeapi: the worker is not parked")
+
+// Resume resumes the parked worker as galley does on a reply or message:
+// it is starting, Self's resume holds its parking's number and state, and
+// the credential the parked harness held is void from now on: only token,
+// the resumed harness's, is accepted.
+func (s *Server) Resume(token string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.parked || s.self.State == protocol.StateSettled {
+		return ErrNotParked
+	}
+	s.parked, s.token = false, token
+	s.self.State = protocol.StateStarting
+	s.self.Resume = &workerapi.Resume{Parking: s.park.Parking, State: s.park.State}
+	s.notifyLocked()
+	return nil
+}
+
+// questionOpenLocked reports whether the worker asked a question no reply
+// in its inbox answers.
+func (s *Server) questionOpenLocked() bool {
+	open := map[string]bool{}
+	for _, c := range s.calls {
+		if c.Post != nil && c.Post.Kind == protocol.MsgQuestion {
+			open[c.PostID] = true
+		}
+	}
+	for _, it := range s.inbox {
+		if it.Kind == workerapi.ItemReply {
+			delete(open, it.Question)
+		}
+	}
+	return len(open) > 0
 }
 
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
