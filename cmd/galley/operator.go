@@ -132,6 +132,12 @@ func printWorkers(w io.Writer, ws []operator.WorkerView) {
 		if v.Outcome != "" {
 			state += " (" + v.Outcome + ")"
 		}
+		if v.Parked {
+			state += ", parked"
+			if v.ParkedSince != nil {
+				state += " " + time.Since(*v.ParkedSince).Round(time.Second).String()
+			}
+		}
 		agent := v.Agent
 		if v.Model != "" {
 			agent += " " + v.Model

@@ -99,8 +99,9 @@ func Console(t *testing.T, c Consoled) {
 		Cancelled                        bool
 		CookieAfterLogout                int
 		List1000Ms                       struct {
-			Median, Max float64
-			Rows        int
+			Median, Max             float64
+			Rows                    int
+			ParkedState, ReadyState string
 		}
 	}
 	runNode(t, root, "console.mjs", []string{"GALLEY_ENDPOINT=" + k.Endpoint(), "GALLEY_OPERATOR_TOKEN_FILE=" + opFile,
@@ -159,6 +160,10 @@ func Console(t *testing.T, c Consoled) {
 	}
 	if r.CookieAfterLogout != http.StatusUnauthorized {
 		t.Errorf("after the console's logout its old session cookie, replayed, answered %d, want 401 (0: no cookie, or not cleared)", r.CookieAfterLogout)
+	}
+	if r.List1000Ms.Rows != 1000 || r.List1000Ms.ParkedState != "awaiting-reply, parked" || r.List1000Ms.ReadyState != "ready" {
+		t.Errorf("the list of 1,000 shows %d rows, a parked worker's state %q, a ready one's %q; want 1000, \"awaiting-reply, parked\", \"ready\"",
+			r.List1000Ms.Rows, r.List1000Ms.ParkedState, r.List1000Ms.ReadyState)
 	}
 	for _, e := range r.Errors {
 		t.Errorf("page error: %s", e)

@@ -137,7 +137,9 @@ try {
     const { renderList } = await import("./app.js");
     const ws = [];
     for (let i = 0; i < 1000; i++) {
-      ws.push({ handle: "w-bench-" + i, state: i % 3 ? "ready" : "settled", outcome: i % 3 ? "" : "succeeded", ageSeconds: i * 7,
+      const parked = i % 3 === 1; // waits on its coordinator, its compute ended
+      ws.push({ handle: "w-bench-" + i, state: parked ? "awaiting-reply" : i % 3 ? "ready" : "settled", outcome: i % 3 ? "" : "succeeded",
+        ageSeconds: i * 7, parked, parkedSince: parked ? new Date(Date.now() - i * 1000).toISOString() : undefined,
         agent: "claude", model: "opus", branch: "bench/" + i, tokens: { input: i * 100, output: i * 10 },
         cost: { microUsd: i * 1234, basis: "estimate" }, lastEvent: { kind: "mailbox", text: "status <b>" + i + "</b>" } });
     }
@@ -149,7 +151,9 @@ try {
       runs.push(performance.now() - t0);
     }
     runs.sort((a, b) => a - b);
-    return { median: runs[2], max: runs[4], rows: document.querySelectorAll("#workers tbody tr").length };
+    const stateOf = (h) => document.querySelector(`#workers tr[data-handle="${h}"] td[data-label="State"]`).textContent;
+    return { median: runs[2], max: runs[4], rows: document.querySelectorAll("#workers tbody tr").length,
+      parkedState: stateOf("w-bench-1"), readyState: stateOf("w-bench-2") };
   });
 
   // Log out: the page shows the login form, and the session's cookie,

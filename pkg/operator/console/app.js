@@ -83,6 +83,13 @@ function cell(tr, label, text, cls) {
   return td;
 }
 
+// stateText is a worker's state as the list and its facts show it: the
+// outcome of a settled one, and parked (docs/parking.md) for one whose
+// compute ended while it waits on its coordinator.
+function stateText(w) {
+  return w.state + (w.outcome ? " (" + w.outcome + ")" : "") + (w.parked ? ", parked" : "");
+}
+
 // renderList replaces the worker table's rows with ws (newest first).
 export function renderList(ws) {
   const body = document.querySelector("#workers tbody");
@@ -91,7 +98,7 @@ export function renderList(ws) {
     const tr = document.createElement("tr");
     tr.dataset.handle = w.handle;
     cell(tr, "Worker", w.handle);
-    cell(tr, "State", w.state + (w.outcome ? " (" + w.outcome + ")" : "") + (w.released ? ", released" : ""), "state-" + w.state);
+    cell(tr, "State", stateText(w) + (w.released ? ", released" : ""), "state-" + w.state + (w.parked ? " parked" : ""));
     cell(tr, "Age", age(w.ageSeconds));
     cell(tr, "Agent", (w.agent || "") + (w.model ? " " + w.model : ""));
     cell(tr, "Branch", w.branch || "");
@@ -134,7 +141,8 @@ function renderFacts(w) {
   const dl = $("d-facts");
   dl.replaceChildren();
   if (!w) return;
-  fact(dl, "State", w.state + (w.outcome ? " (" + w.outcome + ")" : ""));
+  fact(dl, "State", stateText(w));
+  if (w.parked && w.parkedSince) fact(dl, "Parked since", new Date(w.parkedSince).toLocaleString());
   fact(dl, "Age", age(w.ageSeconds));
   fact(dl, "Agent", (w.agent || "") + (w.model ? " " + w.model : ""));
   fact(dl, "Branch", w.branch);
