@@ -22,45 +22,6 @@ import (
 // parkAfter is the shortened park after of these tests.
 const parkAfter = "3s"
 
-// parkScripts: commit and push, ask (the worker parks in the call), then,
-// resumed with the reply as the prompt, commit and push again and finish.
-// The resumed CLI's conversation holds the three turns before the parking:
-// codex plays step 3 next. claude 2.1.332, resuming a session whose last
-// tool call has no result, records the call as interrupted and adds an
-// assistant turn of its own ("No response requested."), so its next step
-// is 4: step 3 is that turn's place, never played.
-var parkScripts = map[string]func(before, after string) []providerstandin.Step{
-	"claude": func(before, after string) []providerstandin.Step {
-		return []providerstandin.Step{
-			{Tool: "ToolSearch", Input: map[string]any{"query": "select:mcp__galley__ask_coordinator,mcp__galley__finish"}},
-			{Tool: "Bash", Input: map[string]any{"command": before, "description": "commit and push the first file"}},
-			{Tool: "mcp__galley__ask_coordinator", Input: map[string]any{"subject": "Which greeting?", "body": "hello or hi?"}},
-			{Text: "claude's own turn on resume takes this step's place"},
-			{Tool: "Bash", Input: map[string]any{"command": after, "description": "commit and push the second file"}},
-			{Tool: "mcp__galley__finish", Input: map[string]any{"outcome": "succeeded", "body": "both pushed"}},
-			{Text: "Done."},
-		}
-	},
-	"codex": func(before, after string) []providerstandin.Step {
-		call := func(tool, args string) string {
-			return "// @exec: {\"yield_time_ms\": 600000}\n" +
-				"const r = await tools." + tool + "(" + args + ");\n" +
-				"text(typeof r === \"string\" ? r : (r.content || []).map((c) => c.text).join(\"\\n\"));\n"
-		}
-		shell := func(cmd string) string {
-			return "const r = await tools.exec_command({cmd: " + jsString(cmd) + "});\ntext(JSON.stringify(r));\n"
-		}
-		return []providerstandin.Step{
-			{Tool: "exec", Code: "text(ALL_TOOLS.filter((t) => t.name.startsWith(\"mcp__galley__\")).map((t) => t.name).sort().join(\",\"));\n"},
-			{Tool: "exec", Code: shell(before)},
-			{Tool: "exec", Code: call("mcp__galley__ask_coordinator", `{subject: "Which greeting?", body: "hello or hi?"}`)},
-			{Tool: "exec", Code: shell(after)},
-			{Tool: "exec", Code: call("mcp__galley__finish", `{outcome: "succeeded", body: "both pushed"}`)},
-			{Text: "Done."},
-		}
-	},
-}
-
 // TestRealCLIParks parks each real CLI while it waits on its coordinator
 // (issue 30, item 2): the harness saves the CLI's session files, reports
 // the parking and ends with the CLI; the reply comes afterwards, to a
@@ -134,7 +95,7 @@ func parkAndResume(t *testing.T, bin, fam string, confine harness.Confinement) {
 		return fmt.Sprintf("printf '%s\\n' > %s && git add %s && git -c user.name=agent -c user.email=agent@example.com commit -qm '%s' && git push -q origin HEAD",
 			msg, file, file, msg)
 	}
-	prov := providerstandin.New(key, parkScripts[fam](commit("before.txt", "before parking"), commit("after.txt", "after resuming")))
+	prov := providerstandin.New(key, providerstandin.ParkSteps(fam, commit("before.txt", "before parking"), commit("after.txt", "after resuming")))
 	t.Cleanup(prov.Close)
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("GALLEY_TEST_LOGS") != "" {
@@ -271,10 +232,10 @@ func parkAndResume(t *testing.T, bin, fam string, confine harness.Confinement) {
 	if resumed == nil {
 		t.Fatalf("the resumed CLI made no scripted model call")
 	}
-	if want := map[string]int{"claude": 4, "codex": 3}[fam]; resumed.Step != want {
+	if want := providerstandin.ParkResumeStep[fam]; resumed.Step != want {
 		t.Errorf("the resumed CLI's first request played step %d, want %d (the earlier turns in its conversation)", resumed.Step, want)
 	}
-	askCall := map[string]string{"claude": "mcp__galley__ask_coordinator", "codex": "exec"}[fam]
+	askCall := providerstandin.ParkAskCall[fam]
 	if len(resumed.Called) < 3 || resumed.Called[2] != askCall {
 		t.Errorf("the resumed request's earlier tool calls %v lack the parked %s", resumed.Called, askCall)
 	}

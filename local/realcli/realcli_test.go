@@ -183,10 +183,7 @@ var families = []family{
 }
 
 // jsString quotes s as a JavaScript string.
-func jsString(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
-}
+var jsString = providerstandin.JSString
 
 // TestRealCLIWorker runs each real CLI as a galley worker from starting to
 // its outcome: ready on the CLI's own evidence, a status, a question whose
