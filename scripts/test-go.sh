@@ -3,8 +3,9 @@
 # lanes side by side (make test-go calls it inside the stand-ins' run):
 #
 #   lane 1  local/e2e, then local/container and worker
-#   lane 2  every other package, the longest first, then efsbench's
-#           delayfs, then every benchmark but aws-local's
+#   lane 2  every other package, the longest first, then efsbench's tests
+#           (its delaying file system, the harness's clone through the
+#           cache), then every benchmark but aws-local's
 #   lane 3  aws-local's benchmarks (a stack, its workers' containers, and
 #           the gaps the event-follow benchmark waits out)
 #
@@ -54,7 +55,7 @@ bench() { "$GO" test -count=1 -timeout 20m "${flags[@]}" -run '^$' -bench . -ben
 lane1=$!
 (
 	"$GO" test -count=1 -timeout 45m "${flags[@]}" "${first[@]}" "${rest[@]}" &&
-		(cd scripts/efsbench && "$GO" test -count=1 -timeout 2m "${flags[@]}" ./delayfs/) &&
+		(cd scripts/efsbench && "$GO" test -count=1 -timeout 2m "${flags[@]}" ./...) &&
 		bench "${other_benches[@]}"
 ) &
 lane2=$!
