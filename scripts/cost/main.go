@@ -63,9 +63,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		bin      = fs.String("bin", "bin", "the folder of aws-local's binaries (make build-aws-local)")
 		data     = fs.String("data", "", "the stack's data folder (default a temporary one, removed after)")
 		settle   = fs.Duration("settle", 5*time.Second, "wait after the last reply before the idle window starts (the workers' turns end)")
+		park     = fs.Bool("park", false, "print only the parked worker-hour against a working one, computed from the prices, the last measured control plane and the assumptions (park.go), without starting the stack")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *park {
+		parkReport(stdout, defaultTask, defaultPark, fmt.Sprintf("$%s a worker-hour and $%s a launch, measured (docs/cost.md, Since DPoP)",
+			usd(measuredIdleWorkerHour), usd(measuredLaunchQuestion)))
+		return 0
 	}
 	if *launches == 0 {
 		*launches = *workers

@@ -64,7 +64,9 @@ func TestReport(t *testing.T) {
 	for _, s := range []string{"`go run ./scripts/cost`", "per worker-hour (measured)", "per coordinator-hour (measured)",
 		"launch and question", "release", "1,000 workers", "control plane ÷ Fargate", pricesChecked,
 		// 10 workers' Fargate: vCPU, memory and the 10 GB of storage above the free 20.
-		"| Fargate (1 vCPU, 4 GB, 30 GB of storage, Arm) | assumed price × template size | 0.4773 |"} {
+		"| Fargate (1 vCPU, 4 GB, 30 GB of storage, Arm) | assumed price × template size | 0.4773 |",
+		// The parked worker-hour, against this run's working control plane.
+		"A parked worker-hour against a working one (computed)", "measured above", "**parked ÷ working**"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("the report lacks %q:\n%s", s, out)
 		}

@@ -35,6 +35,21 @@ const (
 	dnsFirewallMonth   = 0.01 // about 10 domain names
 )
 
+// What a parked worker costs (park.go) adds the snapshot bucket and the
+// table's storage. S3 Standard in us-east-1: storage for the first 50 TB a
+// month, PUT-class requests (PUT, COPY, POST, LIST; each part of a
+// multipart upload is one, and so are its create and complete) and GETs;
+// DELETE is free. Source: https://aws.amazon.com/s3/pricing/, as restated
+// in 2025–2026 (docs/cost.md's table). DynamoDB's storage and PITR (on for
+// galley's table) are docs/cost.md's row "DynamoDB storage / PITR".
+const (
+	priceS3StandardGBMonth    = 0.023  // GB-month, first 50 TB
+	priceS3PutPer1000         = 0.005  // 1,000 PUT, COPY, POST or LIST requests
+	priceS3GetPer1000         = 0.0004 // 1,000 GET requests
+	priceDynamoStorageGBMonth = 0.25   // GB-month, standard table class
+	priceDynamoPITRGBMonth    = 0.20   // GB-month of continuous backups
+)
+
 // networkPerMonth is the workers' network's fixed cost a month in azs
 // availability zones.
 func networkPerMonth(azs int) float64 {

@@ -30,7 +30,7 @@ func TestPricesMatchTheDocument(t *testing.T) {
 		if _, seen := cells[name]; seen {
 			continue // the price table comes first
 		}
-		for _, p := range strings.Split(f[2], "+") {
+		for _, p := range strings.Split(strings.ReplaceAll(f[2], " / ", "+"), "+") {
 			cells[name] = append(cells[name], strings.TrimPrefix(strings.TrimSpace(p), "$"))
 		}
 	}
@@ -54,6 +54,11 @@ func TestPricesMatchTheDocument(t *testing.T) {
 		{"Cloud Map", 0, priceCloudMapInstance},
 		{"CloudWatch Logs ingestion", 0, priceLogsIngestPerGB},
 		{"Secrets Manager", 1, priceSecretsPer10k},
+		{"DynamoDB storage / PITR", 0, priceDynamoStorageGBMonth},
+		{"DynamoDB storage / PITR", 1, priceDynamoPITRGBMonth},
+		{"S3 Standard storage", 0, priceS3StandardGBMonth},
+		{"S3 PUT, COPY, POST, LIST", 0, priceS3PutPer1000},
+		{"S3 GET", 0, priceS3GetPer1000},
 	} {
 		c := cells[tc.row]
 		if len(c) <= tc.index {

@@ -250,4 +250,6 @@ func report(w io.Writer, r *result) {
 		100*control(10)/(10*fargate), 100*control(100)/(100*fargate), 100*control(1000)/(1000*fargate))
 	fmt.Fprintf(w, "\nAn idle worker's control plane alone: $%s per worker-hour, %.1f %% of its Fargate $%s.\n",
 		usd(wh), 100*wh/fargate, usd(fargate))
+	parkReport(w, workerTask{vcpu: r.vcpu, memGB: r.memGB, storageGB: r.storageGB, controlPerHour: wh, launchControl: lo},
+		defaultPark, fmt.Sprintf("$%s a worker-hour and $%s a launch, measured above", usd(wh), usd(lo)))
 }
