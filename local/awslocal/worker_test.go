@@ -362,14 +362,16 @@ func TestTaskRoleIsCheckedAWSLocal(t *testing.T) {
 // destinations at the egress proxy.
 func withGateways(anthropicOrigin, openaiOrigin string) func(res map[string]any) error {
 	return func(res map[string]any) error {
-		c, err := workerContainer(res)
+		cs, err := workerContainers(res)
 		if err != nil {
 			return err
 		}
-		env, _ := c["Environment"].([]any)
-		c["Environment"] = append(env,
-			map[string]any{"Name": harness.EnvAnthropicBaseURL, "Value": anthropicOrigin},
-			map[string]any{"Name": harness.EnvOpenAIBaseURL, "Value": openaiOrigin + "/v1"})
+		for _, c := range cs {
+			env, _ := c["Environment"].([]any)
+			c["Environment"] = append(env,
+				map[string]any{"Name": harness.EnvAnthropicBaseURL, "Value": anthropicOrigin},
+				map[string]any{"Name": harness.EnvOpenAIBaseURL, "Value": openaiOrigin + "/v1"})
+		}
 		e, err := egressContainer(res)
 		if err != nil {
 			return err
