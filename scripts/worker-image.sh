@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Builds galley's worker image (worker/Dockerfile) on this machine with
-# buildah and runc, and prints its reference (docs/worker-image.md).
+# Builds galley's worker images, one per agent family (worker/Dockerfile's
+# targets worker-claude and worker-codex), on this machine with buildah and
+# runc, and prints their references (docs/worker-image.md).
 #
-#   scripts/worker-image.sh build        # build; the ref on stdout, progress on stderr
-#   scripts/worker-image.sh --print-ref  # the ref the current inputs build, without building
+#   scripts/worker-image.sh build        # build both; the refs on stdout, progress on stderr
+#   scripts/worker-image.sh --print-ref  # the refs the current inputs build, without building
 #
-# The ref is localhost/galley-worker:<hash of the build's inputs>; the image
-# is also tagged localhost/galley-worker:test. The Dockerfile's bases
-# (golang:1.26, node:22-bookworm-slim) cannot be pulled here, so they are
+# The refs are printed as one line, claude=<ref>,codex=<ref> (the value of
+# GALLEY_WORKER_IMAGE), each localhost/galley-worker-<family>:<hash of the
+# build's inputs>; each image is also tagged :test. The Dockerfile's bases
+# (golang:1.26, node:22-bookworm-slim, debian:bookworm-slim) cannot be pulled here, so they are
 # made from Debian's, npm's and the Go module proxy's packages, each
 # download checked against a pinned checksum, and stored under the names
 # the Dockerfile uses; each is made once per machine, keyed by its recipe.
@@ -20,6 +22,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 work=${GALLEY_IMAGE_WORK:-/var/tmp/galley-image}
 ca_bundle=${GALLEY_BUILD_CA:-/etc/ssl/certs/ca-certificates.crt}
 repo=localhost/galley-worker
+# The agent families, each a target of worker/Dockerfile (worker-<family>).
+families=(claude codex)
 
 # The bases' pins. Node's package on npm holds only the node binary, its
 # headers and docs; npm comes from its own package, as Node's release
@@ -36,6 +40,8 @@ npm_integrity=sha512-1g+6jLQvaIuB4zwvHL7yrXuXcWZwDsCtBX8bbWDqbvJSSr9nPiDDWTHNgwX
 go_version=1.26.8
 
 debian_image=localhost/galley-base/debian:bookworm-slim
+# The name worker/Dockerfile's runtime stage uses for it.
+debian_alias=docker.io/library/debian:bookworm-slim
 node_image=docker.io/library/node:22-bookworm-slim
 golang_image=docker.io/library/golang:1.26
 key_label=run.galley.base-key
@@ -222,10 +228,10 @@ debian_key=$(recipe_key make_debian)
 node_key=$(recipe_key make_node "$debian_key")
 golang_key=$(recipe_key make_golang "$debian_key")
 
-# The ref: a hash of everything the build reads (the context the
-# .dockerignore lets through, the Dockerfile, the bases' keys, the
-# architecture), so a ref names one build's inputs.
-worker_ref() {
+# The hash of everything the build reads (the context the .dockerignore
+# lets through, the Dockerfile, the bases' keys, the architecture), so a
+# ref names one build's inputs.
+worker_hash() {
   local files
   files=$(cd "$here" && git ls-files -co --exclude-standard -- go.mod go.sum pkg cmd worker |
     grep -v -E '(_test\.go$|(^|/)testdata/)' | LC_ALL=C sort -u)
@@ -235,7 +241,15 @@ worker_ref() {
     while IFS= read -r f; do [ -f "$f" ] && sha256sum -- "$f"; done <<< "$files"
     echo "$darch $debian_key $node_key $golang_key"
   } | sha256sum | cut -c1-16)
-  echo "$repo:$h"
+  echo "$h"
+}
+
+# The refs, as GALLEY_WORKER_IMAGE holds them: family=ref, comma-separated.
+worker_refs() {
+  local h out=() f
+  h=$(worker_hash)
+  for f in "${families[@]}"; do out+=("$f=$repo-$f:$h"); done
+  (IFS=,; echo "${out[*]}")
 }
 
 build() {
@@ -249,31 +263,40 @@ build() {
   [ "$(image_key "$debian_image")" = "$debian_key" ] || { make_debian "$debian_key"; made=1; }
   [ "$(image_key "$node_image")" = "$node_key" ] || { make_node "$node_key"; made=1; }
   [ "$(image_key "$golang_image")" = "$golang_key" ] || { make_golang "$golang_key"; made=1; }
-  local ref secret=() log=$work/build.log
-  ref=$(worker_ref)
+  # The Dockerfile names the Debian base as the official image's.
+  podman image exists "$debian_alias" && [ "$(image_key "$debian_alias")" = "$debian_key" ] ||
+    podman tag "$debian_image" "$debian_alias"
+  local h secret=() f steps=0 cached=0 kind size ref sizes=()
+  h=$(worker_hash)
   [ -f "$ca_bundle" ] && secret=(--secret "id=build-ca,src=$ca_bundle")
-  say "building $ref from worker/Dockerfile (log: $log)"
-  # --platform sets TARGETOS and TARGETARCH, which buildah leaves unset
-  # otherwise; --jobs 2 builds the harness and the agents stages at once.
-  if ! (cd "$here" && buildah bud "${runtime_flags[@]}" "${ulimit_flags[@]}" --pull=never --layers \
-    --platform "linux/$darch" --jobs 2 --ignorefile worker/.dockerignore -f worker/Dockerfile "${secret[@]}" \
-    -t "$ref" -t "$repo:test" . > "$log" 2>&1); then
-    tail -40 "$log" >&2
-    say "build failed"
-    exit 1
-  fi
-  local steps cached kind size
-  steps=$(grep -E '^(\[[0-9]+/[0-9]+\] )?STEP [0-9]+/[0-9]+: ' "$log" | grep -c -v -E ': FROM ' || true)
-  cached=$(grep -c -- '--> Using cache' "$log" || true)
+  # One target at a time: the second takes the shared stages (the harness,
+  # the agents, the runtime) from the layer cache.
+  for f in "${families[@]}"; do
+    local log=$work/build-$f.log
+    ref=$repo-$f:$h
+    say "building $ref from worker/Dockerfile, target worker-$f (log: $log)"
+    # --platform sets TARGETOS and TARGETARCH, which buildah leaves unset
+    # otherwise; --jobs 2 builds the harness and the agents stages at once.
+    if ! (cd "$here" && buildah bud "${runtime_flags[@]}" "${ulimit_flags[@]}" --pull=never --layers \
+      --platform "linux/$darch" --jobs 2 --ignorefile worker/.dockerignore -f worker/Dockerfile "${secret[@]}" \
+      --target "worker-$f" -t "$ref" -t "$repo-$f:test" . > "$log" 2>&1); then
+      tail -40 "$log" >&2
+      say "build of worker-$f failed"
+      exit 1
+    fi
+    steps=$((steps + $(grep -E '^(\[[0-9]+/[0-9]+\] )?STEP [0-9]+/[0-9]+: ' "$log" | grep -c -v -E ': FROM ' || true)))
+    cached=$((cached + $(grep -c -- '--> Using cache' "$log" || true)))
+    size=$(podman image inspect --format '{{.Size}}' "$ref")
+    sizes+=("$f $((size / 1000000)) MB")
+  done
   # Warm: the bases were there and the layer cache answered at least once.
   if [ "$made" -eq 0 ] && [ "$cached" -gt 0 ]; then kind=warm; else kind=cold; fi
-  size=$(podman image inspect --format '{{.Size}}' "$ref")
-  say "built in $((SECONDS - start))s ($kind: $cached of $steps steps from the layer cache), size $((size / 1000000)) MB"
-  echo "$ref"
+  say "built in $((SECONDS - start))s ($kind: $cached of $steps steps from the layer cache), sizes: $(IFS=,; echo "${sizes[*]}")"
+  worker_refs
 }
 
 case ${1:-} in
   build) build ;;
-  --print-ref | ref) worker_ref ;;
+  --print-ref | ref) worker_refs ;;
   *) echo "usage: $0 build | --print-ref" >&2; exit 2 ;;
 esac

@@ -13,26 +13,51 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
 
-// The image scripts/worker-image.sh built (make test exports it). Checked
-// as Fargate would run it: its entry point and user, its pinned CLIs, and
-// its layers as a pull fetches them.
-func workerImage(t *testing.T) string {
+// The images scripts/worker-image.sh built, one per agent family (make
+// test exports GALLEY_WORKER_IMAGE as the script prints it:
+// claude=<ref>,codex=<ref>). Checked as Fargate would run them: their entry
+// point and user, their pinned CLI, and their layers as a pull fetches
+// them.
+func workerImages(t *testing.T) map[string]string {
 	t.Helper()
-	ref := os.Getenv("GALLEY_WORKER_IMAGE")
-	if ref == "" {
+	v := os.Getenv("GALLEY_WORKER_IMAGE")
+	if v == "" {
 		if os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
-			t.Fatal("GALLEY_WORKER_IMAGE is unset: build the worker image with `make image` (scripts/worker-image.sh build) and export its ref")
+			t.Fatal("GALLEY_WORKER_IMAGE is unset: build the worker images with `make image` (scripts/worker-image.sh build) and export the refs it prints")
 		}
 		t.Skip("GALLEY_WORKER_IMAGE unset: no worker image to check (make image)")
 	}
-	if _, err := exec.LookPath("podman"); err != nil {
-		t.Fatalf("GALLEY_WORKER_IMAGE=%s but podman is missing: %v", ref, err)
+	images := map[string]string{}
+	for _, pair := range strings.Split(v, ",") {
+		family, ref, ok := strings.Cut(pair, "=")
+		if !ok || ref == "" {
+			t.Fatalf("GALLEY_WORKER_IMAGE=%s: %q is not family=ref", v, pair)
+		}
+		images[family] = ref
 	}
-	return ref
+	for _, family := range families {
+		if images[family] == "" {
+			t.Fatalf("GALLEY_WORKER_IMAGE=%s names no %s image", v, family)
+		}
+	}
+	if _, err := exec.LookPath("podman"); err != nil {
+		t.Fatalf("GALLEY_WORKER_IMAGE=%s but podman is missing: %v", v, err)
+	}
+	return images
+}
+
+// families are the agent families with an image each (worker/Dockerfile's
+// targets worker-<family>), and the CLI and npm package of each.
+var families = []string{"claude", "codex"}
+
+var clis = map[string]struct{ bin, pkg string }{
+	"claude": {"claude", "@anthropic-ai/claude-code"},
+	"codex":  {"codex", "@openai/codex"},
 }
 
 // podman runs podman with the runtime and ulimits this kind of machine
@@ -68,33 +93,58 @@ type imageConfig struct {
 }
 
 func TestWorkerImageConfig(t *testing.T) {
-	ref := workerImage(t)
-	out, stderr, err := podman(t, "image", "inspect", ref)
-	if err != nil {
-		t.Fatalf("podman image inspect %s: %v: %s", ref, err, stderr)
-	}
-	var imgs []imageConfig
-	if err := json.Unmarshal([]byte(out), &imgs); err != nil || len(imgs) != 1 {
-		t.Fatalf("podman image inspect %s: %d images, %v", ref, len(imgs), err)
-	}
-	c := imgs[0].Config
-	if strings.Join(c.Entrypoint, " ") != "/usr/local/bin/galley-worker" {
-		t.Errorf("entrypoint %q, want [/usr/local/bin/galley-worker]", c.Entrypoint)
-	}
-	// The harness starts as root so that the agent can run under a uid of
-	// its own; the task definition names no user.
-	if c.User != "0:0" && c.User != "0" {
-		t.Errorf("user %q, want 0:0", c.User)
-	}
-	if c.WorkingDir != "/workspace" {
-		t.Errorf("working directory %q, want /workspace", c.WorkingDir)
+	for family, ref := range workerImages(t) {
+		out, stderr, err := podman(t, "image", "inspect", ref)
+		if err != nil {
+			t.Fatalf("podman image inspect %s: %v: %s", ref, err, stderr)
+		}
+		var imgs []imageConfig
+		if err := json.Unmarshal([]byte(out), &imgs); err != nil || len(imgs) != 1 {
+			t.Fatalf("podman image inspect %s: %d images, %v", ref, len(imgs), err)
+		}
+		c := imgs[0].Config
+		if strings.Join(c.Entrypoint, " ") != "/usr/local/bin/galley-worker" {
+			t.Errorf("%s: entrypoint %q, want [/usr/local/bin/galley-worker]", family, c.Entrypoint)
+		}
+		// The harness starts as root so that the agent can run under a uid of
+		// its own; the task definition names no user.
+		if c.User != "0:0" && c.User != "0" {
+			t.Errorf("%s: user %q, want 0:0", family, c.User)
+		}
+		if c.WorkingDir != "/workspace" {
+			t.Errorf("%s: working directory %q, want /workspace", family, c.WorkingDir)
+		}
 	}
 }
 
-// The agent runs under a uid of its own: the CLIs and the harness must run
-// for any user, and at the versions worker/agent-clis pins.
+// MaxImageBytes is the most a worker image may hold uncompressed (issue
+// 30: a Fargate task pulls all of it at every start).
+const MaxImageBytes = 1_000_000_000
+
+// Each family's image holds its own CLI alone: at most MaxImageBytes.
+func TestWorkerImageSize(t *testing.T) {
+	for family, ref := range workerImages(t) {
+		out, stderr, err := podman(t, "image", "inspect", "--format", "{{.Size}}", ref)
+		if err != nil {
+			t.Fatalf("podman image inspect %s: %v: %s", ref, err, stderr)
+		}
+		size, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+		if err != nil {
+			t.Fatalf("podman image inspect %s: size %q: %v", ref, out, err)
+		}
+		t.Logf("%s: %.1f MB uncompressed", family, float64(size)/1e6)
+		if size > MaxImageBytes {
+			t.Errorf("the %s image is %.1f MB uncompressed, more than %.1f MB", family, float64(size)/1e6, float64(MaxImageBytes)/1e6)
+		}
+	}
+}
+
+// The agent runs under a uid of its own: its family's CLI and the harness
+// must run for any user, at the version worker/agent-clis pins; the other
+// family's CLI is not there, and Claude Code's image has no Node (its CLI
+// is a native binary).
 func TestWorkerImageCLIs(t *testing.T) {
-	ref := workerImage(t)
+	images := workerImages(t)
 	raw, err := os.ReadFile("agent-clis/package.json")
 	if err != nil {
 		t.Fatal(err)
@@ -103,30 +153,44 @@ func TestWorkerImageCLIs(t *testing.T) {
 	if err := json.Unmarshal(raw, &pins); err != nil {
 		t.Fatal(err)
 	}
-	for cli, pkg := range map[string]string{"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex"} {
-		want := pins.Dependencies[pkg]
+	for _, family := range families {
+		ref := images[family]
+		cli := clis[family]
+		want := pins.Dependencies[cli.pkg]
 		if want == "" {
-			t.Fatalf("agent-clis/package.json pins no %s", pkg)
+			t.Fatalf("agent-clis/package.json pins no %s", cli.pkg)
 		}
 		for _, user := range []string{"0:0", "12345:12345"} {
-			args := append(runFlags(), "--user", user, "--entrypoint", cli, ref, "--version")
+			args := append(runFlags(), "--user", user, "--entrypoint", cli.bin, ref, "--version")
 			out, stderr, err := podman(t, args...)
 			if err != nil {
-				t.Errorf("%s --version as %s: %v: %s%s", cli, user, err, out, stderr)
+				t.Errorf("%s image: %s --version as %s: %v: %s%s", family, cli.bin, user, err, out, stderr)
 				continue
 			}
 			if !strings.Contains(out, want) {
-				t.Errorf("%s --version as %s printed %q, want the pinned %s", cli, user, strings.TrimSpace(out), want)
+				t.Errorf("%s image: %s --version as %s printed %q, want the pinned %s", family, cli.bin, user, strings.TrimSpace(out), want)
 			}
 		}
-	}
-	// With no configuration the harness refuses to start (exit 2, "bad
-	// configuration"): it ran. A uid that cannot execute it gets 126.
-	args := append(runFlags(), "--user", "12345:12345", ref)
-	_, stderr, err := podman(t, args...)
-	var exitErr *exec.ExitError
-	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 2 || !strings.Contains(stderr, "bad configuration") {
-		t.Errorf("galley-worker as uid 12345: %v, stderr %q; want exit 2 and its configuration error", err, stderr)
+		// What else is on the image's PATH: the other families' CLIs are
+		// not, and node only where the CLI needs it (codex's launcher).
+		probe := "for p in claude codex node npm; do command -v $p > /dev/null && echo $p; done; true"
+		args := append(runFlags(), "--user", "12345:12345", "--entrypoint", "/bin/sh", ref, "-c", probe)
+		out, stderr, err := podman(t, args...)
+		if err != nil {
+			t.Errorf("%s image: %v: %s", family, err, stderr)
+		}
+		wantOn := map[string]string{"claude": "claude", "codex": "codex node"}[family]
+		if got := strings.Join(strings.Fields(out), " "); got != wantOn {
+			t.Errorf("%s image: on PATH %q, want %q", family, got, wantOn)
+		}
+		// With no configuration the harness refuses to start (exit 2, "bad
+		// configuration"): it ran. A uid that cannot execute it gets 126.
+		args = append(runFlags(), "--user", "12345:12345", ref)
+		_, stderr, err = podman(t, args...)
+		var exitErr *exec.ExitError
+		if !errors.As(err, &exitErr) || exitErr.ExitCode() != 2 || !strings.Contains(stderr, "bad configuration") {
+			t.Errorf("%s image: galley-worker as uid 12345: %v, stderr %q; want exit 2 and its configuration error", family, err, stderr)
+		}
 	}
 }
 
@@ -134,10 +198,17 @@ func TestWorkerImageCLIs(t *testing.T) {
 // modes or owners of files a lower layer already holds, and none may hold
 // the build machine's egress CA (the build mounts it as a secret).
 func TestWorkerImageLayers(t *testing.T) {
-	ref := workerImage(t)
+	images := workerImages(t)
+	for _, family := range families {
+		t.Run(family, func(t *testing.T) { checkLayers(t, images[family]) })
+	}
+}
+
+func checkLayers(t *testing.T, ref string) {
 	dir := filepath.Join(t.TempDir(), "oci")
 	// Uncompressed: the layers as they are stored, without podman
-	// gzipping 1.3 GB for the test to gunzip (about 20 CPU-s of make test).
+	// gzipping the image for the test to gunzip (about 20 CPU-s of make
+	// test).
 	if _, stderr, err := podman(t, "image", "save", "--uncompressed", "--format", "oci-dir", "-o", dir, ref); err != nil {
 		t.Fatalf("podman image save %s: %v: %s", ref, err, stderr)
 	}

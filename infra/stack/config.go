@@ -31,7 +31,13 @@ type Config struct {
 	// worktree and the agent's home and temporary files.
 	WorkerEphemeralStorageGiB int `json:"workerEphemeralStorageGiB"`
 	MaxWorkers                int `json:"maxWorkers"` // concurrent workers; beyond: rate-limited
-	AwaitCapMs                int `json:"awaitCapMs"` // deliveries/await hold cap
+	// ParkAfter is how long a worker's agent waits on its coordinator
+	// before its harness parks it (GALLEY_PARK_AFTER on the worker task
+	// definitions; docs/parking.md): its task ends, and a reply or a
+	// message starts a new one. Context: a Go duration ("10m", "90s") of
+	// at least 1 s, or "0" for never.
+	ParkAfter  time.Duration `json:"parkAfter"`
+	AwaitCapMs int           `json:"awaitCapMs"` // deliveries/await hold cap
 	// QueueIdleHours: the reconciler's sweep (at most hourly) deletes
 	// doorbell queues unused for longer.
 	QueueIdleHours int `json:"queueIdleHours"`
@@ -121,6 +127,7 @@ func Defaults() Config {
 		WorkerCPU:                  1024,
 		WorkerMemory:               4096,
 		WorkerEphemeralStorageGiB:  DefaultWorkerEphemeralStorageGiB,
+		ParkAfter:                  DefaultParkAfter,
 		MaxWorkers:                 10,
 		AwaitCapMs:                 int(contract.AwaitCap / time.Millisecond),
 		QueueIdleHours:             24,
@@ -212,6 +219,13 @@ func FromContext(get Context) (Config, error) {
 		c.DNSFirewall = b
 	}
 	num("availabilityZones", &c.AvailabilityZones)
+	if v := get("parkAfter"); v != nil {
+		d, err := parkAfter(v)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("context parkAfter: %q %v", fmt.Sprint(v), err))
+		}
+		c.ParkAfter = d
+	}
 	if v := get("egressAllowlist"); v != nil {
 		c.EgressAllowlist = listOf(v)
 	}
@@ -255,6 +269,30 @@ func FromContext(get Context) (Config, error) {
 		return c, fmt.Errorf("galley config: %s", strings.Join(errs, "; "))
 	}
 	return c, c.Validate()
+}
+
+// DefaultParkAfter is a worker's park after unless context parkAfter says
+// otherwise: a waiting task costs its full price, and a resume costs about
+// one task start (a minute's billing and the pull), so a worker parks
+// once its coordinator has taken about ten times that (docs/parking.md).
+const DefaultParkAfter = 10 * time.Minute
+
+// minParkAfter is the shortest park after the harness takes
+// (harness.MinParkAfter; the infra module does not link the harness).
+const minParkAfter = time.Second
+
+// parkAfter reads context parkAfter: "0" (or the number 0) turns parking
+// off; anything else is a Go duration of at least minParkAfter.
+func parkAfter(v any) (time.Duration, error) {
+	s := strings.TrimSpace(fmt.Sprint(v))
+	if s == "0" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < minParkAfter {
+		return 0, fmt.Errorf("is not a Go duration of at least %s (\"10m\", \"90s\"), nor 0 for never", minParkAfter)
+	}
+	return d, nil
 }
 
 // listOf reads a list context value: a JSON list (cdk.json) or a

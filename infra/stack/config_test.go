@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
@@ -237,6 +238,30 @@ func TestFromContext(t *testing.T) {
 				t.Errorf("namespace %q", c.EgressNamespace())
 			}
 		}},
+		{name: "parkAfter defaults to 10 minutes", check: func(t *testing.T, c stack.Config) {
+			if c.ParkAfter != 10*time.Minute {
+				t.Errorf("parkAfter %s, want 10m", c.ParkAfter)
+			}
+		}},
+		{name: "parkAfter 0 turns parking off", ctx: map[string]any{"parkAfter": "0"}, check: func(t *testing.T, c stack.Config) {
+			if c.ParkAfter != 0 {
+				t.Errorf("parkAfter %s, want 0", c.ParkAfter)
+			}
+		}},
+		{name: "parkAfter the number 0 from cdk.json", ctx: map[string]any{"parkAfter": 0.0}, check: func(t *testing.T, c stack.Config) {
+			if c.ParkAfter != 0 {
+				t.Errorf("parkAfter %s, want 0", c.ParkAfter)
+			}
+		}},
+		{name: "parkAfter a duration", ctx: map[string]any{"parkAfter": "90s"}, check: func(t *testing.T, c stack.Config) {
+			if c.ParkAfter != 90*time.Second {
+				t.Errorf("parkAfter %s, want 1m30s", c.ParkAfter)
+			}
+		}},
+		{name: "parkAfter below a second", ctx: map[string]any{"parkAfter": "500ms"}, wantErr: "parkAfter"},
+		{name: "parkAfter not a duration", ctx: map[string]any{"parkAfter": "ten minutes"}, wantErr: "parkAfter"},
+		{name: "parkAfter a bare number", ctx: map[string]any{"parkAfter": "600"}, wantErr: "parkAfter"},
+		{name: "a family listed twice", ctx: map[string]any{"agentFamilies": "claude,claude"}, wantErr: "listed twice"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

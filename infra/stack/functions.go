@@ -65,6 +65,11 @@ func (g *Galley) addFunctions() {
 		// nothing.
 		contract.EnvAssignPublicIP: jsii.String("DISABLED"),
 	}
+	// Each agent family's own task definition (its image holds its CLI
+	// alone); GALLEY_TASK_DEFINITION, the first family's, runs the others.
+	for family, td := range g.TaskDefinitions {
+		env[contract.EnvTaskDefinitionFor(family)] = td.TaskDefinitionArn()
+	}
 	for _, name := range contract.FunctionNames {
 		spec := fnSpecs[name]
 		id := titled(name)

@@ -73,7 +73,7 @@ func (g *Galley) grantFunctions() {
 
 	effects := g.Roles[contract.FnEffects]
 	g.Table.GrantReadWriteData(effects)
-	stmt(effects, "RunWorkerTasks", []string{"ecs:RunTask"}, []*string{g.TaskDefinition.TaskDefinitionArn()}, inCluster)
+	stmt(effects, "RunWorkerTasks", []string{"ecs:RunTask"}, g.workerTaskDefinitionArns(), inCluster)
 	stmt(effects, "StopAndDescribeWorkerTasks", []string{"ecs:StopTask", "ecs:DescribeTasks"}, tasks, inCluster)
 	listTasks(effects)
 	// RunTask's tags (house, run, worker, key) need TagResource on create.

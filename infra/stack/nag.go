@@ -101,11 +101,13 @@ func (g *Galley) addNagSuppressions() {
 			"IAM, Cognito and JWT authorizers cannot verify either token, and a Lambda authorizer would repeat the "+
 			"same check in a second invocation per call.")
 
-	suppress(g.TaskDefinition, "AwsSolutions-ECS2",
-		"The container environment holds configuration only (house, repository URL, API endpoint, workspace paths, "+
-			"git user name); the provider keys and the git credential are container secrets that ECS reads from "+
-			"Secrets Manager with the execution role at task start, so no secret value is in the task definition or "+
-			"RunTask's overrides (asserted by the infra tests).")
+	for _, family := range g.Config.AgentFamilies {
+		suppress(g.TaskDefinitions[family], "AwsSolutions-ECS2",
+			"The container environment holds configuration only (house, repository URL, API endpoint, workspace paths, "+
+				"git user name); the provider keys and the git credential are container secrets that ECS reads from "+
+				"Secrets Manager with the execution role at task start, so no secret value is in the task definition or "+
+				"RunTask's overrides (asserted by the infra tests).")
+	}
 
 	suppress(g.EgressTaskDefinition, "AwsSolutions-ECS2",
 		"The container environment holds configuration only (listen address, the house's allowlist, the "+

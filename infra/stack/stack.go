@@ -49,17 +49,23 @@ type Galley struct {
 	// WorkerSG admits nothing and lets out only what addNetwork and
 	// addEndpoints name; EgressSG is the proxy's, EndpointsSG the
 	// interface endpoints'.
-	WorkerSG       awsec2.SecurityGroup
-	EgressSG       awsec2.SecurityGroup
-	EndpointsSG    awsec2.SecurityGroup
-	Cluster        awsecs.Cluster
-	TaskDefinition awsecs.FargateTaskDefinition
-	TaskRole       awsiam.Role
-	ExecutionRole  awsiam.Role
-	// WorkerImage is the image asset of the worker task and the egress
-	// proxy; WorkerLogs the worker container's log group.
-	WorkerImage awsecrassets.DockerImageAsset
-	WorkerLogs  awslogs.LogGroup
+	WorkerSG    awsec2.SecurityGroup
+	EgressSG    awsec2.SecurityGroup
+	EndpointsSG awsec2.SecurityGroup
+	Cluster     awsecs.Cluster
+	// TaskDefinitions and WorkerImages are each agent family's worker task
+	// definition and its image asset (worker/Dockerfile's target
+	// WorkerTarget(family)); TaskDefinition and WorkerImage are the first
+	// family's: the default task definition (GALLEY_TASK_DEFINITION, for
+	// the scripted agent) and the egress proxy's image.
+	TaskDefinitions map[string]awsecs.FargateTaskDefinition
+	WorkerImages    map[string]awsecrassets.DockerImageAsset
+	TaskDefinition  awsecs.FargateTaskDefinition
+	WorkerImage     awsecrassets.DockerImageAsset
+	TaskRole        awsiam.Role
+	ExecutionRole   awsiam.Role
+	// WorkerLogs is the worker containers' log group.
+	WorkerLogs awslogs.LogGroup
 	// Endpoints are the interface endpoints by EndpointNames' names, and
 	// S3Endpoint the gateway endpoint for ECR's layers; S3PrefixList looks
 	// up the prefix list the workers' group sends layers' HTTPS to.

@@ -78,10 +78,19 @@ func (c Config) Validate() error {
 	if len(c.AgentFamilies) == 0 {
 		errs = append(errs, "agentFamilies: want at least one of claude, codex")
 	}
+	seen := map[string]bool{}
 	for _, f := range c.AgentFamilies {
-		if !agentFamilies[f] {
+		switch {
+		case !agentFamilies[f]:
 			errs = append(errs, fmt.Sprintf("agentFamilies: unknown family %q (want claude or codex)", f))
+		case seen[f]:
+			// Each family is one image and one task definition.
+			errs = append(errs, fmt.Sprintf("agentFamilies: %q is listed twice", f))
 		}
+		seen[f] = true
+	}
+	if c.ParkAfter != 0 && c.ParkAfter < minParkAfter {
+		errs = append(errs, fmt.Sprintf("parkAfter %s: want at least %s, or 0 for never", c.ParkAfter, minParkAfter))
 	}
 	if min, max, step, ok := fargateMemory(c.WorkerCPU); !ok {
 		errs = append(errs, fmt.Sprintf("workerCpu %d: want 256, 512, 1024, 2048, 4096, 8192 or 16384", c.WorkerCPU))

@@ -15,10 +15,10 @@ import (
 )
 
 // addWorkers makes the network (addNetwork), the cluster and the worker
-// task definition. Worker tasks run in isolated subnets with no public
-// IP: they reach the galley API, the model providers, the git host and
-// SQS only through the egress proxy (addEgressProxy), and AWS only
-// through the VPC endpoints (addEndpoints).
+// task definitions, one per agent family (addWorkerTask). Worker tasks run
+// in isolated subnets with no public IP: they reach the galley API, the
+// model providers, the git host and SQS only through the egress proxy
+// (addEgressProxy), and AWS only through the VPC endpoints (addEndpoints).
 func (g *Galley) addWorkers() error {
 	cfg := g.Config
 	g.addNetwork()
@@ -41,9 +41,53 @@ func (g *Galley) addWorkers() error {
 	})
 	g.addWorkspaces()
 	g.addSnapshots()
+	g.WorkerLogs = g.logGroup("WorkerLogs")
 
-	g.TaskDefinition = awsecs.NewFargateTaskDefinition(g.Stack, jsii.String("WorkerTask"), &awsecs.FargateTaskDefinitionProps{
-		Family:         jsii.String(cfg.Prefix() + "-worker"),
+	exclude, err := dockerIgnore(filepath.Join(cfg.WorkerContext, filepath.Dir(cfg.WorkerDockerfile), ".dockerignore"))
+	if err != nil {
+		return err
+	}
+	g.TaskDefinitions = map[string]awsecs.FargateTaskDefinition{}
+	g.WorkerImages = map[string]awsecrassets.DockerImageAsset{}
+	for _, family := range cfg.AgentFamilies {
+		g.addWorkerTask(family, exclude)
+	}
+	// The default, for an agent without an image of its own (the scripted
+	// agent, which every image's harness carries), and the egress proxy's
+	// image: the first family's.
+	g.TaskDefinition = g.TaskDefinitions[cfg.AgentFamilies[0]]
+	g.WorkerImage = g.WorkerImages[cfg.AgentFamilies[0]]
+	return nil
+}
+
+// WorkerTarget is the worker/Dockerfile target of an agent family's image:
+// the harness, git and that family's CLI alone.
+func WorkerTarget(family string) string { return "worker-" + family }
+
+// WorkerTaskFamily is the ECS task definition family of an agent family's
+// workers.
+func (c Config) WorkerTaskFamily(family string) string { return c.Prefix() + "-worker-" + family }
+
+// workerTaskDefinitionArns are the ARNs of every worker task definition,
+// in AgentFamilies' order: what a function that launches or resumes
+// workers may run.
+func (g *Galley) workerTaskDefinitionArns() []*string {
+	var out []*string
+	for _, family := range g.Config.AgentFamilies {
+		out = append(out, g.TaskDefinitions[family].TaskDefinitionArn())
+	}
+	return out
+}
+
+// addWorkerTask makes one agent family's image asset (its worker/Dockerfile
+// target) and task definition. Every family's task shares the roles, the
+// git object cache, the log group and the configuration; only the image
+// differs.
+func (g *Galley) addWorkerTask(family string, exclude []*string) {
+	cfg := g.Config
+	id := titled(family)
+	td := awsecs.NewFargateTaskDefinition(g.Stack, jsii.String("WorkerTask"+id), &awsecs.FargateTaskDefinitionProps{
+		Family:         jsii.String(cfg.WorkerTaskFamily(family)),
 		Cpu:            jsii.Number(float64(cfg.WorkerCPU)),
 		MemoryLimitMiB: jsii.Number(float64(cfg.WorkerMemory)),
 		RuntimePlatform: &awsecs.RuntimePlatform{
@@ -56,18 +100,21 @@ func (g *Galley) addWorkers() error {
 		// files share it (DefaultWorkerEphemeralStorageGiB).
 		EphemeralStorageGiB: jsii.Number(float64(cfg.WorkerEphemeralStorageGiB)),
 	})
-	exclude, err := dockerIgnore(filepath.Join(cfg.WorkerContext, filepath.Dir(cfg.WorkerDockerfile), ".dockerignore"))
-	if err != nil {
-		return err
-	}
-	g.WorkerImage = awsecrassets.NewDockerImageAsset(g.Stack, jsii.String("WorkerImage"), &awsecrassets.DockerImageAssetProps{
+	image := awsecrassets.NewDockerImageAsset(g.Stack, jsii.String("WorkerImage"+id), &awsecrassets.DockerImageAssetProps{
 		Directory:  jsii.String(cfg.WorkerContext),
 		File:       jsii.String(cfg.WorkerDockerfile),
+		Target:     jsii.String(WorkerTarget(family)),
 		Platform:   awsecrassets.Platform_LINUX_ARM64(),
 		Exclude:    &exclude,
 		IgnoreMode: awscdk.IgnoreMode_DOCKER,
+		// zstd layers: smaller than gzip's and faster to unpack, which is
+		// a large part of a Fargate start (platform 1.4 pulls them;
+		// docs/worker-image.md says what reaches ECR with which builder).
+		Outputs: jsii.Strings(WorkerImageOutput),
 	})
-	g.TaskDefinition.AddVolume(&awsecs.Volume{
+	g.TaskDefinitions[family] = td
+	g.WorkerImages[family] = image
+	td.AddVolume(&awsecs.Volume{
 		Name: jsii.String(gitCacheVolume),
 		EfsVolumeConfiguration: &awsecs.EfsVolumeConfiguration{
 			FileSystemId:      g.Workspaces.FileSystemId(),
@@ -80,48 +127,17 @@ func (g *Galley) addWorkers() error {
 			},
 		},
 	})
-	g.WorkerLogs = g.logGroup("WorkerLogs")
-	linux := awsecs.NewLinuxParameters(g.Stack, jsii.String("WorkerLinux"), &awsecs.LinuxParametersProps{
+	linux := awsecs.NewLinuxParameters(g.Stack, jsii.String("WorkerLinux"+id), &awsecs.LinuxParametersProps{
 		// An init process reaps the agents' child processes.
 		InitProcessEnabled: jsii.Bool(true),
 	})
 	// Fargate can add no capability but SYS_PTRACE, so the harness keeps
 	// what it needs by dropping every other one of Docker's defaults.
 	linux.DropCapabilities(WorkerDroppedCapabilities()...)
-	workerEnv := map[string]*string{
-		contract.EnvHouse:          jsii.String(cfg.House),
-		contract.EnvRepository:     jsii.String(cfg.Repository),
-		contract.EnvWorkerEndpoint: g.Endpoint,
-		// Each worktree a folder below it, on the task's own storage; no
-		// workspace root: nothing of it outlives the task but its
-		// snapshot.
-		contract.EnvWorkspace: jsii.String(contract.DefaultWorkspace),
-		// The git object cache, on EFS: shared by every task of the house.
-		contract.EnvGitCache:    jsii.String(contract.GitCacheMount),
-		contract.EnvGitUsername: jsii.String(cfg.GitUsername),
-		// The task's only way out, and what the agent may reach by it.
-		contract.EnvEgressUpstream: jsii.String(cfg.EgressUpstream()),
-		contract.EnvEgressAllow:    jsii.String(strings.Join(cfg.EgressAllowlist, ",")),
-		contract.EnvAgentNetwork:   jsii.String(contract.AgentNetworkTask),
-		// The worktree's snapshots, saved at the worker's end and restored
-		// by a launch that reuses the worktree.
-		contract.EnvSnapshotBucket: g.Snapshots.BucketName(),
-	}
-	if cfg.ModelCapTokens > 0 {
-		workerEnv[contract.EnvModelCapTokens] = jsii.String(strconv.FormatInt(cfg.ModelCapTokens, 10))
-	}
-	if cfg.ModelCapUSD != "" {
-		workerEnv[contract.EnvModelCapUSD] = jsii.String(cfg.ModelCapUSD)
-	}
-	if cfg.AnthropicBaseURL != "" {
-		workerEnv[contract.EnvAnthropicBaseURL] = jsii.String(cfg.AnthropicBaseURL)
-	}
-	if cfg.OpenAIBaseURL != "" {
-		workerEnv[contract.EnvOpenAIBaseURL] = jsii.String(cfg.OpenAIBaseURL)
-	}
-	worker := g.TaskDefinition.AddContainer(jsii.String(contract.WorkerContainer), &awsecs.ContainerDefinitionOptions{
+	workerEnv := g.workerEnv()
+	worker := td.AddContainer(jsii.String(contract.WorkerContainer), &awsecs.ContainerDefinitionOptions{
 		ContainerName:   jsii.String(contract.WorkerContainer),
-		Image:           awsecs.ContainerImage_FromDockerImageAsset(g.WorkerImage),
+		Image:           awsecs.ContainerImage_FromDockerImageAsset(image),
 		Essential:       jsii.Bool(true),
 		LinuxParameters: linux,
 		// The harness reports its outcome on SIGTERM; Fargate's maximum.
@@ -149,7 +165,54 @@ func (g *Galley) addWorkers() error {
 		SourceVolume:  jsii.String(gitCacheVolume),
 		ReadOnly:      jsii.Bool(false),
 	})
-	return nil
+}
+
+// WorkerImageOutput is the worker image assets' build output: an image
+// whose layers are zstd-compressed (buildx's image exporter; recompressed
+// even where a base layer came gzipped).
+const WorkerImageOutput = "type=image,oci-mediatypes=true,compression=zstd,force-compression=true"
+
+// workerEnv is every worker container's plain environment: configuration
+// only, the same for every family.
+func (g *Galley) workerEnv() map[string]*string {
+	cfg := g.Config
+	workerEnv := map[string]*string{
+		contract.EnvHouse:          jsii.String(cfg.House),
+		contract.EnvRepository:     jsii.String(cfg.Repository),
+		contract.EnvWorkerEndpoint: g.Endpoint,
+		// Each worktree a folder below it, on the task's own storage; no
+		// workspace root: nothing of it outlives the task but its
+		// snapshot.
+		contract.EnvWorkspace: jsii.String(contract.DefaultWorkspace),
+		// The git object cache, on EFS: shared by every task of the house.
+		contract.EnvGitCache:    jsii.String(contract.GitCacheMount),
+		contract.EnvGitUsername: jsii.String(cfg.GitUsername),
+		// The task's only way out, and what the agent may reach by it.
+		contract.EnvEgressUpstream: jsii.String(cfg.EgressUpstream()),
+		contract.EnvEgressAllow:    jsii.String(strings.Join(cfg.EgressAllowlist, ",")),
+		contract.EnvAgentNetwork:   jsii.String(contract.AgentNetworkTask),
+		// The worktree's snapshots, saved at the worker's end and restored
+		// by a launch that reuses the worktree.
+		contract.EnvSnapshotBucket: g.Snapshots.BucketName(),
+	}
+	if cfg.ParkAfter > 0 {
+		// A worker whose agent waits on its coordinator this long is
+		// parked: its task ends, and a reply starts a new one.
+		workerEnv[contract.EnvParkAfter] = jsii.String(cfg.ParkAfter.String())
+	}
+	if cfg.ModelCapTokens > 0 {
+		workerEnv[contract.EnvModelCapTokens] = jsii.String(strconv.FormatInt(cfg.ModelCapTokens, 10))
+	}
+	if cfg.ModelCapUSD != "" {
+		workerEnv[contract.EnvModelCapUSD] = jsii.String(cfg.ModelCapUSD)
+	}
+	if cfg.AnthropicBaseURL != "" {
+		workerEnv[contract.EnvAnthropicBaseURL] = jsii.String(cfg.AnthropicBaseURL)
+	}
+	if cfg.OpenAIBaseURL != "" {
+		workerEnv[contract.EnvOpenAIBaseURL] = jsii.String(cfg.OpenAIBaseURL)
+	}
+	return workerEnv
 }
 
 // gitCacheVolume names the task definition's EFS volume, the git object
@@ -160,7 +223,7 @@ const gitCacheVolume = "git-cache"
 // context workerEphemeralStorageGiB says otherwise. Fargate gives 20 GiB
 // free and bills each GiB above at $0.000111 an hour (us-east-1); 30 GiB
 // adds $0.0011 an hour, about 2 % of the default task's $0.047. What
-// shares it: the image (1.35 GB uncompressed), the clone with the cache's
+// shares it: the image (at most 1.0 GB uncompressed), the clone with the cache's
 // packs copied in (520 MB for galley's own repository), the worktree's
 // files, which a snapshot may hold up to its 4 GiB budget
 // (snapshot.DefaultLimits) and which a restore holds twice for a moment

@@ -137,18 +137,20 @@ type stackAdversary struct {
 // egress service. The house's keys go in Secrets Manager.
 func startAdversarialStack(t *testing.T, w shapetest.World) shapetest.House {
 	tpl := mutatedTemplate(t, func(res map[string]any) error {
-		c, err := workerContainer(res)
+		cs, err := workerContainers(res)
 		if err != nil {
 			return err
 		}
-		setEnv(c, harness.EnvPushLimit, strconv.Itoa(shapetest.FloodPushLimit))
-		setEnv(c, harness.EnvPushBudget, strconv.Itoa(shapetest.FloodPushBudget))
-		setEnv(c, contract.EnvModelCapTokens, strconv.FormatInt(shapetest.ModelCapTokens, 10))
-		setEnv(c, harness.EnvAnthropicBaseURL, anthropicOrigin)
-		if envOf(c, egress.EnvAllow) == nil {
-			return fmt.Errorf("the worker's task sets no %s", egress.EnvAllow)
+		for _, c := range cs {
+			setEnv(c, harness.EnvPushLimit, strconv.Itoa(shapetest.FloodPushLimit))
+			setEnv(c, harness.EnvPushBudget, strconv.Itoa(shapetest.FloodPushBudget))
+			setEnv(c, contract.EnvModelCapTokens, strconv.FormatInt(shapetest.ModelCapTokens, 10))
+			setEnv(c, harness.EnvAnthropicBaseURL, anthropicOrigin)
+			if envOf(c, egress.EnvAllow) == nil {
+				return fmt.Errorf("the worker's task sets no %s", egress.EnvAllow)
+			}
+			setEnv(c, egress.EnvAllow, shapetest.AllowedName)
 		}
-		setEnv(c, egress.EnvAllow, shapetest.AllowedName)
 		e, err := egressContainer(res)
 		if err != nil {
 			return err

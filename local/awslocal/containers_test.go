@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -25,16 +26,25 @@ import (
 )
 
 // requireWorkerImage fails a test under GALLEY_REQUIRE_STANDINS=1 when no
-// worker image is named (make test builds one and names it): every stack
-// of make test runs its workers as containers. Elsewhere a stack without
-// one runs them as host programs.
+// worker image is named (make test builds one per agent family and names
+// them): every stack of make test runs its workers as containers.
+// Elsewhere a stack without one runs them as host programs. It returns the
+// image the scripted agent's tasks run (the first family's, as the
+// template's default task definition is), or "".
 func requireWorkerImage(t testing.TB) string {
 	t.Helper()
-	img := os.Getenv(awslocal.EnvWorkerImage)
-	if img == "" && os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
-		t.Fatalf("GALLEY_REQUIRE_STANDINS=1 and %s is not set: make test builds the worker image (scripts/worker-image.sh) and names it", awslocal.EnvWorkerImage)
+	v := os.Getenv(awslocal.EnvWorkerImage)
+	if v == "" && os.Getenv("GALLEY_REQUIRE_STANDINS") == "1" {
+		t.Fatalf("GALLEY_REQUIRE_STANDINS=1 and %s is not set: make test builds the worker images (scripts/worker-image.sh) and names them", awslocal.EnvWorkerImage)
 	}
-	return img
+	images, err := awslocal.ParseWorkerImages(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img := images["claude"]; img != "" {
+		return img
+	}
+	return images[""]
 }
 
 // TestWorkerContainerReachesOnlyTheEgressService: from a container of the
@@ -285,4 +295,26 @@ func hostBeyond(t *testing.T) *testnet.Host {
 	}
 	c.Close()
 	return h
+}
+
+func TestParseWorkerImages(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want map[string]string
+	}{
+		{"", map[string]string{}},
+		{"localhost/galley-worker:abc", map[string]string{"": "localhost/galley-worker:abc"}},
+		{"claude=localhost/galley-worker-claude:abc,codex=localhost/galley-worker-codex:abc",
+			map[string]string{"claude": "localhost/galley-worker-claude:abc", "codex": "localhost/galley-worker-codex:abc"}},
+	} {
+		got, err := awslocal.ParseWorkerImages(tc.in)
+		if err != nil || !maps.Equal(got, tc.want) {
+			t.Errorf("ParseWorkerImages(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"a,b", "claude=", "=ref", "claude=a,claude=b", "claude=a,b"} {
+		if got, err := awslocal.ParseWorkerImages(bad); err == nil {
+			t.Errorf("ParseWorkerImages(%q) = %v, want an error", bad, got)
+		}
+	}
 }

@@ -189,8 +189,45 @@ func taskContainer(res map[string]any, is func(c map[string]any) bool) (map[stri
 	return nil, fmt.Errorf("no such task definition container")
 }
 
+// workerContainer is the worker container of the default task definition
+// (the effects function's GALLEY_TASK_DEFINITION), which the scripted
+// agent's workers run.
 func workerContainer(res map[string]any) (map[string]any, error) {
-	return taskContainer(res, func(c map[string]any) bool { return c["Name"] == "worker" })
+	effects, err := functionByPath(res, "Effects")
+	if err != nil {
+		return nil, err
+	}
+	vars, _ := effects["Environment"].(map[string]any)["Variables"].(map[string]any)
+	ref, _ := vars[contract.EnvTaskDefinition].(map[string]any)
+	id, _ := ref["Ref"].(string)
+	r, _ := res[id].(map[string]any)
+	if r == nil {
+		return nil, fmt.Errorf("the effects function's %s is no Ref to a task definition of the template", contract.EnvTaskDefinition)
+	}
+	p, _ := r["Properties"].(map[string]any)
+	for _, c := range p["ContainerDefinitions"].([]any) {
+		if c := c.(map[string]any); c["Name"] == "worker" {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("task definition %s has no worker container", id)
+}
+
+// workerContainers are the worker containers of every worker task
+// definition (one per agent family).
+func workerContainers(res map[string]any) ([]map[string]any, error) {
+	var out []map[string]any
+	for _, p := range resourcesOf(res, "AWS::ECS::TaskDefinition") {
+		for _, c := range p["ContainerDefinitions"].([]any) {
+			if c := c.(map[string]any); c["Name"] == "worker" {
+				out = append(out, c)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no worker task definition")
+	}
+	return out, nil
 }
 
 func egressContainer(res map[string]any) (map[string]any, error) {

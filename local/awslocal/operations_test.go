@@ -273,9 +273,10 @@ func TestAuthBeforeRoutingAWSLocal(t *testing.T) {
 }
 
 // TestWorkerImageMatchesDockerfile: the local worker image sets the same
-// environment variables as the real image's last stage (worker/Dockerfile's
-// ENV), each pointing at this machine's programs; a variable added to the
-// Dockerfile and not here fails it.
+// environment variables as the real images (worker/Dockerfile's ENV in the
+// runtime stage and the family stages built on it), each pointing at this
+// machine's programs; a variable added to the Dockerfile and not here
+// fails it.
 func TestWorkerImageMatchesDockerfile(t *testing.T) {
 	root, err := moduleRoot()
 	if err != nil {
@@ -285,11 +286,23 @@ func TestWorkerImageMatchesDockerfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The last stage's ENV instructions, continuation lines joined.
+	// The ENV instructions of the stages the images are made of (the
+	// runtime stage and those built on it), continuation lines joined.
 	text := strings.ReplaceAll(string(b), "\\\n", " ")
 	stages := strings.Split(text, "\nFROM ")
 	want := map[string]bool{}
-	for _, line := range strings.Split(stages[len(stages)-1], "\n") {
+	var image []string
+	for _, st := range stages[1:] {
+		// "<base> AS <name>": the runtime stage, or one built on it.
+		from := strings.Fields(strings.SplitN(st, "\n", 2)[0])
+		if from[0] == "runtime" || from[len(from)-1] == "runtime" {
+			image = append(image, st)
+		}
+	}
+	if len(image) < 3 {
+		t.Fatalf("worker/Dockerfile: %d stages named runtime or built on it, want the runtime stage and one per family", len(image))
+	}
+	for _, line := range strings.Split(strings.Join(image, "\n"), "\n") {
 		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "ENV "); ok {
 			for _, kv := range strings.Fields(rest) {
 				if k, _, ok := strings.Cut(kv, "="); ok {
@@ -299,7 +312,7 @@ func TestWorkerImageMatchesDockerfile(t *testing.T) {
 		}
 	}
 	if len(want) == 0 {
-		t.Fatal("no ENV in the Dockerfile's last stage")
+		t.Fatal("no ENV in the Dockerfile's image stages")
 	}
 	img := awslocal.WorkerImage(awslocal.BinariesIn("/bin"), t.TempDir())
 	for k := range want {

@@ -89,8 +89,8 @@ func ServeAWSLocal(ctx context.Context, cfg Config, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	if img := s.WorkerImageRef(); img != "" {
-		fmt.Fprintf(stderr, "galley: worker tasks run as containers of %s (podman, runc) on the stack's own network\n", img)
+	if imgs := s.WorkerImageRefs(); len(imgs) > 0 {
+		fmt.Fprintf(stderr, "galley: worker tasks run as containers of %v (by agent family; podman, runc) on the stack's own network\n", imgs)
 	} else {
 		fmt.Fprintln(stderr, "galley: "+HostProgramsNotice)
 	}

@@ -58,9 +58,11 @@ type Config struct {
 	// test's account limits (ecsstandin.WithVCPUQuota: a fresh account) or
 	// clock.
 	ECS []ecsstandin.Option
-	// WorkerImage is the local container image the worker task
-	// definition's image runs as (default $GALLEY_WORKER_IMAGE): its tasks
-	// then run as containers on a network of the stack's own
+	// WorkerImage names the local container images the worker task
+	// definitions' images run as (default $GALLEY_WORKER_IMAGE), one per
+	// agent family, claude=<ref>,codex=<ref> (ParseWorkerImages; one ref
+	// alone serves every family): each family's tasks then run as
+	// containers of its image on a network of the stack's own
 	// (containers.go). Empty: as host programs.
 	WorkerImage string
 	// ImageAgentCLIs runs the worker image's own Claude Code and Codex

@@ -483,7 +483,10 @@ func (st *startup) deployResources(ctx context.Context) error {
 		}
 		s.kinds[kind] = id
 	}
-	return s.checkOptions()
+	if err := s.checkOptions(); err != nil {
+		return err
+	}
+	return s.checkWorkerImages()
 }
 
 // startEgressService starts the egress service on the listener

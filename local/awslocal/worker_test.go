@@ -362,14 +362,16 @@ func TestTaskRoleIsCheckedAWSLocal(t *testing.T) {
 // destinations at the egress proxy.
 func withGateways(anthropicOrigin, openaiOrigin string) func(res map[string]any) error {
 	return func(res map[string]any) error {
-		c, err := workerContainer(res)
+		cs, err := workerContainers(res)
 		if err != nil {
 			return err
 		}
-		env, _ := c["Environment"].([]any)
-		c["Environment"] = append(env,
-			map[string]any{"Name": harness.EnvAnthropicBaseURL, "Value": anthropicOrigin},
-			map[string]any{"Name": harness.EnvOpenAIBaseURL, "Value": openaiOrigin + "/v1"})
+		for _, c := range cs {
+			env, _ := c["Environment"].([]any)
+			c["Environment"] = append(env,
+				map[string]any{"Name": harness.EnvAnthropicBaseURL, "Value": anthropicOrigin},
+				map[string]any{"Name": harness.EnvOpenAIBaseURL, "Value": openaiOrigin + "/v1"})
+		}
 		e, err := egressContainer(res)
 		if err != nil {
 			return err
@@ -395,7 +397,9 @@ func withGateways(anthropicOrigin, openaiOrigin string) func(res map[string]any)
 // stack's CA (Config.WorkerServices). Each CLI, under the agent's own uid
 // in its container, follows the stand-in's script through galley's MCP
 // tools: it commits and pushes its branch through the harness's push gate
-// and finishes.
+// and finishes. Each runs in its own family's image (worker/Dockerfile's
+// target, the template's task definition of that family): the claude
+// image holds Claude Code and no Node, the codex image Codex and Node.
 func TestImageCLIsWorkerAWSLocal(t *testing.T) {
 	t.Parallel()
 	if img := requireWorkerImage(t); img == "" {
@@ -406,7 +410,9 @@ func TestImageCLIsWorkerAWSLocal(t *testing.T) {
 		openaiOrigin    = "https://openai.llm-gateway.example"
 	)
 	keys := map[string]string{"claude": randomValue(t, "sk-ant-test-"), "codex": randomValue(t, "sk-test-")}
-	shell := "id -u > agent-uid.txt && printf 'hello\\n' > greeting.txt && git add greeting.txt agent-uid.txt && " +
+	// What the task's image holds: its agent CLIs, and Node or none.
+	shell := "{ ls /opt/agents/bin; command -v node || echo no-node; } > image.txt && " +
+		"id -u > agent-uid.txt && printf 'hello\\n' > greeting.txt && git add greeting.txt agent-uid.txt image.txt && " +
 		"git -c user.name=agent -c user.email=agent@example.com commit -qm 'add greeting' && git push -q origin HEAD"
 	codexCall := func(tool, args string) string {
 		return "const r = await tools." + tool + "(" + args + ");\n" +
@@ -482,6 +488,9 @@ func TestImageCLIsWorkerAWSLocal(t *testing.T) {
 			}
 			if got := show("greeting.txt"); got != "hello\n" {
 				t.Errorf("pushed greeting.txt = %q", got)
+			}
+			if got, want := show("image.txt"), map[string]string{"claude": "claude\nno-node\n", "codex": "codex\n/usr/local/bin/node\n"}[fam]; got != want {
+				t.Errorf("the %s worker's task ran an image holding %q, want its family's (%q)", fam, got, want)
 			}
 			uid, err := strconv.Atoi(strings.TrimSpace(show("agent-uid.txt")))
 			if err != nil || uid < workerapi.AgentUIDBase || uid >= workerapi.AgentUIDEnd {

@@ -1,5 +1,7 @@
 package contract
 
+import "strings"
+
 // EnvPrefix begins every variable of galley's. None passes from a
 // server's own environment to a worker by name (the server's settings,
 // kitchn's token among them, share the prefix), and an agent session
@@ -76,7 +78,8 @@ const (
 	EnvWorkspace = "GALLEY_WORKSPACE"
 
 	// ECS, for RunTask (effects runs and stops tasks, reads describes
-	// them): the cluster's and the worker task definition's ARNs, the
+	// them): the cluster's and the worker task definition's ARNs (the
+	// default's: EnvTaskDefinitionFor names each agent family's), the
 	// workers' subnets (comma-separated) and security group, the container
 	// the overrides name (default WorkerContainer), and whether a task gets
 	// a public IP (ENABLED or DISABLED; the stack sets DISABLED: the
@@ -89,6 +92,15 @@ const (
 	EnvWorkerContainer = "GALLEY_WORKER_CONTAINER"
 	EnvAssignPublicIP  = "GALLEY_ASSIGN_PUBLIC_IP"
 )
+
+// EnvTaskDefinitionFor names the variable of one agent family's worker
+// task definition (GALLEY_TASK_DEFINITION_CLAUDE, _CODEX): each family has
+// an image of its own (worker/Dockerfile's targets), and a launch runs
+// its agent's. An agent without one (the scripted agent, which every
+// image's harness carries) runs EnvTaskDefinition's.
+func EnvTaskDefinitionFor(family string) string {
+	return EnvTaskDefinition + "_" + strings.ToUpper(family)
+}
 
 // The functions' settings the stack leaves at their defaults.
 const (

@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 				return nil, err
 			}
 			rt, err := ecsrt.New(ecs.NewFromConfig(c), ecsrt.Config{
-				Cluster: cfg.Cluster, TaskDefinition: cfg.TaskDefinition, Container: cfg.WorkerContainer,
+				Cluster: cfg.Cluster, TaskDefinition: cfg.TaskDefinition, TaskDefinitions: cfg.TaskDefinitions, Container: cfg.WorkerContainer,
 				Subnets: cfg.Subnets, SecurityGroups: cfg.SecurityGroups, AssignPublicIP: cfg.AssignPublicIP,
 				Endpoint: cfg.WorkerEndpoint, Repository: cfg.Repository, House: cfg.House,
 			}, ecsrt.WithLogger(d.Log),

@@ -100,8 +100,11 @@ type Config struct {
 	WorkerSecretFile string
 
 	// ECS (effects and reads).
-	Cluster         string
-	TaskDefinition  string
+	Cluster        string
+	TaskDefinition string
+	// TaskDefinitions are the agent families' own task definitions
+	// (contract.EnvTaskDefinitionFor of each of Families that is set).
+	TaskDefinitions map[string]string
 	Subnets         []string
 	SecurityGroups  []string
 	WorkerContainer string
@@ -160,11 +163,17 @@ func ConfigFromEnv(fn Function, getenv func(string) string) (Config, error) {
 		SnapshotBucket:         getenv(contract.EnvSnapshotBucket),
 		S3PathStyle:            getenv("AWS_ENDPOINT_URL_S3") != "" || getenv("AWS_ENDPOINT_URL") != "",
 		Families:               list(getenv(contract.EnvAgentFamilies)),
+		TaskDefinitions:        map[string]string{},
 		DefaultAgent:           getenv(contract.EnvDefaultAgent),
 		LogLevel:               getenv(contract.EnvLogLevel),
 		AwaitCap:               contract.AwaitCap,
 		TokenCache:             DefaultTokenCache,
 		QueueIdle:              DefaultQueueIdle,
+	}
+	for _, f := range c.Families {
+		if td := getenv(contract.EnvTaskDefinitionFor(f)); td != "" {
+			c.TaskDefinitions[f] = td
+		}
 	}
 	switch fn {
 	case Effects, Reads, Mailbox, WorkerAPI, Reconciler, Operator:

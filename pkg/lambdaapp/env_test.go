@@ -1,6 +1,7 @@
 package lambdaapp_test
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,17 @@ func TestConfigFromEnv(t *testing.T) {
 					t.Errorf("%+v", c)
 				}
 			}},
+		{name: "each family's own task definition", fn: lambdaapp.Effects, mod: func(m map[string]string) {
+			m["GALLEY_AGENT_FAMILIES"] = "claude,codex"
+			m["GALLEY_TASK_DEFINITION_CLAUDE"] = "arn:td-claude"
+			m["GALLEY_TASK_DEFINITION_CODEX"] = "arn:td-codex"
+			m["GALLEY_TASK_DEFINITION_SCRIPT"] = "arn:td-not-a-family"
+		}, check: func(t *testing.T, c lambdaapp.Config) {
+			want := map[string]string{"claude": "arn:td-claude", "codex": "arn:td-codex"}
+			if c.TaskDefinition != "arn:td" || !maps.Equal(c.TaskDefinitions, want) {
+				t.Errorf("task definitions %q and %v, want arn:td and %v", c.TaskDefinition, c.TaskDefinitions, want)
+			}
+		}},
 		{name: "unknown family", fn: lambdaapp.Effects, mod: func(m map[string]string) { m["GALLEY_AGENT_FAMILIES"] = "gpt" },
 			wantErr: "unknown agent family"},
 		{name: "token cache", fn: lambdaapp.Reads, mod: func(m map[string]string) { m["GALLEY_TOKEN_CACHE_SECONDS"] = "60" },

@@ -3,7 +3,9 @@ package ecsrt
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,12 +35,16 @@ type TaskIndex interface {
 
 // Config says where and how worker tasks run.
 type Config struct {
-	Cluster        string   // cluster name or ARN (required)
-	TaskDefinition string   // family, family:revision or ARN (required)
-	Container      string   // the worker container's name in the task definition (required)
-	Subnets        []string // awsvpc subnets (required: Fargate tasks use awsvpc)
-	SecurityGroups []string
-	AssignPublicIP bool
+	Cluster        string // cluster name or ARN (required)
+	TaskDefinition string // family, family:revision or ARN (required): the default
+	// TaskDefinitions are the agent families' own task definitions (each
+	// runs its family's image): a launch whose agent has one runs it, any
+	// other (the scripted agent) TaskDefinition.
+	TaskDefinitions map[string]string
+	Container       string   // the worker container's name in the task definition (required)
+	Subnets         []string // awsvpc subnets (required: Fargate tasks use awsvpc)
+	SecurityGroups  []string
+	AssignPublicIP  bool
 	// CapacityProvider, when set (FARGATE_SPOT, say), replaces launch type
 	// FARGATE with a one-provider strategy.
 	CapacityProvider string
@@ -63,7 +69,7 @@ const (
 // concurrent use.
 type Runtime struct {
 	ecs      ECSAPI
-	cfg      Config
+	cfg      Config // TaskDefinitions cloned
 	log      *slog.Logger
 	index    TaskIndex
 	attempts int
@@ -93,6 +99,7 @@ func WithRetry(attempts int, backoff time.Duration) Option {
 // New returns a Runtime over client.
 func New(client ECSAPI, cfg Config, opts ...Option) (*Runtime, error) {
 	const op = galleyerr.Op("ecsrt.new")
+	cfg.TaskDefinitions = maps.Clone(cfg.TaskDefinitions)
 	r := &Runtime{
 		ecs: client, cfg: cfg, log: slog.New(slog.DiscardHandler),
 		attempts: DefaultAttempts, backoff: DefaultBackoff, memoMax: defaultMemo,
@@ -106,6 +113,8 @@ func New(client ECSAPI, cfg Config, opts ...Option) (*Runtime, error) {
 		return nil, galleyerr.E(op, galleyerr.Invalid, "no ECS client")
 	case cfg.Cluster == "" || cfg.TaskDefinition == "" || cfg.Container == "":
 		return nil, galleyerr.E(op, galleyerr.Invalid, "cluster, task definition and container are required")
+	case slices.Contains(slices.Collect(maps.Values(cfg.TaskDefinitions)), ""):
+		return nil, galleyerr.E(op, galleyerr.Invalid, "an agent family's task definition is empty")
 	case len(cfg.Subnets) == 0:
 		return nil, galleyerr.E(op, galleyerr.Invalid, "Fargate tasks need at least one subnet")
 	case cfg.Endpoint == "" || cfg.Repository == "":
@@ -125,4 +134,25 @@ func New(client ECSAPI, cfg Config, opts ...Option) (*Runtime, error) {
 func hasPassword(s string) bool {
 	u, err := url.Parse(s)
 	return err == nil && u.User != nil
+}
+
+// taskDefinition is the task definition a launch of agent runs: its
+// family's own, else the default.
+func (r *Runtime) taskDefinition(agent string) string {
+	if td, ok := r.cfg.TaskDefinitions[agent]; ok {
+		return td
+	}
+	return r.cfg.TaskDefinition
+}
+
+// taskFamilies are the task definition families of every worker task this
+// runtime may have started, the default's first, each once.
+func (r *Runtime) taskFamilies() []string {
+	out := []string{taskFamily(r.cfg.TaskDefinition)}
+	for _, agent := range slices.Sorted(maps.Keys(r.cfg.TaskDefinitions)) {
+		if f := taskFamily(r.cfg.TaskDefinitions[agent]); !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
 }

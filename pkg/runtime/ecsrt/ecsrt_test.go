@@ -652,6 +652,7 @@ func TestNewRefuses(t *testing.T) {
 		{"no container", func(c *ecsrt.Config) { c.Container = "" }},
 		{"no subnets", func(c *ecsrt.Config) { c.Subnets = nil }},
 		{"no endpoint", func(c *ecsrt.Config) { c.Endpoint = "" }},
+		{"an empty family task definition", func(c *ecsrt.Config) { c.TaskDefinitions = map[string]string{"claude": ""} }},
 		{"credentials in the repository", func(c *ecsrt.Config) { c.Repository = "https://user:pw@git.example/r.git" }},
 	}
 	client := ecs.New(ecs.Options{Region: "us-east-1"})

@@ -177,23 +177,26 @@ func fold(tasks []types.Task) service.Liveness {
 	return l
 }
 
-// listFamily lists the ARNs of the worker task definition's tasks that ECS
-// shows, running then stopped, every page.
+// listFamily lists the ARNs of the worker task definitions' tasks that ECS
+// shows (every family's: the default's and each agent family's), running
+// then stopped, every page.
 func (r *Runtime) listFamily(ctx context.Context) ([]string, error) {
 	var arns []string
-	for _, d := range []types.DesiredStatus{types.DesiredStatusRunning, types.DesiredStatusStopped} {
-		in := &ecs.ListTasksInput{Cluster: aws.String(r.cfg.Cluster), Family: aws.String(taskFamily(r.cfg.TaskDefinition)),
-			DesiredStatus: d, MaxResults: aws.Int32(100)}
-		for {
-			out, err := r.ecs.ListTasks(ctx, in)
-			if err != nil {
-				return nil, apiError("ListTasks", err)
+	for _, family := range r.taskFamilies() {
+		for _, d := range []types.DesiredStatus{types.DesiredStatusRunning, types.DesiredStatusStopped} {
+			in := &ecs.ListTasksInput{Cluster: aws.String(r.cfg.Cluster), Family: aws.String(family),
+				DesiredStatus: d, MaxResults: aws.Int32(100)}
+			for {
+				out, err := r.ecs.ListTasks(ctx, in)
+				if err != nil {
+					return nil, apiError("ListTasks", err)
+				}
+				arns = append(arns, out.TaskArns...)
+				if aws.ToString(out.NextToken) == "" {
+					break
+				}
+				in.NextToken = out.NextToken
 			}
-			arns = append(arns, out.TaskArns...)
-			if aws.ToString(out.NextToken) == "" {
-				break
-			}
-			in.NextToken = out.NextToken
 		}
 	}
 	return arns, nil

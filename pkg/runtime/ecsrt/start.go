@@ -83,7 +83,7 @@ func (r *Runtime) runTaskInput(spec service.WorkerSpec) *ecs.RunTaskInput {
 			env = append(env, types.KeyValuePair{Name: aws.String(k), Value: aws.String(vars[k])})
 		}
 	}
-	in := r.baseInput()
+	in := r.baseInput(r.taskDefinition(spec.Agent))
 	in.ClientToken = aws.String(ClientToken(idem))
 	in.StartedBy = aws.String(StartedBy(spec.Handle))
 	in.Overrides = &types.TaskOverride{ContainerOverrides: []types.ContainerOverride{{
@@ -94,16 +94,16 @@ func (r *Runtime) runTaskInput(spec service.WorkerSpec) *ecs.RunTaskInput {
 	return in
 }
 
-// baseInput is what every RunTask of this runtime shares: cluster, task
-// definition, network and capacity.
-func (r *Runtime) baseInput() *ecs.RunTaskInput {
+// baseInput is what every RunTask of this runtime shares: cluster, network
+// and capacity, with the task definition td.
+func (r *Runtime) baseInput(td string) *ecs.RunTaskInput {
 	assign := types.AssignPublicIpDisabled
 	if r.cfg.AssignPublicIP {
 		assign = types.AssignPublicIpEnabled
 	}
 	in := &ecs.RunTaskInput{
 		Cluster:              aws.String(r.cfg.Cluster),
-		TaskDefinition:       aws.String(r.cfg.TaskDefinition),
+		TaskDefinition:       aws.String(td),
 		Count:                aws.Int32(1),
 		EnableECSManagedTags: true,
 		NetworkConfiguration: &types.NetworkConfiguration{AwsvpcConfiguration: &types.AwsVpcConfiguration{
