@@ -98,9 +98,12 @@ func (g *Galley) addFunctions() {
 			fenv[contract.EnvSecretGit] = g.ProviderSecrets[SecretGit].SecretArn()
 			fenv[contract.EnvGitUsername] = jsii.String(cfg.GitUsername)
 		}
-		if name == contract.FnEffects {
-			// A worktree's release deletes its snapshot.
+		if name == contract.FnEffects || name == contract.FnOperator || name == contract.FnReconciler {
+			// A worktree's release deletes its snapshot (effects), a
+			// settled worker its session archive (docs/parking.md).
 			fenv[contract.EnvSnapshotBucket] = g.Snapshots.BucketName()
+		}
+		if name == contract.FnEffects {
 			if cfg.ScriptAgent {
 				fenv[contract.EnvDefaultAgent] = jsii.String("script")
 			}

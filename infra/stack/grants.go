@@ -70,28 +70,38 @@ func (g *Galley) grantFunctions() {
 	listTasks := func(role awsiam.Role) {
 		stmt(role, "ListWorkerTasks", []string{"ecs:ListTasks"}, []*string{jsii.String("*")}, inCluster)
 	}
+	// runTasks lets role start worker tasks: a launch's, or a parked
+	// worker's resumed one (docs/parking.md), of the worker task
+	// definition in the worker cluster, with their tags, passing the
+	// task's two roles to ECS only.
+	runTasks := func(role awsiam.Role) {
+		stmt(role, "RunWorkerTasks", []string{"ecs:RunTask"}, g.workerTaskDefinitionArns(), inCluster)
+		// RunTask's tags (house, run, worker, key) need TagResource on create.
+		stmt(role, "TagWorkerTasksOnRun", []string{"ecs:TagResource"}, tasks,
+			map[string]any{"StringEquals": map[string]any{"ecs:CreateAction": "RunTask"}})
+		stmt(role, "PassWorkerRolesToEcsTasks", []string{"iam:PassRole"},
+			[]*string{g.TaskRole.RoleArn(), g.ExecutionRole.RoleArn()},
+			map[string]any{"StringEquals": map[string]any{"iam:PassedToService": "ecs-tasks.amazonaws.com"}})
+	}
+	// houseSnapshots are the house's objects in the snapshot bucket: a
+	// released worktree's snapshot, a settled worker's session archive
+	// (service.WithSnapshots, service.WithParkedFiles). S3 answers a
+	// missing key's delete with success, so no list right is needed.
+	houseSnapshots := []*string{g.Snapshots.ArnForObjects(jsii.String(g.Config.House + "/*"))}
 
 	effects := g.Roles[contract.FnEffects]
 	g.Table.GrantReadWriteData(effects)
-	stmt(effects, "RunWorkerTasks", []string{"ecs:RunTask"}, g.workerTaskDefinitionArns(), inCluster)
+	runTasks(effects)
 	stmt(effects, "StopAndDescribeWorkerTasks", []string{"ecs:StopTask", "ecs:DescribeTasks"}, tasks, inCluster)
 	listTasks(effects)
-	// RunTask's tags (house, run, worker, key) need TagResource on create.
-	stmt(effects, "TagWorkerTasksOnRun", []string{"ecs:TagResource"}, tasks,
-		map[string]any{"StringEquals": map[string]any{"ecs:CreateAction": "RunTask"}})
-	stmt(effects, "PassWorkerRolesToEcsTasks", []string{"iam:PassRole"},
-		[]*string{g.TaskRole.RoleArn(), g.ExecutionRole.RoleArn()},
-		map[string]any{"StringEquals": map[string]any{"iam:PassedToService": "ecs-tasks.amazonaws.com"}})
 	stmt(effects, "RingDoorbells", ring, queues, tls)
 	stmt(effects, "ReadBearerToken", []string{"secretsmanager:GetSecretValue"}, token, nil)
 	stmt(effects, "ReadGitCredential", []string{"secretsmanager:GetSecretValue"},
 		[]*string{g.ProviderSecrets[SecretGit].SecretArn()}, nil)
 	stmt(effects, "ReadWorkerSigningKey", []string{"secretsmanager:GetSecretValue"}, workerKey, nil)
-	// A worktree's release deletes its snapshot (service.WithSnapshots),
-	// below the house's prefix only; S3 answers a missing key's delete
-	// with success, so no list right is needed.
-	stmt(effects, "DeleteReleasedWorktreesSnapshots", []string{"s3:DeleteObject"},
-		[]*string{g.Snapshots.ArnForObjects(jsii.String(g.Config.House + "/*"))}, nil)
+	// A worktree's release deletes its snapshot, a settle of a parked
+	// worker its session archive, below the house's prefix only.
+	stmt(effects, "DeleteReleasedWorktreesSnapshots", []string{"s3:DeleteObject"}, houseSnapshots, nil)
 
 	reads := g.Roles[contract.FnReads]
 	g.Table.GrantReadData(reads)
@@ -116,6 +126,12 @@ func (g *Galley) grantFunctions() {
 	stmt(worker, "RingAndMakeDoorbells", ring, queues, tls)
 	stmt(worker, "ReadWorkerSigningKey", []string{"secretsmanager:GetSecretValue"}, workerKey, nil)
 	stmt(worker, "GrantWorkersTheirWait", []string{"sts:AssumeRole"}, []*string{g.WakeRole.RoleArn()}, nil)
+	// A parking report that input raced resumes the worker at once: a
+	// new task (docs/parking.md), after reading the parked one; a resume
+	// whose worker settled meanwhile stops what it started.
+	runTasks(worker)
+	stmt(worker, "StopAndDescribeWorkerTasks", []string{"ecs:StopTask", "ecs:DescribeTasks"}, tasks, inCluster)
+	listTasks(worker)
 
 	// A grant's session may receive only what both the wake role and the
 	// grant's session policy (one queue) allow.
@@ -138,15 +154,22 @@ func (g *Galley) grantFunctions() {
 	// settle those whose task is gone, a lost STOPPED event.
 	stmt(reconciler, "StopAndDescribeWorkerTasks", []string{"ecs:StopTask", "ecs:DescribeTasks"}, tasks, inCluster)
 	listTasks(reconciler)
-	// It starts no task: worktrees live on the tasks' own storage, so a
-	// release leaves no cleanup task for housekeeping to start again.
+	// It starts a parked worker's resumed task when the parked task's end
+	// lets an owed resume start, or housekeeping finds input waiting
+	// (docs/parking.md); no other task: worktrees live on the tasks' own
+	// storage, so a release leaves no cleanup task to start again. It
+	// deletes a worker's session archive once its compute has ended after
+	// its settle.
+	runTasks(reconciler)
+	stmt(reconciler, "DeleteSettledWorkersSessions", []string{"s3:DeleteObject"}, houseSnapshots, nil)
 
 	// The operator function lists workers and reads their event logs,
 	// long polls a worker's event doorbell (woken by each append), and
 	// acts through the service's own paths: a cancel settles the worker
 	// (ringing its coordinator's doorbell) and stops its task, a revoke
 	// writes the worker record. It reads the operator token only: neither
-	// kitchn's token nor the signing key, and it starts no task.
+	// kitchn's token nor the signing key, and it starts no task (a cancel
+	// resumes nothing).
 	operator := g.Roles[contract.FnOperator]
 	g.Table.GrantReadWriteData(operator)
 	stmt(operator, "ListenAndRingDoorbells", []string{"sqs:CreateQueue", "sqs:TagQueue", "sqs:SendMessage",
@@ -155,4 +178,6 @@ func (g *Galley) grantFunctions() {
 		[]*string{g.OperatorTokenSecret.SecretArn()}, nil)
 	stmt(operator, "StopAndDescribeWorkerTasks", []string{"ecs:StopTask", "ecs:DescribeTasks"}, tasks, inCluster)
 	listTasks(operator)
+	// Its cancel of a parked worker deletes the worker's session archive.
+	stmt(operator, "DeleteSettledWorkersSessions", []string{"s3:DeleteObject"}, houseSnapshots, nil)
 }

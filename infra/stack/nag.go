@@ -48,12 +48,12 @@ func (g *Galley) addNagSuppressions() {
 	}
 	suppress(g.WakeRole, "AwsSolutions-IAM5", whyQueues+" Each session of this role carries a session policy "+
 		"naming one worker's queue, so what a session may receive is that queue alone.", queues)
-	for _, name := range []string{contract.FnEffects, contract.FnReads, contract.FnReconciler, contract.FnOperator} {
+	for _, name := range []string{contract.FnEffects, contract.FnReads, contract.FnWorkerAPI, contract.FnReconciler, contract.FnOperator} {
 		suppress(g.Roles[name], "AwsSolutions-IAM5", whyTasks, regex(nagClusterTasks))
 	}
 	const whyListTasks = "ecs:ListTasks names no task (it lists a cluster's tasks by startedBy), so AWS requires " +
 		"Resource *; the statement's ecs:cluster condition keeps it to the worker cluster."
-	for _, name := range []string{contract.FnEffects, contract.FnReads, contract.FnOperator} {
+	for _, name := range []string{contract.FnEffects, contract.FnReads, contract.FnWorkerAPI, contract.FnOperator} {
 		suppress(g.Roles[name], "AwsSolutions-IAM5", whyListTasks, "Resource::*")
 	}
 	// One finding covers every Resource * statement of a role.
@@ -62,9 +62,16 @@ func (g *Galley) addNagSuppressions() {
 		"lists queue names, and the sweep's sqs:ListQueueTags and sqs:DeleteQueue stay on this house's queue prefix.",
 		"Resource::*")
 	suppress(g.Roles[contract.FnEffects], "AwsSolutions-IAM5",
-		"Snapshots are named by worktree at run time (snapshot.WorktreeKey: house/worktree/worktree); a release "+
-			"deletes its worktree's, and the pattern confines the effects function to this house's prefix.",
+		"Snapshots are named by worktree at run time (snapshot.WorktreeKey: house/worktree/worktree), session "+
+			"archives by worker (snapshot.SessionKey: house/worker/session); a release deletes its worktree's, a "+
+			"settle a parked worker's archive, and the pattern confines the effects function to this house's prefix.",
 		regex(g.nagSnapshots()))
+	for _, name := range []string{contract.FnReconciler, contract.FnOperator} {
+		suppress(g.Roles[name], "AwsSolutions-IAM5",
+			"Session archives are named by worker at run time (snapshot.SessionKey: house/worker/session); a "+
+				"settle deletes a parked worker's (docs/parking.md), and the pattern confines the function to "+
+				"this house's prefix.", regex(g.nagSnapshots()))
+	}
 	suppress(g.ExecutionRole, "AwsSolutions-IAM5",
 		"ecr:GetAuthorizationToken supports no resource-level permission (AWS requires Resource *); "+
 			"the image pull itself is scoped to the asset repository.", "Resource::*")

@@ -83,19 +83,20 @@ func TestSnapshotsBucket(t *testing.T) {
 	if !jsonEq(env[contract.EnvSnapshotBucket], ref(id)) {
 		t.Errorf("%s = %v, want the bucket's name", contract.EnvSnapshotBucket, env[contract.EnvSnapshotBucket])
 	}
-	// So does the effects function's (a release deletes the worktree's
-	// snapshot), and no other function's.
+	// So do the functions that delete there (a release the worktree's
+	// snapshot, a settle of a parked worker its session archive:
+	// effects, operator, reconciler), and no other function's.
+	deleters := []string{contract.FnEffects, contract.FnOperator, contract.FnReconciler}
 	for _, fn := range contract.FunctionNames {
 		fenv := props(s.resources("AWS::Lambda::Function")[s.id(s.g.Functions[fn])])["Environment"].(map[string]any)["Variables"].(map[string]any)
 		v, ok := fenv[contract.EnvSnapshotBucket]
-		if want := fn == contract.FnEffects; ok != want || (want && !jsonEq(v, ref(id))) {
-			t.Errorf("%s: %s = %v (set %v), want the bucket's name on effects alone", fn, contract.EnvSnapshotBucket, v, ok)
+		if want := slices.Contains(deleters, fn); ok != want || (want && !jsonEq(v, ref(id))) {
+			t.Errorf("%s: %s = %v (set %v), want the bucket's name on %v alone", fn, contract.EnvSnapshotBucket, v, ok, deleters)
 		}
 	}
 
 	// Only the worker task role reaches the bucket, and only its house's
-	// prefix; and the effects function, which deletes a released
-	// worktree's snapshot there.
+	// prefix; and the functions that delete there, only that.
 	arn := getArn(id)
 	houseObjects := map[string]any{"Fn::Join": []any{"", []any{arn, "/" + s.g.Config.House + "/*"}}}
 	wantList := map[string]any{"StringLike": map[string]any{"s3:prefix": s.g.Config.House + "/*"}}
@@ -111,7 +112,8 @@ func TestSnapshotsBucket(t *testing.T) {
 			if !onBucket {
 				continue
 			}
-			if roleID == s.id(s.g.Roles[contract.FnEffects]) && jsonEq(st.Actions, []string{"s3:DeleteObject"}) &&
+			if slices.ContainsFunc(deleters, func(fn string) bool { return roleID == s.id(s.g.Roles[fn]) }) &&
+				jsonEq(st.Actions, []string{"s3:DeleteObject"}) &&
 				jsonEq(st.Resources, []any{houseObjects}) && st.Conditions == nil {
 				continue
 			}

@@ -443,26 +443,30 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 		sort.Strings(out)
 		return slices.Compact(out)
 	}
+	// Starting worker tasks (a launch's, a resumed parked worker's).
+	runs := []string{"ecs:RunTask", "ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks", "ecs:TagResource", "iam:PassRole"}
 	tests := []struct {
 		fn      string
 		actions []string
 	}{
-		{contract.FnEffects, join(logs, dynamoWrite, ring, secret, []string{
-			"ecs:RunTask", "ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks", "ecs:TagResource", "iam:PassRole",
-			"s3:DeleteObject"})},
+		{contract.FnEffects, join(logs, dynamoWrite, ring, secret, runs, []string{"s3:DeleteObject"})},
 		{contract.FnReads, join(logs, dynamoRead, secret, []string{"ecs:DescribeTasks", "ecs:ListTasks"})},
 		{contract.FnMailbox, join(logs, dynamoWrite, listen, secret)},
 		// It makes a worker's queue and grants its harness the wait; it
-		// never listens itself.
-		{contract.FnWorkerAPI, join(logs, dynamoWrite, ring, secret, []string{"sts:AssumeRole"})},
+		// never listens itself. A parking that input raced resumes the
+		// worker in a new task (docs/parking.md).
+		{contract.FnWorkerAPI, join(logs, dynamoWrite, ring, secret, runs, []string{"sts:AssumeRole"})},
 		// The sweep of idle doorbell queues: exactly these three; and
-		// what the on-failure destination needs of its queue.
-		// It starts no task (worktrees leave no cleanup task behind).
-		{contract.FnReconciler, join(logs, dynamoWrite, ring, failures, []string{"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks",
-			"sqs:ListQueues", "sqs:ListQueueTags", "sqs:DeleteQueue"})},
+		// what the on-failure destination needs of its queue. The only
+		// task it starts is a parked worker's resumed one, and it deletes
+		// a settled worker's session archive.
+		{contract.FnReconciler, join(logs, dynamoWrite, ring, failures, runs, []string{"sqs:ListQueues", "sqs:ListQueueTags",
+			"sqs:DeleteQueue", "s3:DeleteObject"})},
 		// It long polls a worker's event doorbell, and a cancel rings the
-		// coordinator's and stops the worker's task; it starts none.
-		{contract.FnOperator, join(logs, dynamoWrite, listen, ring, secret, []string{"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks"})},
+		// coordinator's, stops the worker's task and deletes its session
+		// archive; it starts none.
+		{contract.FnOperator, join(logs, dynamoWrite, listen, ring, secret, []string{"ecs:StopTask", "ecs:DescribeTasks", "ecs:ListTasks",
+			"s3:DeleteObject"})},
 	}
 	table := s.id(s.g.Table)
 	cluster := getArn(s.id(s.g.Cluster))
@@ -526,10 +530,11 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 						t.Errorf("PassRole condition %v", st.Conditions)
 					}
 				case st.Actions[0] == "s3:DeleteObject":
-					// A released worktree's snapshot, below the house's prefix.
+					// A released worktree's snapshot, a settled worker's
+					// session archive, below the house's prefix.
 					want := []any{map[string]any{"Fn::Join": []any{"", []any{getArn(s.id(s.g.Snapshots)), "/kitchen_1/*"}}}}
-					if tt.fn != contract.FnEffects || len(st.Actions) != 1 || !jsonEq(st.Resources, want) {
-						t.Errorf("%s may %v on %s, want only effects s3:DeleteObject on %v", tt.fn, st.Actions, raw, want)
+					if len(st.Actions) != 1 || !jsonEq(st.Resources, want) {
+						t.Errorf("%s may %v on %s, want only s3:DeleteObject on %v", tt.fn, st.Actions, raw, want)
 					}
 				case st.Actions[0] == "sts:AssumeRole":
 					if tt.fn != contract.FnWorkerAPI || !jsonEq(st.Resources, []any{getArn(s.id(s.g.WakeRole))}) {
@@ -549,9 +554,9 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 					t.Errorf("unexpected statement %+v", st)
 				}
 			}
-			if tt.fn == contract.FnEffects {
+			if slices.Contains(tt.actions, "ecs:RunTask") {
 				if !allows(sts, "ecs:RunTask", ref(s.id(s.g.TaskDefinition))) {
-					t.Error("effects cannot run the worker task definition")
+					t.Errorf("%s cannot run the worker task definition", tt.fn)
 				}
 			}
 		})

@@ -209,6 +209,11 @@ const (
 	EnvWorkerHandle = "GALLEY_WORKER_HANDLE" // the worker's handle
 	EnvBranch       = "GALLEY_BRANCH"        // the worker's branch
 	EnvAgent        = "GALLEY_AGENT"         // the agent the launch chose (ECS)
+	// EnvParking is the parking a resumed worker's task resumes (ECS
+	// overrides; docs/parking.md): the harness reads its resume from the
+	// worker API, and the runtime reads this back from a task to know
+	// which parking it resumes (unset: the launch's task).
+	EnvParking = "GALLEY_PARKING"
 	// EnvWorkerBootstrap carries a one-time code the harness exchanges for
 	// its credential (ECS workers, whose overrides must hold no secret).
 	EnvWorkerBootstrap = "GALLEY_WORKER_BOOTSTRAP"

@@ -67,7 +67,7 @@ type harness struct {
 	readyMu sync.Mutex
 	ready   bool
 
-	saved     bool          // the worktree's snapshot was saved (or tried)
+	saved     atomic.Bool   // the worktree's snapshot was saved (or tried); a parking saves it from its own goroutine
 	finishing atomic.Bool   // the agent called finish
 	finished  atomic.Bool   // the agent's worker-done was posted
 	settled   chan struct{} // closed when galley says the worker is settled

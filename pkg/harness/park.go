@@ -50,12 +50,9 @@ type Parker interface {
 // DefaultParkLimits bound a parking's session archive.
 var DefaultParkLimits = snapshot.Limits{MaxBytes: 256 << 20, MaxEntries: 10_000}
 
-// parkName names a worker's session archive among its keys.
-const parkName = "session"
-
 // ParkKey is the key of a worker's session archive in the park store:
-// galley deletes it once the worker settles.
-func ParkKey(house, worker string) string { return snapshot.Key(house, worker, parkName) }
+// galley deletes it once the worker settles (snapshot.Sessions).
+func ParkKey(house, worker string) string { return snapshot.SessionKey(house, worker) }
 
 // parkState is what a parked harness keeps for the harness that resumes it
 // (workerapi.ParkRequest.State): opaque to galley, bounded by the API.
@@ -266,6 +263,13 @@ func (h *harness) park(ctx context.Context, parker Parker, j *jail, w waiting, f
 			h.log.Info("session files saved", "files", stats.Files, "bytes", stats.Bytes)
 		}
 	}
+	// The worktree, where it goes with the compute (a task's own
+	// storage): the resumed harness restores it, so the parking needs it.
+	worktreeSaved, err := h.saveWorktreeForPark(ctx)
+	if err != nil {
+		h.box.thaw()
+		return failed("its worktree's snapshot could not be saved", err)
+	}
 	if !h.box.stillFrozenWait() {
 		h.box.thaw()
 		return giveUp("its wait ended as it parked")
@@ -287,6 +291,9 @@ func (h *harness) park(ctx context.Context, parker Parker, j *jail, w waiting, f
 	err = h.untilReachable(ctx, "reporting the parking", 30*time.Second, func(ctx context.Context) error {
 		return h.api.Park(ctx, req)
 	})
+	// Whatever ends the harness now, the end's save would only repeat
+	// the parking's; an agent that goes on is saved at its end.
+	h.saved.Store(worktreeSaved)
 	switch {
 	case err == nil:
 	case galleyerr.Is(galleyerr.Conflict, err):
@@ -294,6 +301,7 @@ func (h *harness) park(ctx context.Context, parker Parker, j *jail, w waiting, f
 		return true
 	case galleyerr.Is(galleyerr.Malformed, err) || galleyerr.Is(galleyerr.Invalid, err) || galleyerr.Is(galleyerr.TooLarge, err):
 		h.box.thaw()
+		h.saved.Store(false)
 		return failed("galley refused the parking", err)
 	case galleyerr.Is(galleyerr.Unauthorized, err):
 		// This harness's credential is void: galley resumed the worker

@@ -60,7 +60,8 @@ func workspaceOnDisk(dir string) bool {
 func (h *harness) restoreWorktree(ctx context.Context, onDisk bool, j *jail) error {
 	key := h.snapshotKey()
 	switch {
-	case key == "" || !h.self.WorktreeReused:
+	case key == "" || !h.self.WorktreeReused && h.resumed == nil:
+		// A resumed worker's worktree is the one its parking saved.
 		return nil
 	case onDisk:
 		h.log.Info("the reused worktree is on disk: its snapshot is not restored", "worktree", h.self.Worktree)
@@ -72,6 +73,11 @@ func (h *harness) restoreWorktree(ctx context.Context, onDisk bool, j *jail) err
 	}
 	start := time.Now()
 	st, err := snapshot.RestoreFrom(ctx, h.cfg.Snapshots, key, h.cfg.Workspace, h.cfg.SnapshotLimits, opts...)
+	if galleyerr.Is(galleyerr.NotFound, err) && h.resumed != nil {
+		return galleyerr.E(galleyerr.NotFound, fmt.Sprintf(
+			"worktree %s was saved when the worker parked, and its snapshot is gone: its uncommitted files are lost "+
+				"(its pushed commits are on branch %s)", h.self.Worktree, h.self.Branch))
+	}
 	if galleyerr.Is(galleyerr.NotFound, err) {
 		return galleyerr.E(galleyerr.NotFound, fmt.Sprintf(
 			"worktree %s was launched as existing, but its workspace is not on this disk and no snapshot of it was kept: "+
@@ -106,10 +112,9 @@ func (h *harness) endAgent(ctx context.Context, j *jail) error {
 // snapshotStopPatience more.
 func (h *harness) saveWorktree(ctx context.Context) {
 	key := h.snapshotKey()
-	if key == "" || h.saved {
+	if key == "" || !h.saved.CompareAndSwap(false, true) {
 		return
 	}
-	h.saved = true
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotPatience)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() {
@@ -122,17 +127,41 @@ func (h *harness) saveWorktree(ctx context.Context) {
 		}
 	})
 	defer stop()
-	start := time.Now()
-	st, err := snapshot.SaveTo(sctx, h.cfg.Snapshots, key, h.cfg.Workspace, h.cfg.SnapshotLimits)
-	took := time.Since(start)
-	if err != nil {
+	if err := h.snapshotWorktree(sctx, key); err != nil {
 		msg := redactSecrets(err.Error(), h.secrets()...)
 		h.log.Error("the worktree's snapshot could not be saved; the earlier one is kept", "worktree", h.self.Worktree, "err", msg)
 		h.rep.report(workerapi.EventError, "the worktree's snapshot could not be saved; the earlier one is kept: "+msg,
 			"worktree", h.self.Worktree)
-		return
+	}
+}
+
+// snapshotWorktree saves the worktree's snapshot under key, and says so.
+func (h *harness) snapshotWorktree(ctx context.Context, key string) error {
+	start := time.Now()
+	st, err := snapshot.SaveTo(ctx, h.cfg.Snapshots, key, h.cfg.Workspace, h.cfg.SnapshotLimits)
+	took := time.Since(start)
+	if err != nil {
+		return err
 	}
 	h.log.Info("worktree snapshot saved", "worktree", h.self.Worktree, "files", st.Files, "bytes", st.Bytes, "skipped", st.Skipped, "took", took)
 	h.rep.report(workerapi.EventWorkspace, "worktree snapshot saved", "worktree", h.self.Worktree,
 		"files", strconv.Itoa(st.Files), "bytes", strconv.FormatInt(st.Bytes, 10), "took", took.Round(time.Millisecond).String())
+	return nil
+}
+
+// saveWorktreeForPark saves the worktree's snapshot as the agent parks
+// (docs/parking.md), where the workspace goes with the compute: the
+// resumed harness restores it. Unlike the end's save, it must succeed:
+// a failure keeps the agent running. saved says whether it saved one.
+func (h *harness) saveWorktreeForPark(ctx context.Context) (saved bool, err error) {
+	key := h.snapshotKey()
+	if key == "" {
+		return false, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, snapshotPatience)
+	defer cancel()
+	if err := h.snapshotWorktree(sctx, key); err != nil {
+		return false, err
+	}
+	return true, nil
 }

@@ -54,6 +54,11 @@ type Deps struct {
 	// function only); default: with GALLEY_SNAPSHOT_BUCKET, the S3 store
 	// of that bucket; without it, none.
 	Snapshots service.WorktreeSnapshots
+	// ParkedFiles deletes a settled worker's session archive (the
+	// functions that settle parked workers: Function.forgetsParked);
+	// default: with GALLEY_SNAPSHOT_BUCKET, the archives in that bucket
+	// (snapshot.Sessions); without it, none.
+	ParkedFiles service.ParkedFiles
 }
 
 // App is one function's wiring: the service with exactly the dependencies
@@ -163,9 +168,11 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 	if d.Runtime == nil {
 		// The reconciler stops a settled worker's stray task, and the
 		// operator function a cancelled worker's, when it may (its role
-		// allows ecs:StopTask and the cluster is configured).
-		stops := (fn == Reconciler || fn == Operator) && cfg.Cluster != "" && cfg.TaskDefinition != "" && len(cfg.Subnets) > 0 &&
-			cfg.WorkerEndpoint != "" && cfg.Repository != ""
+		// allows ecs:StopTask and the cluster is configured). The
+		// reconciler and the worker API also resume parked workers (a
+		// new task: docs/parking.md).
+		stops := (fn == Reconciler || fn == Operator || fn == WorkerAPI) && cfg.Cluster != "" && cfg.TaskDefinition != "" &&
+			len(cfg.Subnets) > 0 && cfg.WorkerEndpoint != "" && cfg.Repository != ""
 		if fn.startsTasks() || stops {
 			c, err := awsCfg()
 			if err != nil {
@@ -254,6 +261,17 @@ func New(ctx context.Context, cfg Config, d Deps) (*App, error) {
 	}
 	if d.Snapshots != nil {
 		svcOpts = append(svcOpts, service.WithSnapshots(d.Snapshots))
+	}
+	if d.ParkedFiles == nil && fn.forgetsParked() && cfg.SnapshotBucket != "" {
+		c, err := awsCfg()
+		if err != nil {
+			return nil, err
+		}
+		client := s3.NewFromConfig(c, func(o *s3.Options) { o.UsePathStyle = cfg.S3PathStyle })
+		d.ParkedFiles = snapshot.Sessions{Store: snapshot.NewS3Store(client, cfg.SnapshotBucket), House: cfg.House}
+	}
+	if d.ParkedFiles != nil {
+		svcOpts = append(svcOpts, service.WithParkedFiles(d.ParkedFiles))
 	}
 	if evlog, ok := d.Store.(eventlog.Log); ok && fn.recordsEvents() {
 		rec = eventlog.New(evlog, d.Doorbell, d.Log)

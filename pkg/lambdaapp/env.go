@@ -55,6 +55,13 @@ func (f Function) recordsEvents() bool {
 // stops tasks, reads describes them for liveness.
 func (f Function) startsTasks() bool { return f == Effects || f == Reads }
 
+// forgetsParked reports whether the function deletes a settled worker's
+// session archive (docs/parking.md): the ones whose settles may come after
+// the worker's last compute ended (a cancel or release of a parked worker:
+// effects, operator), and the reconciler, which sees each compute's end
+// after a settle (the worker API's settles are followed by one).
+func (f Function) forgetsParked() bool { return f == Effects || f == Operator || f == Reconciler }
+
 // Defaults.
 const (
 	DefaultTokenCache = 5 * time.Minute
@@ -119,7 +126,9 @@ type Config struct {
 	WorkspaceRoot string
 	// SnapshotBucket is GALLEY_SNAPSHOT_BUCKET, the worktrees' snapshots'
 	// bucket (the worker task's too): the effects function deletes a
-	// worktree's snapshot there when it releases the worktree. S3PathStyle
+	// worktree's snapshot there when it releases the worktree, and the
+	// functions that settle parked workers their session archives
+	// (Function.forgetsParked). S3PathStyle
 	// addresses it by path, for an endpoint of its own
 	// (AWS_ENDPOINT_URL_S3: aws-local's stand-in).
 	SnapshotBucket string

@@ -111,8 +111,12 @@ func (r *Reconciler) settle(ctx context.Context, c ecsrt.TaskChange) (Outcome, e
 			cur, cv = store.Effect{Key: key, Fingerprint: "reconcile", Operation: "reconcile"}, store.NoVersion
 		case err != nil:
 			return "", err
-		case cur.State == store.EffectApplied:
+		case cur.State == store.EffectApplied && claimedTask(cur) == c.TaskARN:
 			return AlreadySettled, nil
+		case cur.State == store.EffectApplied:
+			// An earlier task's stop was applied, and the worker went on:
+			// it was parked, and this is the task that resumed it
+			// (docs/parking.md). Its stop is claimed afresh.
 		case cur.State == store.EffectInFlight && now.Before(cur.LeaseExpires):
 			return "", galleyerr.Errorf(galleyerr.InFlight, "another invocation is settling %s", c.Handle)
 		}
@@ -143,6 +147,15 @@ func (r *Reconciler) settle(ctx context.Context, c ecsrt.TaskChange) (Outcome, e
 		r.log.Warn("could not complete the reconcile claim", "worker", c.Handle, "err", err.Error())
 	}
 	return Settled, nil
+}
+
+// claimedTask is the task whose stop a claim record was applied for.
+func claimedTask(rec store.Effect) string {
+	var p claimPlan
+	if json.Unmarshal(rec.Plan, &p) != nil {
+		return ""
+	}
+	return p.Task
 }
 
 // gone reports an error the service gives for a worker that no longer

@@ -14,7 +14,8 @@ import (
 )
 
 // ExchangeBootstrap answers a worker's credential for its one-time
-// bootstrap code: only while the code is young, only for a worker that has
+// bootstrap code: only while the code is young (from the launch, or from
+// the resume of a parked worker), only for a worker that has
 // not settled, and only to the first claim (a second claimant, say one who
 // read the code from the task's overrides, is refused and logged). Every
 // refusal is the same Unauthorized error, so a caller learns nothing of why.
@@ -47,8 +48,11 @@ func (s *Service) ExchangeBootstrap(ctx context.Context, handle, code, claim str
 	if !bootstrap.Valid(token, handle, code) {
 		return "", refused
 	}
+	// Young counts from the compute's start: the launch, or the resume
+	// of the worker's latest parking, whose task has a code of its own
+	// (docs/parking.md).
 	if res.Released || res.Worker == nil || res.Worker.State == protocol.StateSettled ||
-		s.clock.Now().After(res.Created.Add(bootstrap.DefaultTTL)) {
+		s.clock.Now().After(startedAt(res).Add(bootstrap.DefaultTTL)) {
 		return "", refused
 	}
 	sum := sha256.Sum256([]byte(claim))

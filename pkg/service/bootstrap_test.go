@@ -115,3 +115,35 @@ func TestWorkerCredentialBoundToKey(t *testing.T) {
 	refused("a proof for another credential", proof(t, harnessKey, workerapi.PathSelf, w+".forged", clock.Now()))
 	refused("a proof made two windows ago", proof(t, harnessKey, workerapi.PathSelf, token, clock.Now().Add(-2*dpop.Window)))
 }
+
+// A parked worker resumed long after its launch (docs/parking.md): its
+// new task's code is young from the resume, not from the record's
+// creation, and the launch's code stays refused.
+func TestExchangeBootstrapOfAResumedWorker(t *testing.T) {
+	clock := servicetest.NewManualClock(time.Unix(1_800_000_000, 0))
+	e := newParkEnv(t, nil, service.WithClock(clock))
+	e.clock = clock
+	ctx := context.Background()
+	w, q := e.askAndPark(t, "k-boot")
+	launchCode := bootstrap.Code(e.rt.Specs[w].Token, w)
+	clock.Advance(time.Hour)
+	e.apply(t, call("run-1", "k-boot-reply", replyBody(w, q, "v2")))
+	token := e.rt.ResumeSpec(w).Token
+	code := bootstrap.Code(token, w)
+	key := newKey(t)
+	const claim = "claim-of-the-resumed-harness-01"
+	xp := func() dpop.Request { return proof(t, key, workerapi.PathCredential, "", clock.Now()) }
+	if _, err := e.svc.ExchangeBootstrap(ctx, w, launchCode, claim, xp()); err == nil {
+		t.Fatal("the launch's code was exchanged after the resume")
+	}
+	clock.Advance(bootstrap.DefaultTTL - time.Minute)
+	got, err := e.svc.ExchangeBootstrap(ctx, w, code, claim, xp())
+	if err != nil || got != token {
+		t.Fatalf("the resumed task's exchange an hour after the launch: %v", err)
+	}
+	// Past its own window, a retry of the same claim is refused too.
+	clock.Advance(2 * time.Minute)
+	if _, err := e.svc.ExchangeBootstrap(ctx, w, code, claim, xp()); err == nil {
+		t.Fatal("the resumed task's code was exchanged after its window")
+	}
+}

@@ -2,10 +2,12 @@ package snapshot_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -160,4 +162,35 @@ func newFakeS3(t *testing.T) *fakeS3 {
 		UsePathStyle: true,
 		HTTPClient:   srv.Client(),
 	})}
+}
+
+// Sessions delete a settled worker's session archive from the S3 store
+// (its key only: the worker's other keys, and another worker's archive,
+// stay), and a worker without one is no error.
+func TestSessionsDeleteParked(t *testing.T) {
+	f := newFakeS3(t)
+	s := snapshot.NewS3Store(f.client, "snapshots", snapshot.WithPartSize(5<<20))
+	ctx := context.Background()
+	for _, k := range []string{snapshot.SessionKey("house", "w-1"), snapshot.SessionKey("house", "w-2"), snapshot.WorktreeKey("house", "w-1")} {
+		if err := s.Put(ctx, k, strings.NewReader("archive")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sessions := snapshot.Sessions{Store: s, House: "house"}
+	for range 2 { // the second finds none
+		if err := sessions.DeleteParked(ctx, "w-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Get(ctx, snapshot.SessionKey("house", "w-1")); !galleyerr.Is(galleyerr.NotFound, err) {
+		t.Errorf("the deleted archive reads %v, want not found", err)
+	}
+	for _, k := range []string{snapshot.SessionKey("house", "w-2"), snapshot.WorktreeKey("house", "w-1")} {
+		rc, err := s.Get(ctx, k)
+		if err != nil {
+			t.Errorf("%s is gone with the worker's archive: %v", k, err)
+			continue
+		}
+		rc.Close()
+	}
 }

@@ -77,7 +77,7 @@ type Runtime struct {
 	memoMax  int
 
 	mu   sync.Mutex
-	memo map[string]string // handle -> task ARN: never changes once known
+	memo map[string]string // handle -> task ARN: changes only when a resume starts a new task
 }
 
 // Option configures a Runtime.

@@ -32,7 +32,17 @@ func (r *Runtime) Liveness(ctx context.Context, handle string) (service.Liveness
 	if err != nil {
 		return service.LivenessUnknown, wrap(op, err)
 	}
-	return fold(tasks), nil
+	l := fold(tasks)
+	if l != service.LivenessLive {
+		// The task remembered may be one a resume replaced since.
+		if arn := r.newerTask(ctx, handle, arns); arn != "" {
+			if tasks, err = r.describe(ctx, []string{arn}); err != nil {
+				return service.LivenessUnknown, wrap(op, err)
+			}
+			l = fold(tasks)
+		}
+	}
+	return l, nil
 }
 
 // maxDescribe is how many tasks one DescribeTasks names, ECS's limit.
@@ -144,8 +154,21 @@ func (r *Runtime) Livenesses(ctx context.Context, handles []string) (map[string]
 			seen[h] = append(seen[h], t)
 		}
 	}
-	for h := range taskARNs {
+	for h, as := range taskARNs {
 		out[h] = fold(seen[h])
+		if out[h] != service.LivenessLive && !bad[h] {
+			// The task remembered may be one a resume replaced since
+			// (rare: one more read and describe for that worker).
+			if arn := r.newerTask(ctx, h, as); arn != "" {
+				tasks, err := r.describe(ctx, []string{arn})
+				if err != nil {
+					failed.add(1, err)
+					bad[h] = true
+					continue
+				}
+				out[h] = fold(tasks)
+			}
+		}
 	}
 	for _, h := range byStartedBy {
 		if ts := seen[h]; len(ts) > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 // worker's facts, on top of the task definition's environment. Nothing
 // here is secret: the bootstrap code is good for one exchange, shortly
 // after the launch (see package bootstrap).
-var OverrideEnv = []string{contract.EnvAgent, contract.EnvBranch, contract.EnvRepository, contract.EnvWorkerBootstrap, contract.EnvWorkerEndpoint, contract.EnvWorkerHandle, contract.EnvWorkspace}
+var OverrideEnv = []string{contract.EnvAgent, contract.EnvBranch, contract.EnvParking, contract.EnvRepository, contract.EnvWorkerBootstrap, contract.EnvWorkerEndpoint, contract.EnvWorkerHandle, contract.EnvWorkspace}
 
 // noRetry turns the SDK's own retries off for one call: Start retries
 // RunTask itself, so that it knows whether any attempt may have launched a
@@ -49,8 +50,8 @@ func (r *Runtime) Start(ctx context.Context, spec service.WorkerSpec) error {
 	if _, ok := r.memoGet(spec.Handle); ok {
 		return nil
 	}
-	in := r.runTaskInput(spec)
-	arn, err := r.runTask(ctx, in, bootstrap.Code(spec.Token, spec.Handle))
+	in := r.runTaskInput(spec, 0)
+	arn, _, err := r.runTask(ctx, in, bootstrap.Code(spec.Token, spec.Handle))
 	if err != nil {
 		return wrap(op, err)
 	}
@@ -59,10 +60,11 @@ func (r *Runtime) Start(ctx context.Context, spec service.WorkerSpec) error {
 	return nil
 }
 
-// runTaskInput builds the RunTask request of spec. It is a pure function of
-// spec and the config: a retry with another request under the same
-// clientToken would be refused as a conflict.
-func (r *Runtime) runTaskInput(spec service.WorkerSpec) *ecs.RunTaskInput {
+// runTaskInput builds the RunTask request of spec, resuming parking (0:
+// the launch's task). It is a pure function of spec, parking and the
+// config: a retry with another request under the same clientToken would
+// be refused as a conflict.
+func (r *Runtime) runTaskInput(spec service.WorkerSpec, parking int) *ecs.RunTaskInput {
 	idem := spec.IdempotencyToken
 	if idem == "" {
 		// Still one task per handle.
@@ -76,6 +78,9 @@ func (r *Runtime) runTaskInput(spec service.WorkerSpec) *ecs.RunTaskInput {
 		contract.EnvWorkspace:       spec.WorkspacePath,
 		contract.EnvAgent:           spec.Agent,
 		contract.EnvWorkerBootstrap: bootstrap.Code(spec.Token, spec.Handle),
+	}
+	if parking > 0 {
+		vars[contract.EnvParking] = strconv.Itoa(parking)
 	}
 	var env []types.KeyValuePair
 	for _, k := range slices.Sorted(maps.Keys(vars)) {
@@ -138,33 +143,35 @@ func (r *Runtime) tags(spec service.WorkerSpec) []types.Tag {
 	return tags
 }
 
-// runTask calls RunTask up to r.attempts times and returns the task's ARN.
-// secret is scrubbed from any message ECS sends back.
-func (r *Runtime) runTask(ctx context.Context, in *ecs.RunTaskInput, secret string) (string, error) {
+// runTask calls RunTask up to r.attempts times and returns the task's ARN
+// and its lastStatus as ECS answered it ("" when it did not say: a task
+// the clientToken had already made, named by a conflict). secret is
+// scrubbed from any message ECS sends back.
+func (r *Runtime) runTask(ctx context.Context, in *ecs.RunTaskInput, secret string) (arn, status string, err error) {
 	uncertain := false // an attempt may have launched a task
 	var last error
 	for attempt := 1; ; attempt++ {
 		out, err := r.ecs.RunTask(ctx, in, noRetry)
 		if err == nil {
 			if len(out.Tasks) > 0 && out.Tasks[0].TaskArn != nil {
-				return *out.Tasks[0].TaskArn, nil
+				return *out.Tasks[0].TaskArn, aws.ToString(out.Tasks[0].LastStatus), nil
 			}
 			if len(out.Failures) == 0 {
-				return "", galleyerr.Errorf(galleyerr.Other, "RunTask answered neither a task nor a failure")
+				return "", "", galleyerr.Errorf(galleyerr.Other, "RunTask answered neither a task nor a failure")
 			}
 			f := out.Failures[0]
 			reason, detail := aws.ToString(f.Reason), aws.ToString(f.Detail)
 			msg := scrub("RunTask failed: "+reason+" "+detail, secret)
 			switch {
 			case uncertain:
-				return "", galleyerr.E(galleyerr.Unavailable, msg+" (after an attempt of unknown outcome)")
+				return "", "", galleyerr.E(galleyerr.Unavailable, msg+" (after an attempt of unknown outcome)")
 			case quotaMessage(reason) || quotaMessage(detail):
-				return "", rateLimited(msg, quotaRetryAfter)
+				return "", "", rateLimited(msg, quotaRetryAfter)
 			case capacityFailure(reason) || capacityMessage(detail):
-				return "", galleyerr.E(galleyerr.RateLimited, msg)
+				return "", "", galleyerr.E(galleyerr.RateLimited, msg)
 			}
 			// ECS placed nothing and says why: a definite refusal.
-			return "", galleyerr.E(galleyerr.Other, msg, service.ErrStartRefused)
+			return "", "", galleyerr.E(galleyerr.Other, msg, service.ErrStartRefused)
 		}
 		c := classify(err)
 		msg := scrub(c.msg, secret)
@@ -173,15 +180,15 @@ func (r *Runtime) runTask(ctx context.Context, in *ecs.RunTaskInput, secret stri
 			// The clientToken already made a task, from a request that
 			// differed (a deployment changed the config meanwhile).
 			r.log.Warn("RunTask converged on an existing task", "task", c.arn)
-			return c.arn, nil
+			return c.arn, "", nil
 		case classCapacity:
 			if uncertain {
-				return "", galleyerr.E(galleyerr.Unavailable, msg+" (after an attempt of unknown outcome)")
+				return "", "", galleyerr.E(galleyerr.Unavailable, msg+" (after an attempt of unknown outcome)")
 			}
 			if ra := c.retryAfter; quotaMessage(msg) && ra == 0 {
-				return "", rateLimited(msg, quotaRetryAfter)
+				return "", "", rateLimited(msg, quotaRetryAfter)
 			}
-			return "", rateLimited(msg, c.retryAfter)
+			return "", "", rateLimited(msg, c.retryAfter)
 		case classThrottled:
 			last = rateLimited(msg, c.retryAfter)
 		case classUncertain:
@@ -189,18 +196,18 @@ func (r *Runtime) runTask(ctx context.Context, in *ecs.RunTaskInput, secret stri
 			last = galleyerr.E(galleyerr.Unavailable, "RunTask: "+msg)
 		default:
 			if uncertain {
-				return "", galleyerr.E(galleyerr.Unavailable, "RunTask: "+msg+" (after an attempt of unknown outcome)")
+				return "", "", galleyerr.E(galleyerr.Unavailable, "RunTask: "+msg+" (after an attempt of unknown outcome)")
 			}
-			return "", galleyerr.E(galleyerr.Other, "RunTask: "+msg, service.ErrStartRefused)
+			return "", "", galleyerr.E(galleyerr.Other, "RunTask: "+msg, service.ErrStartRefused)
 		}
 		if attempt >= r.attempts || !r.pause(ctx, attempt, c.retryAfter) {
 			break
 		}
 	}
 	if uncertain {
-		return "", galleyerr.E(galleyerr.Unavailable, "RunTask: no attempt succeeded and one may have launched the task", last)
+		return "", "", galleyerr.E(galleyerr.Unavailable, "RunTask: no attempt succeeded and one may have launched the task", last)
 	}
-	return "", last
+	return "", "", last
 }
 
 // pause waits before attempt+1; false if ctx ends first.

@@ -17,7 +17,8 @@ func (r *Runtime) Stop(ctx context.Context, handle string) error {
 	if handle == "" {
 		return galleyerr.E(op, galleyerr.Invalid, "no worker handle")
 	}
-	arns, err := r.tasksOf(ctx, handle)
+	// Afresh: the worker may have been resumed in a new task elsewhere.
+	arns, err := r.currentTasks(ctx, handle)
 	if err != nil {
 		return wrap(op, err)
 	}

@@ -2,6 +2,7 @@ package ecsrt
 
 import (
 	"context"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ecs"
@@ -29,6 +30,47 @@ func (r *Runtime) tasksOf(ctx context.Context, handle string) ([]string, error) 
 		r.memoPut(handle, out.TaskArns[0])
 	}
 	return out.TaskArns, nil
+}
+
+// currentTasks returns handle's task as the index records it now, read
+// afresh, with the one this runtime remembers when it differs: another
+// process may have resumed the worker in a new task since this one
+// remembered the parked one (docs/parking.md). Without either, those
+// ListTasks finds by startedBy. Stop and Resume read it.
+func (r *Runtime) currentTasks(ctx context.Context, handle string) ([]string, error) {
+	var arns []string
+	if r.index != nil {
+		arn, ok, err := r.index.TaskARN(ctx, handle)
+		switch {
+		case err != nil:
+			r.log.Warn("task index unreadable", "handle", handle, "err", err)
+		case ok && arn != "":
+			arns = append(arns, arn)
+		}
+	}
+	if arn, ok := r.memoGet(handle); ok && !slices.Contains(arns, arn) {
+		arns = append(arns, arn)
+	}
+	if len(arns) > 0 {
+		return arns, nil
+	}
+	return r.tasksOf(ctx, handle)
+}
+
+// newerTask returns the task the index records for handle when it is none
+// of arns (a worker resumed in a new task by another process since this
+// one remembered its earlier task), and remembers it; "" otherwise.
+// Liveness asks it when the task it remembers does not run.
+func (r *Runtime) newerTask(ctx context.Context, handle string, arns []string) string {
+	if r.index == nil {
+		return ""
+	}
+	arn, ok, err := r.index.TaskARN(ctx, handle)
+	if err != nil || !ok || arn == "" || slices.Contains(arns, arn) {
+		return ""
+	}
+	r.memoPut(handle, arn)
+	return arn
 }
 
 // describe returns the tasks ECS shows among arns; a task it reports

@@ -1,0 +1,171 @@
+package awslocal_test
+
+import (
+	"fmt"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/galley-run/galley/local/awslocal"
+	"github.com/galley-run/galley/local/ecsstandin"
+	"github.com/galley-run/galley/pkg/contract"
+	"github.com/galley-run/galley/pkg/lambdaapp"
+	"github.com/galley-run/galley/pkg/protocol"
+	"github.com/galley-run/galley/pkg/snapshot"
+)
+
+// withParkAfter sets GALLEY_PARK_AFTER on the worker task definition's
+// container, as the stack's context key parkAfter does (docs/parking.md).
+func withParkAfter(d string) func(map[string]any) error {
+	return func(res map[string]any) error {
+		c, err := workerContainer(res)
+		if err != nil {
+			return err
+		}
+		env, _ := c["Environment"].([]any)
+		for _, e := range env {
+			if kv, ok := e.(map[string]any); ok && kv["Name"] == contract.EnvParkAfter {
+				kv["Value"] = d
+				return nil
+			}
+		}
+		c["Environment"] = append(env, map[string]any{"Name": contract.EnvParkAfter, "Value": d})
+		return nil
+	}
+}
+
+// workerTasks lists the ECS stand-in's tasks of the worker, in creation
+// order.
+func workerTasks(s *awslocal.Stack, worker string) []ecsstandin.TaskInfo {
+	var out []ecsstandin.TaskInfo
+	for _, task := range s.ECS().Tasks() {
+		if task.Env[contract.EnvWorkerHandle] == worker {
+			out = append(out, task)
+		}
+	}
+	return out
+}
+
+// awaitParked waits until the worker's only task has stopped (its harness
+// parked it and ended) and the worker observes awaiting-reply.
+func awaitParked(t *testing.T, s *awslocal.Stack, k *kitchn, worker string) ecsstandin.TaskInfo {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		ts := workerTasks(s, worker)
+		if len(ts) == 1 && ts[0].LastStatus == "STOPPED" {
+			return ts[0]
+		}
+		if len(ts) > 1 {
+			t.Fatalf("worker %s has %d tasks before any input", worker, len(ts))
+		}
+	}
+	t.Fatalf("the task of worker %s did not end with a parking (observe: %+v)", worker, k.observe(worker))
+	return ecsstandin.TaskInfo{}
+}
+
+// inventoryLiveness is the worker's liveness in kitchn's inventory.
+func inventoryLiveness(t *testing.T, s *awslocal.Stack, token, worker string) string {
+	t.Helper()
+	var inv struct {
+		Resources []struct {
+			Resource protocol.Resource
+			Liveness string
+		}
+	}
+	kitchnCall(t, s, token, contract.RouteInventory, "", &inv)
+	for _, r := range inv.Resources {
+		if r.Resource.Kind == protocol.KindWorker && r.Resource.Handle == worker {
+			return r.Liveness
+		}
+	}
+	return "absent"
+}
+
+// TestParkedWorkerAWSLocal: the stack deployed with a park after of 2 s
+// (the worker task's GALLEY_PARK_AFTER). A scripted worker commits, leaves
+// a file uncommitted and asks; once it has waited that long its harness
+// saves the worktree's snapshot to the bucket, reports the parking and
+// ends: its task stops (the reconciler's STOPPED event settles nothing),
+// it observes awaiting-reply and the inventory lists it live. The reply
+// starts a new task of the same task definition (GALLEY_PARKING=1), whose
+// harness restores the worktree and resumes the script at its ask: it sees
+// the uncommitted file, commits again and finishes; the branch holds both
+// commits. A second parked worker is cancelled: it settles cancelled, and
+// no task starts for it.
+func TestParkedWorkerAWSLocal(t *testing.T) {
+	t.Parallel()
+	s, token := startStack(t, func(c *awslocal.Config) { c.Template = mutatedTemplate(t, withParkAfter("2s")) })
+	k := newKitchn(t, s, token, "run-park")
+	house := s.FunctionEnv(lambdaapp.Effects)[contract.EnvHouse]
+	bucket := s.FunctionEnv(lambdaapp.Effects)[contract.EnvSnapshotBucket]
+
+	brief := "#!galley-script\ncommit before.txt one\nwrite notes.txt left uncommitted\nask Which API? :: v1 or v2?\n" +
+		"show notes.txt\ncommit after.txt two\ndone succeeded resumed"
+	const branch = "park/aws-local"
+	worker, wt := launchSnapshotScript(t, k, "k-park-1", `{"type":"isolated"},"branch":"`+branch+`"`, brief)
+	q := k.next("the question", kind(protocol.MsgQuestion, ""))
+	parked := awaitParked(t, s, k, worker)
+	if parked.ExitCode == nil || *parked.ExitCode != 0 {
+		t.Errorf("the parked task's harness exited %v, want 0", parked.ExitCode)
+	}
+	if obs := k.observe(worker); obs.State != protocol.StateAwaitingReply {
+		t.Fatalf("the parked worker observes %+v, want awaiting-reply", obs)
+	}
+	if l := inventoryLiveness(t, s, token, worker); l != protocol.LivenessLive {
+		t.Fatalf("the parked worker's inventory liveness is %q, want live", l)
+	}
+	if _, ok, err := s.S3().Object(bucket, snapshot.WorktreeKey(house, wt)); err != nil || !ok {
+		t.Fatalf("no worktree snapshot in the bucket after the parking (%v)", err)
+	}
+	// The parked task's STOPPED event has reached the reconciler by now
+	// (or will: it changes nothing either way); the worker still waits.
+	time.Sleep(2 * time.Second)
+	if obs := k.observe(worker); obs.State != protocol.StateAwaitingReply {
+		t.Fatalf("after its task's end the parked worker observes %+v", obs)
+	}
+	if n := len(workerTasks(s, worker)); n != 1 {
+		t.Fatalf("%d tasks of the parked worker before its reply, want 1", n)
+	}
+
+	if st, _ := k.effect("k-park-reply", fmt.Sprintf(`{"type":"reply-to-worker","worker":%s,"question":%q,"body":"v2"}`,
+		k.worker(worker), q.ID)); st != "applied" {
+		t.Fatalf("reply: %s", st)
+	}
+	if r := k.next("the resumed agent's reply", kind(protocol.MsgStatus, "reply: ")); r.Body != "reply: v2" {
+		t.Errorf("the resumed agent saw %q", r.Body)
+	}
+	if r := k.next("the uncommitted file", kind(protocol.MsgStatus, "show notes.txt")); r.Body != "show notes.txt: left uncommitted" {
+		t.Errorf("the resumed agent sees %q, want the file its parking left uncommitted", r.Body)
+	}
+	done := k.next("worker-done", kind(protocol.MsgWorkerDone, ""))
+	if done.Outcome != protocol.OutcomeSucceeded || done.Body != "resumed" {
+		t.Fatalf("worker-done: %+v", done)
+	}
+	ts := workerTasks(s, worker)
+	if len(ts) != 2 || ts[1].Env[contract.EnvParking] != "1" || ts[1].TaskDefinitionArn != parked.TaskDefinitionArn ||
+		ts[1].ClientToken == parked.ClientToken {
+		t.Fatalf("the worker's tasks after the resume: %d, the second %+v", len(ts), ts[len(ts)-1])
+	}
+	for file, want := range map[string]string{"before.txt": "one", "after.txt": "two"} {
+		got, err := exec.Command("git", "--git-dir", s.Repository(), "show", branch+":"+file).CombinedOutput()
+		if err != nil || string(got) != want {
+			t.Errorf("%s on %s: %q %v, want %q", file, branch, got, err, want)
+		}
+	}
+
+	// A parked worker cancelled: settled, and no task starts.
+	other, _ := launchSnapshotScript(t, k, "k-park-2", `{"type":"isolated"},"branch":"park/aws-local-cancel"`,
+		"#!galley-script\nask Anything? :: say\ndone succeeded never")
+	k.next("the second question", kind(protocol.MsgQuestion, ""))
+	awaitParked(t, s, k, other)
+	if st, _ := k.effect("k-park-cancel", `{"type":"cancel-worker","worker":`+k.worker(other)+`}`); st != "applied" {
+		t.Fatalf("cancel of the parked worker: %s", st)
+	}
+	if obs := k.observe(other); obs.State != protocol.StateSettled || obs.Outcome != protocol.OutcomeCancelled {
+		t.Fatalf("the cancelled parked worker observes %+v", obs)
+	}
+	time.Sleep(3 * time.Second)
+	if ts := workerTasks(s, other); len(ts) != 1 {
+		t.Fatalf("the cancelled parked worker has %d tasks, want its parked one only", len(ts))
+	}
+}
