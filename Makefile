@@ -65,7 +65,7 @@ test:
 .PHONY: test-prep
 test-prep: image vet lint-template browser-deps
 
-## image: the worker image from worker/Dockerfile, built with buildah (its bases made here once; docs/worker-image.md)
+## image: the worker images, one per agent family, from worker/Dockerfile, built with buildah (its bases made here once; docs/worker-image.md)
 .PHONY: image
 image:
 	scripts/worker-image.sh build > /dev/null
