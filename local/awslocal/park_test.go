@@ -8,6 +8,7 @@ import (
 
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/local/ecsstandin"
+	"github.com/galley-run/galley/local/iamgate"
 	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -167,5 +168,21 @@ func TestParkedWorkerAWSLocal(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	if ts := workerTasks(s, other); len(ts) != 1 {
 		t.Fatalf("the cancelled parked worker has %d tasks, want its parked one only", len(ts))
+	}
+	// Its settle deleted its session archive (none here: the scripted
+	// agent keeps no session files), through the S3 gate, with the
+	// effects function's role.
+	sessionARN := "arn:aws:s3:::" + bucket + "/" + snapshot.SessionKey(house, other)
+	deleted := false
+	for _, d := range s.Gate(iamgate.S3).Decisions() {
+		if d.Resource == sessionARN && d.Action == "s3:DeleteObject" {
+			if !d.Allowed {
+				t.Errorf("the S3 gate refused the session archive's delete: %+v", d)
+			}
+			deleted = deleted || d.Allowed
+		}
+	}
+	if !deleted {
+		t.Error("the cancelled parked worker's session archive was not deleted")
 	}
 }
