@@ -1,7 +1,10 @@
 package awslocal_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os/exec"
 	"testing"
 	"time"
@@ -9,6 +12,7 @@ import (
 	"github.com/galley-run/galley/local/awslocal"
 	"github.com/galley-run/galley/local/ecsstandin"
 	"github.com/galley-run/galley/local/iamgate"
+	"github.com/galley-run/galley/local/providerstandin"
 	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/lambdaapp"
 	"github.com/galley-run/galley/pkg/protocol"
@@ -184,5 +188,159 @@ func TestParkedWorkerAWSLocal(t *testing.T) {
 	}
 	if !deleted {
 		t.Error("the cancelled parked worker's session archive was not deleted")
+	}
+}
+
+// imageParkScripts are the provider stand-in's scripts of a real CLI that
+// commits and pushes, asks (and is parked in the call), then, resumed with
+// the reply as its prompt, commits and pushes again and finishes
+// (local/realcli's parkScripts: claude 2.1.332 adds a turn of its own on
+// resume, so its step 3 is never played).
+func imageParkScripts(fam, before, after string) []providerstandin.Step {
+	if fam == "claude" {
+		return []providerstandin.Step{
+			{Tool: "ToolSearch", Input: map[string]any{"query": "select:mcp__galley__ask_coordinator,mcp__galley__finish"}},
+			{Tool: "Bash", Input: map[string]any{"command": before, "description": "commit and push the first file"}},
+			{Tool: "mcp__galley__ask_coordinator", Input: map[string]any{"subject": "Which greeting?", "body": "hello or hi?"}},
+			{Text: "claude's own turn on resume takes this step's place"},
+			{Tool: "Bash", Input: map[string]any{"command": after, "description": "commit and push the second file"}},
+			{Tool: "mcp__galley__finish", Input: map[string]any{"outcome": "succeeded", "body": "both pushed"}},
+			{Text: "Done."},
+		}
+	}
+	call := func(tool, args string) string {
+		return "// @exec: {\"yield_time_ms\": 600000}\n" +
+			"const r = await tools." + tool + "(" + args + ");\n" +
+			"text(typeof r === \"string\" ? r : (r.content || []).map((c) => c.text).join(\"\\n\"));\n"
+	}
+	shell := func(cmd string) string {
+		b, _ := json.Marshal(cmd)
+		return "const r = await tools.exec_command({cmd: " + string(b) + "});\ntext(JSON.stringify(r));\n"
+	}
+	return []providerstandin.Step{
+		{Tool: "exec", Code: "text(ALL_TOOLS.filter((t) => t.name.startsWith(\"mcp__galley__\")).map((t) => t.name).sort().join(\",\"));\n"},
+		{Tool: "exec", Code: shell(before)},
+		{Tool: "exec", Code: call("mcp__galley__ask_coordinator", `{subject: "Which greeting?", body: "hello or hi?"}`)},
+		{Tool: "exec", Code: shell(after)},
+		{Tool: "exec", Code: call("mcp__galley__finish", `{outcome: "succeeded", body: "both pushed"}`)},
+		{Text: "Done."},
+	}
+}
+
+// TestImageCLIsParkAWSLocal: each real CLI of the worker image, against
+// the provider stand-in, parked in its ask on aws-local (park after 3 s):
+// its task stops, its session archive is in the snapshot bucket; the
+// reply starts a new task that restores it and resumes the same CLI
+// session (the provider's first request of the resumed CLI plays the
+// step after the turns before the parking), which commits, pushes and
+// finishes. The branch holds both commits, and once the worker has
+// settled and its task ended the archive is deleted.
+func TestImageCLIsParkAWSLocal(t *testing.T) {
+	t.Parallel()
+	if img := requireWorkerImage(t); img == "" {
+		t.Skipf("%s is not set: the image's CLIs run only in its containers", awslocal.EnvWorkerImage)
+	}
+	const (
+		anthropicOrigin = "https://anthropic.llm-gateway.example"
+		openaiOrigin    = "https://openai.llm-gateway.example"
+	)
+	commit := func(file, msg string) string {
+		return fmt.Sprintf("printf '%s\\n' > %s && git add %s && git -c user.name=agent -c user.email=agent@example.com commit -qm '%s' && git push -q origin HEAD",
+			msg, file, file, msg)
+	}
+	keys := map[string]string{"claude": randomValue(t, "sk-ant-test-"), "codex": randomValue(t, "sk-test-")}
+	provs := map[string]*providerstandin.Server{}
+	for _, fam := range []string{"claude", "codex"} {
+		provs[fam] = providerstandin.New(keys[fam], imageParkScripts(fam, commit("before.txt", "before parking"), commit("after.txt", "after resuming")))
+		t.Cleanup(provs[fam].Close)
+	}
+	gateways, park := withGateways(anthropicOrigin, openaiOrigin), withParkAfter("3s")
+	tpl := mutatedTemplate(t, func(res map[string]any) error {
+		if err := gateways(res); err != nil {
+			return err
+		}
+		return park(res)
+	})
+	s, token := startStack(t, func(c *awslocal.Config) {
+		c.Template = tpl
+		c.ImageAgentCLIs = true
+		c.WorkerServices = map[string]http.Handler{anthropicOrigin: provs["claude"].Config.Handler, openaiOrigin: provs["codex"].Config.Handler}
+	})
+	house := s.FunctionEnv(lambdaapp.Effects)[contract.EnvHouse]
+	bucket := s.FunctionEnv(lambdaapp.Effects)[contract.EnvSnapshotBucket]
+	for name, fam := range map[string]string{"anthropic": "claude", "openai": "codex"} {
+		if err := s.PutSecret(context.Background(), "galley/"+house+"/"+name, keys[fam]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, fam := range []string{"claude", "codex"} {
+		t.Run(fam, func(t *testing.T) {
+			prov := provs[fam]
+			defer func() {
+				if t.Failed() {
+					for _, c := range prov.Calls() {
+						t.Logf("provider call: api=%s step=%d called=%v results=%q", c.API, c.Step, c.Called, c.Results)
+					}
+					t.Logf("provider refusals: %v", prov.Refused())
+				}
+			}()
+			k := newKitchn(t, s, token, "run-image-park-"+fam)
+			k.patience = 10 * time.Minute // a real CLI on a loaded machine: a bound against a hang
+			branch := "image-park/" + fam
+			st, rc := k.effect("k-image-park-"+fam, fmt.Sprintf(`{"type":"launch-worker","role":"station-cook",`+
+				`"workspace":{"type":"isolated"},"brief":"Add two files around a question to the coordinator, push both, and finish.",`+
+				`"branch":%q,"agent":{"agent":%q}}`, branch, fam))
+			if st != "applied" {
+				t.Fatalf("launch: %s", st)
+			}
+			w := rc.CreatedHandle(protocol.KindWorker)
+			q := k.next("the question", kind(protocol.MsgQuestion, ""))
+			awaitParked(t, s, k, w)
+			if obs := k.observe(w); obs.State != protocol.StateAwaitingReply {
+				t.Fatalf("the parked worker observes %+v", obs)
+			}
+			session := snapshot.SessionKey(house, w)
+			if _, ok, err := s.S3().Object(bucket, session); err != nil || !ok {
+				t.Fatalf("no session archive %s in the bucket after the parking (%v)", session, err)
+			}
+			parkedCalls := len(prov.Calls())
+			if st, _ := k.effect("k-image-park-reply-"+fam, fmt.Sprintf(`{"type":"reply-to-worker","worker":%s,"question":%q,"body":"hello, please"}`,
+				k.worker(w), q.ID)); st != "applied" {
+				t.Fatalf("reply: %s", st)
+			}
+			done := k.next("worker-done", kind(protocol.MsgWorkerDone, ""))
+			if done.Outcome != protocol.OutcomeSucceeded || done.Body != "both pushed" {
+				t.Fatalf("worker-done: %+v", done)
+			}
+			calls := prov.Calls()
+			resumed := -1
+			for i := parkedCalls; i < len(calls); i++ {
+				if calls[i].Step >= 0 {
+					resumed = calls[i].Step
+					break
+				}
+			}
+			if want := map[string]int{"claude": 4, "codex": 3}[fam]; resumed != want {
+				t.Errorf("the resumed CLI's first request played step %d, want %d (the turns before the parking in its conversation)", resumed, want)
+			}
+			for file, want := range map[string]string{"before.txt": "before parking\n", "after.txt": "after resuming\n"} {
+				got, err := exec.Command("git", "--git-dir", s.Repository(), "show", branch+":"+file).CombinedOutput()
+				if err != nil || string(got) != want {
+					t.Errorf("%s on %s: %q %v", file, branch, got, err)
+				}
+			}
+			if ts := workerTasks(s, w); len(ts) != 2 {
+				t.Errorf("%d tasks of the worker, want the parked one and the resumed one", len(ts))
+			}
+			// Settled, its task's end seen: the archive goes.
+			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
+				if _, ok, err := s.S3().Object(bucket, session); err == nil && !ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the settled worker's session archive is still in the bucket")
+				}
+			}
+		})
 	}
 }
