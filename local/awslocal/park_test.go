@@ -19,22 +19,25 @@ import (
 	"github.com/galley-run/galley/pkg/snapshot"
 )
 
-// withParkAfter sets GALLEY_PARK_AFTER on the worker task definition's
-// container, as the stack's context key parkAfter does (docs/parking.md).
+// withParkAfter sets GALLEY_PARK_AFTER to d on every family's worker task
+// definition (the stack sets its parkAfter there, 10 minutes by default).
 func withParkAfter(d string) func(map[string]any) error {
 	return func(res map[string]any) error {
-		c, err := workerContainer(res)
+		cs, err := workerContainers(res)
 		if err != nil {
 			return err
 		}
-		env, _ := c["Environment"].([]any)
-		for _, e := range env {
-			if kv, ok := e.(map[string]any); ok && kv["Name"] == contract.EnvParkAfter {
-				kv["Value"] = d
-				return nil
+	next:
+		for _, c := range cs {
+			env, _ := c["Environment"].([]any)
+			for _, e := range env {
+				if kv, ok := e.(map[string]any); ok && kv["Name"] == contract.EnvParkAfter {
+					kv["Value"] = d
+					continue next
+				}
 			}
+			c["Environment"] = append(env, map[string]any{"Name": contract.EnvParkAfter, "Value": d})
 		}
-		c["Environment"] = append(env, map[string]any{"Name": contract.EnvParkAfter, "Value": d})
 		return nil
 	}
 }
