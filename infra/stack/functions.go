@@ -108,7 +108,9 @@ func (g *Galley) addFunctions() {
 				fenv[contract.EnvDefaultAgent] = jsii.String("script")
 			}
 		}
-		if name == contract.FnEffects || name == contract.FnWorkerAPI {
+		// The reconciler starts owed resumes of parked workers, whose
+		// tasks' bootstrap codes are derived from the signing key.
+		if name == contract.FnEffects || name == contract.FnWorkerAPI || name == contract.FnReconciler {
 			fenv[contract.EnvWorkerSecretArn] = g.WorkerSecret.SecretArn()
 		}
 		if name == contract.FnReconciler {

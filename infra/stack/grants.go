@@ -160,7 +160,10 @@ func (g *Galley) grantFunctions() {
 	// storage, so a release leaves no cleanup task to start again. It
 	// deletes a worker's session archive once its compute has ended after
 	// its settle.
+	// The resumed task's bootstrap code is derived from the worker
+	// signing key, as a launch's is.
 	runTasks(reconciler)
+	stmt(reconciler, "ReadWorkerSigningKey", []string{"secretsmanager:GetSecretValue"}, workerKey, nil)
 	stmt(reconciler, "DeleteSettledWorkersSessions", []string{"s3:DeleteObject"}, houseSnapshots, nil)
 
 	// The operator function lists workers and reads their event logs,

@@ -372,7 +372,8 @@ func TestFunctionEnvironment(t *testing.T) {
 		{contract.FnReads, true, false, true, false},
 		{contract.FnMailbox, true, false, false, false},
 		{contract.FnWorkerAPI, false, true, false, false},
-		{contract.FnReconciler, false, false, false, false},
+		// The reconciler signs a parked worker's resumed credential.
+		{contract.FnReconciler, false, true, false, false},
 		// The operator function reads the operator token, and no other.
 		{contract.FnOperator, false, false, false, true},
 	}
@@ -459,8 +460,9 @@ func TestFunctionPoliciesNameOnlyTheirResources(t *testing.T) {
 		// The sweep of idle doorbell queues: exactly these three; and
 		// what the on-failure destination needs of its queue. The only
 		// task it starts is a parked worker's resumed one, and it deletes
-		// a settled worker's session archive.
-		{contract.FnReconciler, join(logs, dynamoWrite, ring, failures, runs, []string{"sqs:ListQueues", "sqs:ListQueueTags",
+		// a settled worker's session archive; it reads the worker signing
+		// key to sign the resumed task's credential.
+		{contract.FnReconciler, join(logs, dynamoWrite, ring, failures, runs, secret, []string{"sqs:ListQueues", "sqs:ListQueueTags",
 			"sqs:DeleteQueue", "s3:DeleteObject"})},
 		// It long polls a worker's event doorbell, and a cancel rings the
 		// coordinator's, stops the worker's task and deletes its session
@@ -645,7 +647,8 @@ func TestSecretsReadOnlyByTheirUsers(t *testing.T) {
 		{"reads", g.Roles[contract.FnReads], []string{"git", "token"}},
 		{"mailbox", g.Roles[contract.FnMailbox], []string{"token"}},
 		{"workerapi", g.Roles[contract.FnWorkerAPI], []string{"workerKey"}},
-		{"reconciler", g.Roles[contract.FnReconciler], nil},
+		// It signs a parked worker's resumed credential (an owed resume).
+		{"reconciler", g.Roles[contract.FnReconciler], []string{"workerKey"}},
 		// kitchn's token does not open the operator routes: the operator
 		// function cannot even read it.
 		{"operator", g.Roles[contract.FnOperator], []string{"operator"}},

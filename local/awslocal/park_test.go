@@ -3,6 +3,7 @@ package awslocal_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"github.com/galley-run/galley/local/providerstandin"
 	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/lambdaapp"
+	"github.com/galley-run/galley/pkg/operator"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/snapshot"
 )
@@ -40,6 +42,27 @@ func withParkAfter(d string) func(map[string]any) error {
 		}
 		return nil
 	}
+}
+
+// awaitParkingRecorded waits until the operator's worker list says the
+// worker parked (its parking report was written), asking again later when
+// the operator API throttles.
+func awaitParkingRecorded(t *testing.T, s *awslocal.Stack, worker string) {
+	t.Helper()
+	client := operator.NewClient(s.Endpoint(), operatorToken(t, s))
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		ws, err := client.Workers(t.Context())
+		var se *operator.StatusError
+		if err != nil && !(errors.As(err, &se) && se.Status == http.StatusTooManyRequests) {
+			t.Fatalf("the operator's worker list: %v", err)
+		}
+		for _, w := range ws {
+			if w.Handle == worker && w.Parked {
+				return
+			}
+		}
+	}
+	t.Fatalf("worker %s never listed parked", worker)
 }
 
 // workerTasks lists the ECS stand-in's tasks of the worker, in creation
@@ -159,6 +182,32 @@ func TestParkedWorkerAWSLocal(t *testing.T) {
 		if err != nil || string(got) != want {
 			t.Errorf("%s on %s: %q %v, want %q", file, branch, got, err, want)
 		}
+	}
+
+	// A reply racing the parking: sent as soon as the parking is
+	// recorded, while the parked task may still run. Its resume is owed
+	// until that task's end, and the reconciler starts it then (with a
+	// bootstrap code of the signing key's, as a launch's).
+	racer, _ := launchSnapshotScript(t, k, "k-park-3", `{"type":"isolated"},"branch":"park/aws-local-race"`,
+		"#!galley-script\nask Race? :: now\ndone succeeded raced")
+	rq := k.next("the racing worker's question", kind(protocol.MsgQuestion, ""))
+	awaitParkingRecorded(t, s, racer)
+	running := 0
+	for _, task := range workerTasks(s, racer) {
+		if task.ExitCode == nil {
+			running++
+		}
+	}
+	if st, _ := k.effect("k-park-race-reply", fmt.Sprintf(`{"type":"reply-to-worker","worker":%s,"question":%q,"body":"now"}`,
+		k.worker(racer), rq.ID)); st != "applied" {
+		t.Fatalf("the racing reply: %s", st)
+	}
+	t.Logf("the racing reply came with %d of the worker's tasks still running", running)
+	if r := k.next("the racing reply in the agent", kind(protocol.MsgStatus, "reply: ")); r.Body != "reply: now" {
+		t.Errorf("the resumed agent saw %q", r.Body)
+	}
+	if done := k.next("the racing worker's worker-done", kind(protocol.MsgWorkerDone, "")); done.Outcome != protocol.OutcomeSucceeded || done.Body != "raced" {
+		t.Fatalf("the racing worker's worker-done: %+v", done)
 	}
 
 	// A parked worker cancelled: settled, and no task starts.

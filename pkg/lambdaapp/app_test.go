@@ -30,6 +30,9 @@ func newApp(t *testing.T, fn lambdaapp.Function) (*lambdaapp.App, *bytes.Buffer)
 	t.Helper()
 	env := baseEnv()
 	env["GALLEY_REPOSITORY"] = t.TempDir() // unused: Deps sets the git host
+	if fn == lambdaapp.Reconciler {
+		workerSecretFromFile(t, env)
+	}
 	cfg, err := lambdaapp.ConfigFromEnv(fn, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +48,19 @@ func newApp(t *testing.T, fn lambdaapp.Function) (*lambdaapp.App, *bytes.Buffer)
 		t.Fatal(err)
 	}
 	return app, &logs
+}
+
+// workerSecretFromFile gives env the worker secret in a file instead of
+// Secrets Manager: for the reconciler, which signs a parked worker's
+// resumed credential (TestWorkerSecretOnlyWhereNeeded reads it from
+// Secrets Manager).
+func workerSecretFromFile(t *testing.T, env map[string]string) {
+	t.Helper()
+	delete(env, "GALLEY_WORKER_SECRET_ARN")
+	env["GALLEY_WORKER_SECRET_FILE"] = filepath.Join(t.TempDir(), "worker-secret")
+	if err := os.WriteFile(env["GALLEY_WORKER_SECRET_FILE"], []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // noSecrets fails any Secrets Manager call: the worker secret is read from
@@ -128,23 +144,27 @@ func TestArrivalFromGateway(t *testing.T) {
 // Functions that neither sign nor check worker credentials never read the
 // worker secret; those that do, read it.
 func TestWorkerSecretOnlyWhereNeeded(t *testing.T) {
-	for _, fn := range []lambdaapp.Function{lambdaapp.Reads, lambdaapp.Mailbox, lambdaapp.Reconciler} {
+	for _, fn := range []lambdaapp.Function{lambdaapp.Reads, lambdaapp.Mailbox} {
 		newApp(t, fn) // noSecrets fails the test on any call
 	}
-	sm := &fakeSecrets{t: t, arn: "arn:aws:secretsmanager:us-east-1:1:secret:w", current: "worker-secret-0123456789abcdef"}
-	env := baseEnv()
-	cfg, err := lambdaapp.ConfigFromEnv(lambdaapp.WorkerAPI, func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	te := servicetest.New(t, nil)
-	if _, err := lambdaapp.New(context.Background(), cfg, lambdaapp.Deps{Store: memstore.New(), Doorbell: localbell.New(),
-		Runtime: servicetest.NewRuntime(), GitHost: te.Git, Secrets: newSecretsClient(t, sm),
-		Log: lambdaapp.NewLogger(&bytes.Buffer{}, lambdaapp.WorkerAPI, "")}); err != nil {
-		t.Fatal(err)
-	}
-	if sm.callCount() != 1 {
-		t.Errorf("worker API read the worker secret %d times", sm.callCount())
+	// The worker API checks worker credentials; the reconciler signs a
+	// parked worker's resumed one when it starts an owed resume.
+	for _, fn := range []lambdaapp.Function{lambdaapp.WorkerAPI, lambdaapp.Reconciler} {
+		sm := &fakeSecrets{t: t, arn: "arn:aws:secretsmanager:us-east-1:1:secret:w", current: "worker-secret-0123456789abcdef"}
+		env := baseEnv()
+		cfg, err := lambdaapp.ConfigFromEnv(fn, func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		te := servicetest.New(t, nil)
+		if _, err := lambdaapp.New(context.Background(), cfg, lambdaapp.Deps{Store: memstore.New(), Doorbell: localbell.New(),
+			Runtime: servicetest.NewRuntime(), GitHost: te.Git, Secrets: newSecretsClient(t, sm),
+			Log: lambdaapp.NewLogger(&bytes.Buffer{}, fn, "")}); err != nil {
+			t.Fatal(err)
+		}
+		if sm.callCount() != 1 {
+			t.Errorf("%s read the worker secret %d times", fn, sm.callCount())
+		}
 	}
 }
 

@@ -41,7 +41,9 @@ func (f Function) servesKitchn() bool { return f == Effects || f == Reads || f =
 
 // signsWorkers reports whether the function needs the worker secret: the
 // effects function signs worker credentials, the worker API verifies them.
-func (f Function) signsWorkers() bool { return f == Effects || f == WorkerAPI }
+// The reconciler signs too: it starts a parked worker's owed resume
+// (docs/parking.md), whose task's bootstrap code is the new credential's.
+func (f Function) signsWorkers() bool { return f == Effects || f == WorkerAPI || f == Reconciler }
 
 // recordsEvents reports whether the function keeps the workers' event logs
 // (package eventlog): the ones whose calls change workers and may ring

@@ -36,6 +36,7 @@ const scheduledEvent = `{"version":"0","id":"ev-sweep","detail-type":"Scheduled 
 func reconcilerApp(t *testing.T, d service.Doorbell, mod func(map[string]string)) (*lambdaapp.App, *bytes.Buffer) {
 	t.Helper()
 	env := baseEnv()
+	workerSecretFromFile(t, env)
 	if mod != nil {
 		mod(env)
 	}

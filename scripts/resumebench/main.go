@@ -39,6 +39,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -273,10 +274,18 @@ func (d *driver) one(ctx context.Context, i int) (sample, error) {
 	s.Asked = asked.Sub(sent).Seconds()
 
 	if d.op != nil {
-		for parked := false; !parked; {
+		// Every 100 ms, and a throttled list (the operator API's limits:
+		// aws-local's gateway answers a burst 429) is asked again later.
+		for parked, pause := false, 100*time.Millisecond; !parked; {
 			ws, err := d.op.Workers(ctx)
-			if err != nil {
+			var se *operator.StatusError
+			switch {
+			case errors.As(err, &se) && se.Status == http.StatusTooManyRequests:
+				pause = min(2*pause, 2*time.Second)
+			case err != nil:
 				return s, err
+			default:
+				pause = 100 * time.Millisecond
 			}
 			for _, v := range ws {
 				parked = parked || v.Handle == h && v.Parked
@@ -285,7 +294,7 @@ func (d *driver) one(ctx context.Context, i int) (sample, error) {
 				return s, fmt.Errorf("worker %s not parked %s after its question", h, d.c.timeout)
 			}
 			if !parked {
-				if err := sleep(ctx, 50*time.Millisecond); err != nil {
+				if err := sleep(ctx, pause); err != nil {
 					return s, err
 				}
 			}
