@@ -2,7 +2,6 @@ package awslocal_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -243,42 +242,6 @@ func TestParkedWorkerAWSLocal(t *testing.T) {
 	}
 }
 
-// imageParkScripts are the provider stand-in's scripts of a real CLI that
-// commits and pushes, asks (and is parked in the call), then, resumed with
-// the reply as its prompt, commits and pushes again and finishes
-// (local/realcli's parkScripts: claude 2.1.332 adds a turn of its own on
-// resume, so its step 3 is never played).
-func imageParkScripts(fam, before, after string) []providerstandin.Step {
-	if fam == "claude" {
-		return []providerstandin.Step{
-			{Tool: "ToolSearch", Input: map[string]any{"query": "select:mcp__galley__ask_coordinator,mcp__galley__finish"}},
-			{Tool: "Bash", Input: map[string]any{"command": before, "description": "commit and push the first file"}},
-			{Tool: "mcp__galley__ask_coordinator", Input: map[string]any{"subject": "Which greeting?", "body": "hello or hi?"}},
-			{Text: "claude's own turn on resume takes this step's place"},
-			{Tool: "Bash", Input: map[string]any{"command": after, "description": "commit and push the second file"}},
-			{Tool: "mcp__galley__finish", Input: map[string]any{"outcome": "succeeded", "body": "both pushed"}},
-			{Text: "Done."},
-		}
-	}
-	call := func(tool, args string) string {
-		return "// @exec: {\"yield_time_ms\": 600000}\n" +
-			"const r = await tools." + tool + "(" + args + ");\n" +
-			"text(typeof r === \"string\" ? r : (r.content || []).map((c) => c.text).join(\"\\n\"));\n"
-	}
-	shell := func(cmd string) string {
-		b, _ := json.Marshal(cmd)
-		return "const r = await tools.exec_command({cmd: " + string(b) + "});\ntext(JSON.stringify(r));\n"
-	}
-	return []providerstandin.Step{
-		{Tool: "exec", Code: "text(ALL_TOOLS.filter((t) => t.name.startsWith(\"mcp__galley__\")).map((t) => t.name).sort().join(\",\"));\n"},
-		{Tool: "exec", Code: shell(before)},
-		{Tool: "exec", Code: call("mcp__galley__ask_coordinator", `{subject: "Which greeting?", body: "hello or hi?"}`)},
-		{Tool: "exec", Code: shell(after)},
-		{Tool: "exec", Code: call("mcp__galley__finish", `{outcome: "succeeded", body: "both pushed"}`)},
-		{Text: "Done."},
-	}
-}
-
 // TestImageCLIsParkAWSLocal: each real CLI of the worker image, against
 // the provider stand-in, parked in its ask on aws-local (park after 3 s):
 // its task stops, its session archive is in the snapshot bucket; the
@@ -303,7 +266,7 @@ func TestImageCLIsParkAWSLocal(t *testing.T) {
 	keys := map[string]string{"claude": randomValue(t, "sk-ant-test-"), "codex": randomValue(t, "sk-test-")}
 	provs := map[string]*providerstandin.Server{}
 	for _, fam := range []string{"claude", "codex"} {
-		provs[fam] = providerstandin.New(keys[fam], imageParkScripts(fam, commit("before.txt", "before parking"), commit("after.txt", "after resuming")))
+		provs[fam] = providerstandin.New(keys[fam], providerstandin.ParkSteps(fam, commit("before.txt", "before parking"), commit("after.txt", "after resuming")))
 		t.Cleanup(provs[fam].Close)
 	}
 	gateways, park := withGateways(anthropicOrigin, openaiOrigin), withParkAfter("3s")
@@ -372,7 +335,7 @@ func TestImageCLIsParkAWSLocal(t *testing.T) {
 					break
 				}
 			}
-			if want := map[string]int{"claude": 4, "codex": 3}[fam]; resumed != want {
+			if want := providerstandin.ParkResumeStep[fam]; resumed != want {
 				t.Errorf("the resumed CLI's first request played step %d, want %d (the turns before the parking in its conversation)", resumed, want)
 			}
 			for file, want := range map[string]string{"before.txt": "before parking\n", "after.txt": "after resuming\n"} {
