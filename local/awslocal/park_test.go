@@ -327,16 +327,8 @@ func TestImageCLIsParkAWSLocal(t *testing.T) {
 			if done.Outcome != protocol.OutcomeSucceeded || done.Body != "both pushed" {
 				t.Fatalf("worker-done: %+v", done)
 			}
-			calls := prov.Calls()
-			resumed := -1
-			for i := parkedCalls; i < len(calls); i++ {
-				if calls[i].Step >= 0 {
-					resumed = calls[i].Step
-					break
-				}
-			}
-			if want := providerstandin.ParkResumeStep[fam]; resumed != want {
-				t.Errorf("the resumed CLI's first request played step %d, want %d (the turns before the parking in its conversation)", resumed, want)
+			if err := providerstandin.CheckResumed(prov.Calls(), parkedCalls, fam, "", "hello, please"); err != nil {
+				t.Error(err)
 			}
 			for file, want := range map[string]string{"before.txt": "before parking\n", "after.txt": "after resuming\n"} {
 				got, err := exec.Command("git", "--git-dir", s.Repository(), "show", branch+":"+file).CombinedOutput()

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -74,25 +73,8 @@ func TestRealCLIsParkInServe(t *testing.T) {
 			// The same conversation: the resumed CLI's first scripted
 			// request holds the turns before the parking, the parked call
 			// and the reply.
-			calls := prov.Calls()
-			var resumed *providerstandin.Call
-			for i := parkedCalls; i < len(calls); i++ {
-				if calls[i].Step >= 0 {
-					resumed = &calls[i]
-					break
-				}
-			}
-			if resumed == nil {
-				t.Fatal("the resumed CLI made no scripted model call")
-			}
-			if want := providerstandin.ParkResumeStep[fam]; resumed.Step != want {
-				t.Errorf("the resumed CLI's first request played step %d, want %d (the earlier turns in its conversation)", resumed.Step, want)
-			}
-			if len(resumed.Called) < 3 || resumed.Called[2] != providerstandin.ParkAskCall[fam] {
-				t.Errorf("the resumed request's earlier tool calls %v lack the parked %s", resumed.Called, providerstandin.ParkAskCall[fam])
-			}
-			if joined := strings.Join(resumed.Prompts, "\n"); !strings.Contains(joined, brief) || !strings.Contains(joined, "hello, please") {
-				t.Errorf("the resumed request's prompts lack the brief or the reply: %q", resumed.Prompts)
+			if err := providerstandin.CheckResumed(prov.Calls(), parkedCalls, fam, brief, "hello, please"); err != nil {
+				t.Error(err)
 			}
 			if got := gitShow(t, repo, branch+":after.txt"); got != "after resuming\n" {
 				t.Errorf("after.txt on the branch = %q", got)

@@ -1,6 +1,10 @@
 package providerstandin
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
 
 // ParkSteps is a conversation for a parked worker (docs/parking.md) of
 // family ("claude" or "codex"): run the shell command before (commit and
@@ -58,4 +62,29 @@ var (
 func JSString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// CheckResumed checks that the first scripted request after calls[from:]
+// began (the resumed CLI's) carried the conversation of ParkSteps from
+// before the parking: it plays ParkResumeStep[family] (the earlier turns
+// counted), names the parked call third among its tool calls, and holds
+// the brief and the reply among its prompts. It answers what is wrong, or
+// nil.
+func CheckResumed(calls []Call, from int, family, brief, reply string) error {
+	for _, c := range calls[min(from, len(calls)):] {
+		if c.Step < 0 {
+			continue
+		}
+		joined := strings.Join(c.Prompts, "\n")
+		switch {
+		case c.Step != ParkResumeStep[family]:
+			return fmt.Errorf("the resumed CLI's first request played step %d, want %d (the earlier turns in its conversation)", c.Step, ParkResumeStep[family])
+		case len(c.Called) < 3 || c.Called[2] != ParkAskCall[family]:
+			return fmt.Errorf("the resumed request's earlier tool calls %v lack the parked %s", c.Called, ParkAskCall[family])
+		case !strings.Contains(joined, brief) || !strings.Contains(joined, reply):
+			return fmt.Errorf("the resumed request's prompts lack the brief or the reply: %q", c.Prompts)
+		}
+		return nil
+	}
+	return fmt.Errorf("the resumed CLI made no scripted model call")
 }

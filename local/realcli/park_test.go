@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -222,26 +221,8 @@ func parkAndResume(t *testing.T, bin, fam string, confine harness.Confinement) {
 	// holds the turns from before the parking (the step it plays counts
 	// them), the brief, the question's call and the reply as its prompt.
 	calls := prov.Calls()
-	var resumed *providerstandin.Call
-	for i := parkedCalls; i < len(calls); i++ {
-		if calls[i].Step >= 0 {
-			resumed = &calls[i]
-			break
-		}
-	}
-	if resumed == nil {
-		t.Fatalf("the resumed CLI made no scripted model call")
-	}
-	if want := providerstandin.ParkResumeStep[fam]; resumed.Step != want {
-		t.Errorf("the resumed CLI's first request played step %d, want %d (the earlier turns in its conversation)", resumed.Step, want)
-	}
-	askCall := providerstandin.ParkAskCall[fam]
-	if len(resumed.Called) < 3 || resumed.Called[2] != askCall {
-		t.Errorf("the resumed request's earlier tool calls %v lack the parked %s", resumed.Called, askCall)
-	}
-	joined := strings.Join(resumed.Prompts, "\n")
-	if !strings.Contains(joined, brief) || !strings.Contains(joined, "hello, please") {
-		t.Errorf("the resumed request's prompts lack the brief or the reply: %q", resumed.Prompts)
+	if err := providerstandin.CheckResumed(calls, parkedCalls, fam, brief, "hello, please"); err != nil {
+		t.Error(err)
 	}
 	if got := git(t, bare, "show", testBranch+":after.txt"); got != "after resuming" {
 		t.Errorf("after.txt on the branch = %q", got)
