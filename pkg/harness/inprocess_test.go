@@ -316,9 +316,12 @@ func TestToolsDirectly(t *testing.T) {
 		return strings.Join(parts, "|"), res.IsError
 	}
 
-	f.Message("rebase onto main")
-	// Once the harness polls the inbox a second time, it holds the message.
-	waitFor(t, ctx, f, "the second inbox poll", func(s fakeapi.Snapshot) bool { return s.Attempts[workerapi.PathInbox] >= 2 })
+	seq := f.Message("rebase onto main")
+	// Once the harness has taken the message from its inbox (its log says
+	// so), the next tool result carries it. (Counting inbox polls raced a
+	// busy machine: a poll counts when it begins, not when its answer was
+	// taken.)
+	waitForItem(t, ctx, p, seq)
 	// The first tool call is the evidence that the agent runs; the message
 	// waiting by then is appended to its result.
 	text, isErr := call(harness.ToolStatus, map[string]any{"body": "looking"})
