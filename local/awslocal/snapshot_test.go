@@ -60,7 +60,9 @@ func TestWorktreeSnapshotAWSLocal(t *testing.T) {
 	second := "#!galley-script\nshow tracked.txt\nshow notes/untracked.txt\ndone succeeded\n"
 	existing := `{"type":"existing","resource":{"kind":"worktree","backend":"galley","handle":"` + wt + `"}}`
 	worker2, _ := launchSnapshotScript(t, k, "k-snap-2", existing, second)
-	for path, want := range map[string]string{"tracked.txt": "changed, not committed", "notes/untracked.txt": "never committed"} {
+	// In the script's order: next passes over the rows before its match.
+	for _, f := range []struct{ path, want string }{{"tracked.txt", "changed, not committed"}, {"notes/untracked.txt", "never committed"}} {
+		path, want := f.path, f.want
 		got := k.next("show "+path, kind(protocol.MsgStatus, "show "+path+": "))
 		if got.Body != "show "+path+": "+want {
 			t.Errorf("the relaunched agent sees %q, want %q", got.Body, "show "+path+": "+want)
