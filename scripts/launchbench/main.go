@@ -45,6 +45,7 @@ import (
 
 	"github.com/galley-run/galley/pkg/contract"
 	"github.com/galley-run/galley/pkg/gitserve"
+	"github.com/galley-run/galley/pkg/localserver"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/protocol/client"
 )
@@ -277,20 +278,15 @@ type target struct {
 // readReady reads galley serve's ready lines: its endpoint and token file.
 func readReady(stdout io.Reader, logf io.Writer) (target, error) {
 	var t target
+	var r localserver.Ready
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
 		line := sc.Text()
 		fmt.Fprintln(logf, line)
-		if rest, ok := strings.CutPrefix(line, "galley serving house "); ok {
-			// galley serving house H (backend B) at URL
-			var h, b, u string
-			if _, err := fmt.Sscanf(rest, "%s (backend %s at %s", &h, &b, &u); err == nil {
-				t.house, t.backend, t.endpoint = h, strings.TrimSuffix(b, ")"), u
-			}
-		}
-		if rest, ok := strings.CutPrefix(line, "bearer token: "); ok {
-			path, _, _ := strings.Cut(rest, " ")
-			tok, err := os.ReadFile(path)
+		r.ParseLine(line)
+		if r.TokenFile != "" {
+			t.house, t.backend, t.endpoint = r.House, r.Backend, r.Endpoint
+			tok, err := os.ReadFile(r.TokenFile)
 			if err != nil {
 				return t, err
 			}

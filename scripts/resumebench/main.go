@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/galley-run/galley/pkg/contract"
+	"github.com/galley-run/galley/pkg/localserver"
 	"github.com/galley-run/galley/pkg/operator"
 	"github.com/galley-run/galley/pkg/protocol"
 	"github.com/galley-run/galley/pkg/protocol/client"
@@ -443,32 +444,27 @@ func startServer(ctx context.Context, c config) (*server, error) {
 // endpoint, house, backend, token file and operator token file.
 func readReady(stdout io.Reader, logf io.Writer) (target, error) {
 	var t target
+	var r localserver.Ready
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
 		line := sc.Text()
 		fmt.Fprintln(logf, line)
-		if rest, ok := strings.CutPrefix(line, "galley serving house "); ok {
-			// galley serving house H (backend B) at URL
-			var h, b, u string
-			if _, err := fmt.Sscanf(rest, "%s (backend %s at %s", &h, &b, &u); err == nil {
-				t.house, t.backend, t.endpoint = h, strings.TrimSuffix(b, ")"), u
+		r.ParseLine(line)
+		if r.OperatorTokenFile != "" {
+			t.house, t.backend, t.endpoint = r.House, r.Backend, r.Endpoint
+			for _, f := range []struct {
+				path string
+				to   *string
+			}{{r.TokenFile, &t.token}, {r.OperatorTokenFile, &t.opToken}} {
+				if f.path == "" {
+					continue
+				}
+				tok, err := os.ReadFile(f.path)
+				if err != nil {
+					return t, err
+				}
+				*f.to = strings.TrimSpace(string(tok))
 			}
-		}
-		if rest, ok := strings.CutPrefix(line, "bearer token: "); ok {
-			path, _, _ := strings.Cut(rest, " ")
-			tok, err := os.ReadFile(path)
-			if err != nil {
-				return t, err
-			}
-			t.token = strings.TrimSpace(string(tok))
-		}
-		if _, rest, ok := strings.Cut(line, "(operator token: "); ok {
-			path, _, _ := strings.Cut(rest, ";")
-			tok, err := os.ReadFile(path)
-			if err != nil {
-				return t, err
-			}
-			t.opToken = strings.TrimSpace(string(tok))
 			go io.Copy(logf, stdout) // keep draining
 			if t.endpoint == "" || t.token == "" {
 				return t, errors.New("no endpoint or bearer token line")
