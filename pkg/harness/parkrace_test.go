@@ -157,6 +157,30 @@ func waitForItem(t *testing.T, ctx context.Context, p *inproc, seq int64) {
 	}
 }
 
+// agentSessions makes a session folder owned by a new agent uid, holding
+// files (each "{}"), as the agent's CLI would have left it.
+func agentSessions(t *testing.T, files ...string) (uint32, string) {
+	t.Helper()
+	uid := workerapi.AgentUIDBase + rand.Uint32N(workerapi.AgentUIDEnd-workerapi.AgentUIDBase)
+	sessions := filepath.Join(t.TempDir(), "sessions")
+	if err := os.Mkdir(sessions, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	owned := []string{sessions}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(sessions, f), []byte("{}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		owned = append(owned, filepath.Join(sessions, f))
+	}
+	for _, p := range owned {
+		if err := os.Lchown(p, int(uid), int(uid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return uid, sessions
+}
+
 // confinedWorkspace is a workspace in a folder open to other users, apart
 // from exe's (a folder that holds workspaces is not shown to the agent).
 func confinedWorkspace(t *testing.T) string {
@@ -181,19 +205,7 @@ func TestParkReplyDuringSlowSave(t *testing.T) {
 	}
 	ctx := testCtx(t)
 	exe := openExe(t)
-	uid := workerapi.AgentUIDBase + rand.Uint32N(workerapi.AgentUIDEnd-workerapi.AgentUIDBase)
-	sessions := filepath.Join(t.TempDir(), "sessions")
-	if err := os.Mkdir(sessions, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(sessions, "turns.jsonl"), []byte("{}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{sessions, filepath.Join(sessions, "turns.jsonl")} {
-		if err := os.Lchown(p, int(uid), int(uid)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	uid, sessions := agentSessions(t, "turns.jsonl")
 	f := fakeFor(t, workerapi.Self{Handle: "w-1", Run: "run-1", Branch: testBranch, AgentUID: uid,
 		Brief: "#!galley-script\nask Which API? :: v1 or v2?\ndone succeeded after", Agent: protocol.AgentSelection{Agent: "script"}})
 	store := newHeldStore(t)

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -41,14 +38,7 @@ func TestParkWhoseSaveFailsKeepsRunning(t *testing.T) {
 	}
 	ctx := testCtx(t)
 	exe := openExe(t)
-	uid := workerapi.AgentUIDBase + rand.Uint32N(workerapi.AgentUIDEnd-workerapi.AgentUIDBase)
-	sessions := filepath.Join(t.TempDir(), "sessions")
-	if err := os.Mkdir(sessions, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Lchown(sessions, int(uid), int(uid)); err != nil {
-		t.Fatal(err)
-	}
+	uid, sessions := agentSessions(t)
 	ds, err := snapshot.NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
